@@ -1,0 +1,118 @@
+// Package server holds the gRPC and HTTP listeners every toolmesh target shares:
+// health, reflection, panic recovery, request logs and graceful stop.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+)
+
+// GRPC is one gRPC listener with grpc.health.v1 and reflection registered.
+type GRPC struct {
+	Server *grpc.Server
+	Health *health.Server
+
+	lis    net.Listener
+	logger *slog.Logger
+	drain  time.Duration
+}
+
+// NewGRPC binds addr at once, so a port in use fails at start-up rather than later.
+// drain bounds how long Run waits for in-flight calls once its context ends.
+func NewGRPC(addr string, logger *slog.Logger, drain time.Duration, opts ...grpc.ServerOption) (*GRPC, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen grpc %s: %w", addr, err)
+	}
+	opts = append([]grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(unaryRecover(logger), unaryLog(logger)),
+		grpc.ChainStreamInterceptor(streamRecover(logger)),
+	}, opts...)
+	s := grpc.NewServer(opts...)
+	h := health.NewServer()
+	healthpb.RegisterHealthServer(s, h)
+	reflection.Register(s)
+	return &GRPC{Server: s, Health: h, lis: lis, logger: logger, drain: drain}, nil
+}
+
+// Addr is the bound address (useful when addr asked for port 0).
+func (g *GRPC) Addr() string { return g.lis.Addr().String() }
+
+// Run serves until ctx ends, then reports NOT_SERVING, drains in-flight calls for at most
+// the drain deadline and force-stops what is left.
+func (g *GRPC) Run(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- g.Server.Serve(g.lis) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve grpc %s: %w", g.Addr(), err)
+	case <-ctx.Done():
+	}
+	g.Health.Shutdown()
+	done := make(chan struct{})
+	go func() { g.Server.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(g.drain):
+		g.logger.Warn("grpc drain deadline passed, forcing stop", "addr", g.Addr(), "drain", g.drain)
+		g.Server.Stop()
+		<-done
+	}
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("serve grpc %s: %w", g.Addr(), err)
+	}
+	return nil
+}
+
+func unaryRecover(logger *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				logger.Error("panic in grpc handler", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
+				err = status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return next(ctx, req)
+	}
+}
+
+func streamRecover(logger *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				logger.Error("panic in grpc stream handler", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
+				err = status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return next(srv, ss)
+	}
+}
+
+// unaryLog logs failed calls at warn and the rest at debug; arguments and results are never logged.
+func unaryLog(logger *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := next(ctx, req)
+		code := status.Code(err)
+		level := slog.LevelDebug
+		if code != codes.OK && code != codes.NotFound && code != codes.InvalidArgument {
+			level = slog.LevelWarn
+		}
+		if logger.Enabled(ctx, level) {
+			logger.Log(ctx, level, "grpc call", "method", info.FullMethod, "code", code.String(), "duration", time.Since(start))
+		}
+		return resp, err
+	}
+}

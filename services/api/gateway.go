@@ -1,0 +1,96 @@
+package api
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+)
+
+//go:embed openapi.swagger.json
+var openAPI []byte
+
+// Gateway is the REST front of the api. It calls the api's own gRPC server over loopback so
+// REST and gRPC requests pass the same interceptors. The returned func closes its connection.
+func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, func(), error) {
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("gateway client: %w", err)
+	}
+	gw := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+		}),
+		runtime.WithRoutingErrorHandler(routingError),
+	)
+	if err := toolmeshv1.RegisterToolServiceHandlerClient(ctx, gw, toolmeshv1.NewToolServiceClient(conn)); err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("register tool gateway: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openAPI)
+	})
+	mux.Handle("/", gw)
+	return checkBody(s.cfg.MaxBodyBytes, mux), func() { _ = conn.Close() }, nil
+}
+
+// readyz is 200 when the executor answers and every MCP server is connected; otherwise 503
+// with the servers that are not, and why.
+func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
+	type notReady struct {
+		Name  string `json:"name"`
+		State string `json:"state"`
+		Error string `json:"error,omitempty"`
+	}
+	resp, err := s.tools.ListServers(r.Context(), &toolmeshv1.ListServersRequest{})
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "error": err.Error()})
+		return
+	}
+	var bad []notReady
+	for _, srv := range resp.GetServers() {
+		if srv.GetState() != toolmeshv1.ServerState_SERVER_STATE_READY {
+			bad = append(bad, notReady{Name: srv.GetName(), State: srv.GetState().String(), Error: srv.GetLastError()})
+		}
+	}
+	if len(bad) > 0 {
+		sort.Slice(bad, func(i, j int) bool { return bad[i].Name < bad[j].Name })
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "servers_not_connected": bad})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "servers": len(resp.GetServers())})
+}
+
+// routingError names the path that matched no route; other routing errors keep the gateway's mapping.
+func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, code int) {
+	if code == http.StatusNotFound {
+		err := status.Errorf(codes.NotFound, "no route for %s %s", r.Method, r.URL.Path)
+		runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+		return
+	}
+	runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, code)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

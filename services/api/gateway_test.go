@@ -1,0 +1,149 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeExecutor is a test double of the executor's gRPC service with canned answers.
+type fakeExecutor struct {
+	toolmeshv1.UnimplementedExecutorServiceServer
+	servers []*toolmeshv1.Server
+}
+
+func (f *fakeExecutor) ListServers(context.Context, *toolmeshv1.ExecutorServiceListServersRequest) (*toolmeshv1.ExecutorServiceListServersResponse, error) {
+	return &toolmeshv1.ExecutorServiceListServersResponse{Servers: f.servers}, nil
+}
+
+func (f *fakeExecutor) CallTool(_ context.Context, req *toolmeshv1.ExecutorServiceCallToolRequest) (*toolmeshv1.ExecutorServiceCallToolResponse, error) {
+	if req.GetToolId() != "calc.add" {
+		return nil, status.Errorf(codes.NotFound, "unknown tool %q", req.GetToolId())
+	}
+	return &toolmeshv1.ExecutorServiceCallToolResponse{Content: []*toolmeshv1.Content{{Type: "text", Text: "5"}}}, nil
+}
+
+// startGRPC serves register's services on a loopback port until the test ends.
+func startGRPC(t *testing.T, register func(*grpc.Server)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	register(g)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	return lis.Addr().String()
+}
+
+// newGateway runs the api against the executor at execAddr and returns its REST server.
+func newGateway(t *testing.T, execAddr string) *httptest.Server {
+	t.Helper()
+	var cfg Config
+	cfg.HTTPAddr, cfg.GRPCAddr, cfg.ExecutorAddr = "127.0.0.1:0", "127.0.0.1:0", execAddr
+	cfg.CallTimeout, cfg.RPCTimeout, cfg.MaxBodyBytes = 5*time.Second, 2*time.Second, 4096
+	svc, err := New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	apiAddr := startGRPC(t, func(g *grpc.Server) { svc.Register(g) })
+	h, closeGW, err := svc.Gateway(context.Background(), apiAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeGW)
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func TestGatewayErrors(t *testing.T) {
+	exec := &fakeExecutor{servers: []*toolmeshv1.Server{
+		{Name: "calc", State: toolmeshv1.ServerState_SERVER_STATE_READY},
+		{Name: "weather", State: toolmeshv1.ServerState_SERVER_STATE_UNHEALTHY, LastError: "connection refused"},
+	}}
+	ts := newGateway(t, startGRPC(t, func(g *grpc.Server) { toolmeshv1.RegisterExecutorServiceServer(g, exec) }))
+
+	tests := []struct {
+		name, method, path, body string
+		wantStatus               int
+		wantInBody               string
+	}{
+		{"call ok", "POST", "/v1/tools/calc/add:call", `{"arguments":{"a":2,"b":3}}`, 200, `"text":"5"`},
+		{"call unknown tool", "POST", "/v1/tools/calc/nope:call", `{}`, 404, `unknown tool \"calc.nope\"`},
+		{"bad server name", "POST", "/v1/tools/Calc!/add:call", `{}`, 400, "server: must match"},
+		{"arguments not an object", "POST", "/v1/tools/calc/add:call", `{"arguments":[1]}`, 400, "arguments"},
+		{"body not JSON", "POST", "/v1/tools/calc/add:call", `{`, 400, ""},
+		{"body too large", "POST", "/v1/tools/calc/add:call", `{"arguments":{"a":"` + strings.Repeat("x", 5000) + `"}}`, 413, "body"},
+		{"search without q", "GET", "/v1/tools:search", "", 400, "q: is required"},
+		{"search k too big", "GET", "/v1/tools:search?q=add&k=51", "", 400, "k: must be between 1 and 50"},
+		{"search without retriever", "GET", "/v1/tools:search?q=add", "", 503, "retriever"},
+		{"unknown path", "GET", "/v1/nothing", "", 404, "no route for GET /v1/nothing"},
+		{"healthz", "GET", "/healthz", "", 200, `"ok"`},
+		{"readyz names the unhealthy server", "GET", "/readyz", "", 503, "weather"},
+		{"openapi", "GET", "/openapi.json", "", 200, `"/v1/tools/{server}/{name}:call"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, ts.URL+tc.path, strings.NewReader(tc.body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.wantStatus {
+				t.Errorf("status = %d, want %d; body %s", resp.StatusCode, tc.wantStatus, b)
+			}
+			if !strings.Contains(string(b), tc.wantInBody) {
+				t.Errorf("body %s does not contain %q", b, tc.wantInBody)
+			}
+			if resp.StatusCode >= 400 && tc.path != "/readyz" {
+				var e struct {
+					Code    *int    `json:"code"`
+					Message *string `json:"message"`
+				}
+				if err := json.Unmarshal(b, &e); err != nil || e.Code == nil || e.Message == nil {
+					t.Errorf("error body %s is not {code, message, details}", b)
+				}
+			}
+		})
+	}
+}
+
+func TestGatewayExecutorDown(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens here now
+	ts := newGateway(t, addr)
+	resp, err := http.Post(ts.URL+"/v1/tools/calc/add:call", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), addr) {
+		t.Errorf("got %d %s, want 503 naming %s", resp.StatusCode, b, addr)
+	}
+}

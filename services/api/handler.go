@@ -1,0 +1,151 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+)
+
+// executorClient is the part of the executor the tools API needs.
+type executorClient interface {
+	ListTools(ctx context.Context, in *toolmeshv1.ExecutorServiceListToolsRequest, opts ...grpc.CallOption) (*toolmeshv1.ExecutorServiceListToolsResponse, error)
+	ListServers(ctx context.Context, in *toolmeshv1.ExecutorServiceListServersRequest, opts ...grpc.CallOption) (*toolmeshv1.ExecutorServiceListServersResponse, error)
+	CallTool(ctx context.Context, in *toolmeshv1.ExecutorServiceCallToolRequest, opts ...grpc.CallOption) (*toolmeshv1.ExecutorServiceCallToolResponse, error)
+}
+
+// retrieverClient is the part of the retriever the tools API needs.
+type retrieverClient interface {
+	SearchTools(ctx context.Context, in *toolmeshv1.RetrieverServiceSearchToolsRequest, opts ...grpc.CallOption) (*toolmeshv1.RetrieverServiceSearchToolsResponse, error)
+}
+
+var serverName = regexp.MustCompile(`^[a-z0-9_-]+$`)
+
+const (
+	defaultK    = 4
+	maxK        = 50
+	maxQueryLen = 4096
+)
+
+type toolHandler struct {
+	toolmeshv1.UnimplementedToolServiceServer
+	cfg       Config
+	executor  executorClient
+	retriever retrieverClient // nil when no retriever is configured
+}
+
+func (h *toolHandler) ListTools(ctx context.Context, req *toolmeshv1.ListToolsRequest) (*toolmeshv1.ListToolsResponse, error) {
+	if req.GetServer() != "" && !serverName.MatchString(req.GetServer()) {
+		return nil, badRequest("server", "must match [a-z0-9_-]+")
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := h.executor.ListTools(ctx, &toolmeshv1.ExecutorServiceListToolsRequest{Server: req.GetServer()})
+	if err != nil {
+		return nil, dependencyError("executor", h.cfg.ExecutorAddr, err)
+	}
+	return &toolmeshv1.ListToolsResponse{Tools: resp.GetTools()}, nil
+}
+
+func (h *toolHandler) ListServers(ctx context.Context, _ *toolmeshv1.ListServersRequest) (*toolmeshv1.ListServersResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := h.executor.ListServers(ctx, &toolmeshv1.ExecutorServiceListServersRequest{})
+	if err != nil {
+		return nil, dependencyError("executor", h.cfg.ExecutorAddr, err)
+	}
+	return &toolmeshv1.ListServersResponse{Servers: resp.GetServers()}, nil
+}
+
+func (h *toolHandler) CallTool(ctx context.Context, req *toolmeshv1.CallToolRequest) (*toolmeshv1.CallToolResponse, error) {
+	if req.GetServer() == "" {
+		return nil, badRequest("server", "is required")
+	}
+	if !serverName.MatchString(req.GetServer()) {
+		return nil, badRequest("server", "must match [a-z0-9_-]+")
+	}
+	if req.GetName() == "" {
+		return nil, badRequest("name", "is required")
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.CallTimeout)
+	defer cancel()
+	resp, err := h.executor.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{
+		ToolId:    req.GetServer() + "." + req.GetName(),
+		Arguments: req.GetArguments(),
+	})
+	if err != nil {
+		return nil, dependencyError("executor", h.cfg.ExecutorAddr, err)
+	}
+	return &toolmeshv1.CallToolResponse{
+		Content:           resp.GetContent(),
+		StructuredContent: resp.GetStructuredContent(),
+		IsError:           resp.GetIsError(),
+		DurationMs:        resp.GetDurationMs(),
+	}, nil
+}
+
+func (h *toolHandler) SearchTools(ctx context.Context, req *toolmeshv1.SearchToolsRequest) (*toolmeshv1.SearchToolsResponse, error) {
+	switch {
+	case req.GetQ() == "":
+		return nil, badRequest("q", "is required")
+	case len(req.GetQ()) > maxQueryLen:
+		return nil, badRequest("q", fmt.Sprintf("is %d bytes, more than the %d allowed", len(req.GetQ()), maxQueryLen))
+	case req.GetK() < 0 || req.GetK() > maxK:
+		return nil, badRequest("k", fmt.Sprintf("must be between 1 and %d", maxK))
+	}
+	if h.retriever == nil {
+		return nil, status.Error(codes.Unavailable, "tool search needs a retriever: none is configured (set --api.retriever-addr)")
+	}
+	k := req.GetK()
+	if k == 0 {
+		k = defaultK
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := h.retriever.SearchTools(ctx, &toolmeshv1.RetrieverServiceSearchToolsRequest{Query: req.GetQ(), K: k, Servers: req.GetServer()})
+	if err != nil {
+		return nil, dependencyError("retriever", h.cfg.RetrieverAddr, err)
+	}
+	return &toolmeshv1.SearchToolsResponse{Results: resp.GetResults()}, nil
+}
+
+// badRequest is INVALID_ARGUMENT naming the field, with a BadRequest detail for clients that read it.
+func badRequest(field, why string) error {
+	st := status.New(codes.InvalidArgument, field+": "+why)
+	if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: why}}}); err == nil {
+		return d.Err()
+	}
+	return st.Err()
+}
+
+// dependencyError passes a dependency's own status through and explains transport failures,
+// so a user sees "executor at 127.0.0.1:7704 is unreachable" rather than a bare code.
+func dependencyError(name, addr string, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return status.Errorf(codes.Internal, "%s: %v", name, err)
+	}
+	switch st.Code() {
+	case codes.Unavailable:
+		if st.Message() == "" || isTransportMessage(st.Message()) {
+			return status.Errorf(codes.Unavailable, "%s at %s is unreachable: %s", name, addr, st.Message())
+		}
+	case codes.DeadlineExceeded:
+		if st.Message() == "context deadline exceeded" {
+			return status.Errorf(codes.DeadlineExceeded, "%s at %s did not answer in time", name, addr)
+		}
+	case codes.Canceled:
+		return status.Error(codes.Canceled, "request canceled")
+	}
+	return err
+}
+
+var transportMessage = regexp.MustCompile(`connection error|connection refused|transport|name resolver|dial`)
+
+func isTransportMessage(msg string) bool { return transportMessage.MatchString(msg) }

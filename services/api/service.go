@@ -1,0 +1,69 @@
+// Package api is toolmesh's public API: the tools API (and later the agent loop) over gRPC and REST.
+package api
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+)
+
+// Service is the api target. It holds client connections to its dependencies.
+type Service struct {
+	cfg    Config
+	logger *slog.Logger
+	conns  []*grpc.ClientConn
+	tools  *toolHandler
+}
+
+// New dials the dependencies lazily: the api starts even while they are still coming up.
+func New(cfg Config, logger *slog.Logger) (*Service, error) {
+	s := &Service{cfg: cfg, logger: logger}
+	execConn, err := s.dial(cfg.ExecutorAddr)
+	if err != nil {
+		return nil, fmt.Errorf("executor client: %w", err)
+	}
+	s.tools = &toolHandler{cfg: cfg, executor: toolmeshv1.NewExecutorServiceClient(execConn)}
+	if cfg.RetrieverAddr != "" {
+		conn, err := s.dial(cfg.RetrieverAddr)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("retriever client: %w", err)
+		}
+		s.tools.retriever = toolmeshv1.NewRetrieverServiceClient(conn)
+	}
+	return s, nil
+}
+
+func (s *Service) dial(addr string) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	s.conns = append(s.conns, conn)
+	return conn, nil
+}
+
+// Register adds the public gRPC services.
+func (s *Service) Register(g grpc.ServiceRegistrar) {
+	toolmeshv1.RegisterToolServiceServer(g, s.tools)
+}
+
+// Run waits for ctx to end, then closes the dependency connections.
+func (s *Service) Run(ctx context.Context) error {
+	<-ctx.Done()
+	s.Close()
+	return nil
+}
+
+// Close closes the dependency connections.
+func (s *Service) Close() {
+	for _, c := range s.conns {
+		_ = c.Close()
+	}
+	s.conns = nil
+}
