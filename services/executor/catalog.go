@@ -1,0 +1,302 @@
+package executor
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+)
+
+// tool is one catalog entry. It is immutable once published.
+type tool struct {
+	id     string
+	server string
+	name   string // the name the MCP server knows
+	proto  *toolmeshv1.Tool
+	schema *jsonschema.Schema // nil: the schema did not compile; call unvalidated
+}
+
+// watchBuffer is how many change events a WatchTools subscriber may lag behind
+// before it is resynchronised with a fresh snapshot.
+const watchBuffer = 64
+
+// catalog holds every server's tools under SERVER.TOOL ids, and fans changes
+// out to WatchTools subscribers.
+type catalog struct {
+	mu       sync.RWMutex
+	tools    map[string]*tool
+	revision uint64
+	sorted   []*toolmeshv1.Tool // cache of all tools by id; nil when stale
+	subs     map[*subscriber]struct{}
+}
+
+func newCatalog() *catalog {
+	return &catalog{tools: map[string]*tool{}, subs: map[*subscriber]struct{}{}}
+}
+
+func (c *catalog) lookup(id string) *tool {
+	c.mu.RLock()
+	t := c.tools[id]
+	c.mu.RUnlock()
+	return t
+}
+
+// list returns the tools sorted by id, of one server or of all when server is "".
+func (c *catalog) list(server string) []*toolmeshv1.Tool {
+	c.mu.RLock()
+	all := c.sorted
+	c.mu.RUnlock()
+	if all == nil {
+		c.mu.Lock()
+		all = c.sortedLocked()
+		c.mu.Unlock()
+	}
+	if server == "" {
+		return all
+	}
+	out := make([]*toolmeshv1.Tool, 0)
+	for _, t := range all {
+		if t.GetServer() == server {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func (c *catalog) sortedLocked() []*toolmeshv1.Tool {
+	if c.sorted != nil {
+		return c.sorted
+	}
+	out := make([]*toolmeshv1.Tool, 0, len(c.tools))
+	for _, t := range c.tools {
+		out = append(out, t.proto)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetId() < out[j].GetId() })
+	c.sorted = out
+	return out
+}
+
+// serverTools returns the current entries of one server by id.
+func (c *catalog) serverTools(server string) map[string]*tool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := map[string]*tool{}
+	for id, t := range c.tools {
+		if t.server == server {
+			out[id] = t
+		}
+	}
+	return out
+}
+
+// replaceServer makes tools the whole tool set of server. When anything
+// changed, the revision grows by one and subscribers get one CHANGED event.
+func (c *catalog) replaceServer(server string, tools []*tool) (upserted, removed int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ev := &toolmeshv1.WatchToolsResponse{Type: toolmeshv1.WatchEventType_WATCH_EVENT_TYPE_CHANGED}
+	seen := make(map[string]bool, len(tools))
+	for _, t := range tools {
+		seen[t.id] = true
+		if old, ok := c.tools[t.id]; ok && old.proto.GetHash() == t.proto.GetHash() {
+			continue
+		}
+		c.tools[t.id] = t
+		ev.Upserted = append(ev.Upserted, t.proto)
+	}
+	for id, t := range c.tools {
+		if t.server == server && !seen[id] {
+			delete(c.tools, id)
+			ev.RemovedIds = append(ev.RemovedIds, id)
+		}
+	}
+	if len(ev.Upserted) == 0 && len(ev.RemovedIds) == 0 {
+		return 0, 0
+	}
+	sort.Slice(ev.Upserted, func(i, j int) bool { return ev.Upserted[i].GetId() < ev.Upserted[j].GetId() })
+	sort.Strings(ev.RemovedIds)
+	c.sorted = nil
+	c.revision++
+	ev.Revision = c.revision
+	for s := range c.subs {
+		s.offer(ev)
+	}
+	return len(ev.Upserted), len(ev.RemovedIds)
+}
+
+// subscriber is one WatchTools stream. Publishing never blocks: when the
+// buffer is full, the backlog is dropped and the subscriber is sent a fresh
+// snapshot instead (see resync).
+type subscriber struct {
+	ch     chan *toolmeshv1.WatchToolsResponse
+	kick   chan struct{}
+	resync atomic.Bool
+}
+
+// offer is called with the catalog lock held.
+func (s *subscriber) offer(ev *toolmeshv1.WatchToolsResponse) {
+	if s.resync.Load() {
+		return // a snapshot is coming anyway
+	}
+	select {
+	case s.ch <- ev:
+	default:
+		s.resync.Store(true)
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// subscribe registers a subscriber and returns it with the current snapshot.
+func (c *catalog) subscribe() (*subscriber, *toolmeshv1.WatchToolsResponse) {
+	s := &subscriber{ch: make(chan *toolmeshv1.WatchToolsResponse, watchBuffer), kick: make(chan struct{}, 1)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.subs[s] = struct{}{}
+	return s, c.snapshotLocked()
+}
+
+func (c *catalog) unsubscribe(s *subscriber) {
+	c.mu.Lock()
+	delete(c.subs, s)
+	c.mu.Unlock()
+}
+
+// resnapshot drops s's backlog and returns a snapshot; events published after
+// it carry higher revisions and go to s's buffer again.
+func (c *catalog) resnapshot(s *subscriber) *toolmeshv1.WatchToolsResponse {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		select {
+		case <-s.ch:
+			continue
+		default:
+		}
+		break
+	}
+	s.resync.Store(false)
+	return c.snapshotLocked()
+}
+
+func (c *catalog) snapshotLocked() *toolmeshv1.WatchToolsResponse {
+	return &toolmeshv1.WatchToolsResponse{
+		Type:     toolmeshv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT,
+		Upserted: c.sortedLocked(),
+		Revision: c.revision,
+	}
+}
+
+// rawTool is the part of a tools/list entry we keep verbatim.
+type rawTool struct {
+	Name         string          `json:"name"`
+	InputSchema  json.RawMessage `json:"inputSchema"`
+	OutputSchema json.RawMessage `json:"outputSchema"`
+}
+
+// buildTool turns one listed tool into a catalog entry. prev is the entry the
+// catalog has for the id, if any: when the definition is unchanged, its
+// compiled schema and proto are reused.
+func buildTool(server string, t mcp.Tool, raw *rawTool, prev *tool) (*tool, error) {
+	id := server + "." + t.Name
+	var in, out json.RawMessage
+	if raw != nil {
+		in, out = raw.InputSchema, raw.OutputSchema
+	}
+	if len(in) == 0 || string(in) == "null" {
+		b, err := json.Marshal(t.InputSchema)
+		if err != nil {
+			return nil, err
+		}
+		in = b
+	}
+	if (len(out) == 0 || string(out) == "null") && t.OutputSchema.Type != "" {
+		if b, err := json.Marshal(t.OutputSchema); err == nil {
+			out = b
+		}
+	}
+	inMap := decodeObject(in)
+	outMap := decodeObject(out)
+	title := t.Title
+	if title == "" {
+		title = t.Annotations.Title
+	}
+	hash := toolHash(t.Name, title, t.Description, inMap, outMap)
+	if prev != nil && prev.proto.GetHash() == hash {
+		return prev, nil
+	}
+	p := &toolmeshv1.Tool{
+		Id:          id,
+		Server:      server,
+		Name:        t.Name,
+		Title:       title,
+		Description: t.Description,
+		Hash:        hash,
+	}
+	if inMap != nil {
+		if s, err := structpb.NewStruct(inMap); err == nil {
+			p.InputSchema = s
+		}
+	}
+	if outMap != nil {
+		if s, err := structpb.NewStruct(outMap); err == nil {
+			p.OutputSchema = s
+		}
+	}
+	a := t.Annotations
+	if a.ReadOnlyHint != nil || a.DestructiveHint != nil || a.IdempotentHint != nil || a.OpenWorldHint != nil {
+		p.Annotations = &toolmeshv1.ToolAnnotations{
+			ReadOnlyHint:    a.ReadOnlyHint,
+			DestructiveHint: a.DestructiveHint,
+			IdempotentHint:  a.IdempotentHint,
+			OpenWorldHint:   a.OpenWorldHint,
+		}
+	}
+	entry := &tool{id: id, server: server, name: t.Name, proto: p}
+	sch, err := compileSchema(id, in)
+	if err != nil {
+		// The caller logs it; the tool stays callable, unvalidated.
+		return entry, err
+	}
+	entry.schema = sch
+	return entry, nil
+}
+
+func decodeObject(raw json.RawMessage) map[string]any {
+	if len(raw) == 0 {
+		return nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil
+	}
+	return m
+}
+
+// toolHash identifies a definition: sha256 over name, title, description and
+// the schemas in canonical JSON (sorted keys), hex of the first 16 bytes.
+func toolHash(name, title, desc string, in, out map[string]any) string {
+	h := sha256.New()
+	for _, s := range []string{name, title, desc} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	for _, m := range []map[string]any{in, out} {
+		if m != nil {
+			b, _ := json.Marshal(m) // maps marshal with sorted keys
+			h.Write(b)
+		}
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}

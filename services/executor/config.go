@@ -1,0 +1,124 @@
+package executor
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+)
+
+// Defaults for Config; RegisterFlags installs them.
+const (
+	DefaultCallTimeout         = 60 * time.Second
+	DefaultMaxConcurrency      = 16
+	DefaultListChangedDebounce = 200 * time.Millisecond
+	DefaultConnectTimeout      = 10 * time.Second
+)
+
+// Config configures the executor.
+type Config struct {
+	// Servers is set by the app from the config files; the key is the server name.
+	Servers map[string]mcpconfig.Server
+	// CallTimeout bounds one tools/call; a server's Timeout overrides it.
+	CallTimeout time.Duration
+	// MaxConcurrency bounds in-flight calls per server; a server's MaxConcurrency overrides it.
+	MaxConcurrency int
+	// ListChangedDebounce coalesces bursts of notifications/tools/list_changed.
+	ListChangedDebounce time.Duration
+	// ConnectTimeout bounds connect + initialize + the first tools/list of one attempt.
+	ConnectTimeout time.Duration
+}
+
+// RegisterFlags registers the executor flags on fs and sets the defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&c.CallTimeout, "executor.call-timeout", DefaultCallTimeout,
+		"Default timeout of one MCP tool call; a server's timeout overrides it.")
+	fs.IntVar(&c.MaxConcurrency, "executor.max-concurrency", DefaultMaxConcurrency,
+		"Default limit of in-flight tool calls per MCP server.")
+	fs.DurationVar(&c.ListChangedDebounce, "executor.list-changed-debounce", DefaultListChangedDebounce,
+		"How long to coalesce tools/list_changed notifications before re-listing a server's tools.")
+	fs.DurationVar(&c.ConnectTimeout, "executor.connect-timeout", DefaultConnectTimeout,
+		"Bound of one connection attempt to an MCP server (connect, initialize, first tools/list).")
+}
+
+var serverNameRE = regexp.MustCompile(`^[a-z0-9_-]+$`)
+
+// Validate checks the configuration. Zero durations and limits are valid and mean the default.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.CallTimeout < 0 {
+		errs = append(errs, fmt.Errorf("executor.call-timeout: must not be negative, got %s", c.CallTimeout))
+	}
+	if c.MaxConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("executor.max-concurrency: must not be negative, got %d", c.MaxConcurrency))
+	}
+	if c.ListChangedDebounce < 0 {
+		errs = append(errs, fmt.Errorf("executor.list-changed-debounce: must not be negative, got %s", c.ListChangedDebounce))
+	}
+	if c.ConnectTimeout < 0 {
+		errs = append(errs, fmt.Errorf("executor.connect-timeout: must not be negative, got %s", c.ConnectTimeout))
+	}
+	for key, srv := range c.Servers {
+		if err := validateServer(key, srv); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validateServer(key string, srv mcpconfig.Server) error {
+	name := srv.Name
+	if name == "" {
+		name = key
+	}
+	if name != key {
+		return fmt.Errorf("server %q: name %q differs from its key", key, srv.Name)
+	}
+	if !serverNameRE.MatchString(name) {
+		return fmt.Errorf("server %q: name must match [a-z0-9_-]+", key)
+	}
+	switch srv.Transport {
+	case mcpconfig.TransportSSE, mcpconfig.TransportStreamableHTTP:
+		if srv.URL == "" {
+			return fmt.Errorf("server %q: transport %s needs a url", key, srv.Transport)
+		}
+	case mcpconfig.TransportStdio:
+		if srv.Command == "" {
+			return fmt.Errorf("server %q: transport stdio needs a command", key)
+		}
+	default:
+		return fmt.Errorf("server %q: unknown transport %q", key, srv.Transport)
+	}
+	if srv.ProtocolVersion != "" && !mcp.IsValidProtocolVersion(srv.ProtocolVersion) {
+		return fmt.Errorf("server %q: unknown protocol version %q (known: %v)", key, srv.ProtocolVersion, mcp.ValidProtocolVersions)
+	}
+	if srv.Timeout < 0 {
+		return fmt.Errorf("server %q: timeout must not be negative", key)
+	}
+	if srv.MaxConcurrency < 0 {
+		return fmt.Errorf("server %q: max concurrency must not be negative", key)
+	}
+	return nil
+}
+
+// withDefaults returns c with zero values replaced by the defaults.
+func (c Config) withDefaults() Config {
+	if c.CallTimeout == 0 {
+		c.CallTimeout = DefaultCallTimeout
+	}
+	if c.MaxConcurrency == 0 {
+		c.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if c.ListChangedDebounce == 0 {
+		c.ListChangedDebounce = DefaultListChangedDebounce
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	return c
+}

@@ -1,0 +1,88 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors; handler.go maps them (and the typed errors below) to gRPC codes.
+var (
+	// ErrUnknownTool: the tool id names no server or no tool of that server.
+	ErrUnknownTool = errors.New("unknown tool")
+	// ErrUnavailable: the server is not connected, or its connection broke during the call.
+	ErrUnavailable = errors.New("server unavailable")
+	// ErrTimeout: the call did not finish within its timeout.
+	ErrTimeout = errors.New("tool call timed out")
+	// ErrSessionExpired: the server forgot our session (HTTP 404 for its Mcp-Session-Id).
+	ErrSessionExpired = errors.New("mcp session expired")
+	// ErrStopped: the executor is shutting down.
+	ErrStopped = errors.New("executor stopped")
+)
+
+// unknownToolError names the tool that is not in the catalog.
+type unknownToolError struct{ id string }
+
+func (e *unknownToolError) Error() string { return fmt.Sprintf("unknown tool %q", e.id) }
+func (e *unknownToolError) Is(target error) bool {
+	return target == ErrUnknownTool
+}
+
+// unavailableError says which server is down and why.
+type unavailableError struct {
+	server string
+	reason string
+}
+
+func (e *unavailableError) Error() string {
+	if e.reason == "" {
+		return fmt.Sprintf("server %q is unavailable", e.server)
+	}
+	return fmt.Sprintf("server %q is unavailable: %s", e.server, e.reason)
+}
+func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// timeoutError names the tool and the timeout it hit.
+type timeoutError struct {
+	tool    string
+	timeout time.Duration
+}
+
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("tool %q timed out after %s", e.tool, e.timeout)
+}
+func (e *timeoutError) Is(target error) bool { return target == ErrTimeout }
+
+// FieldViolation is one argument that failed validation.
+type FieldViolation struct {
+	// Field is the JSON path of the argument, e.g. "arguments.a".
+	Field string
+	// Description is the broken rule, e.g. "got string, want number".
+	Description string
+}
+
+// ValidationError lists why a call's arguments do not match the tool's input schema.
+type ValidationError struct {
+	Tool       string
+	Violations []FieldViolation
+}
+
+func (e *ValidationError) Error() string {
+	msg := ""
+	for i, v := range e.Violations {
+		if i > 0 {
+			msg += "; "
+		}
+		msg += v.Field + ": " + v.Description
+	}
+	return msg
+}
+
+// ServerError is a JSON-RPC error the MCP server answered the call with.
+type ServerError struct {
+	Server string
+	Err    error
+}
+
+func (e *ServerError) Error() string { return fmt.Sprintf("server %q: %v", e.Server, e.Err) }
+func (e *ServerError) Unwrap() error { return e.Err }

@@ -1,0 +1,200 @@
+package executor
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+)
+
+// ListTools returns the catalog, of one server or of all.
+func (s *Service) ListTools(_ context.Context, req *toolmeshv1.ExecutorServiceListToolsRequest) (*toolmeshv1.ExecutorServiceListToolsResponse, error) {
+	if srv := req.GetServer(); srv != "" {
+		if _, ok := s.sessions[srv]; !ok {
+			return nil, status.Errorf(codes.NotFound, "unknown server %q", srv)
+		}
+	}
+	return &toolmeshv1.ExecutorServiceListToolsResponse{Tools: s.cat.list(req.GetServer())}, nil
+}
+
+// ListServers returns every configured server and the state of its session.
+func (s *Service) ListServers(context.Context, *toolmeshv1.ExecutorServiceListServersRequest) (*toolmeshv1.ExecutorServiceListServersResponse, error) {
+	out := make([]*toolmeshv1.Server, 0, len(s.names))
+	for _, name := range s.names {
+		out = append(out, s.sessions[name].status())
+	}
+	return &toolmeshv1.ExecutorServiceListServersResponse{Servers: out}, nil
+}
+
+// CallTool validates the arguments and calls the tool.
+func (s *Service) CallTool(ctx context.Context, req *toolmeshv1.ExecutorServiceCallToolRequest) (*toolmeshv1.ExecutorServiceCallToolResponse, error) {
+	start := time.Now()
+	var timeout time.Duration
+	if d := req.GetTimeout(); d != nil {
+		if err := d.CheckValid(); err != nil || d.AsDuration() < 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "timeout: invalid duration")
+		}
+		timeout = d.AsDuration()
+	}
+	res, err := s.callTool(ctx, req.GetToolId(), req.GetArguments(), timeout)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := resultToProto(res)
+	out.DurationMs = time.Since(start).Milliseconds()
+	return out, nil
+}
+
+// WatchTools sends a SNAPSHOT, then CHANGED events. A subscriber that falls
+// more than watchBuffer events behind loses its backlog and gets a fresh
+// SNAPSHOT (with the current revision) instead; publishing never waits for it.
+func (s *Service) WatchTools(_ *toolmeshv1.WatchToolsRequest, stream grpc.ServerStreamingServer[toolmeshv1.WatchToolsResponse]) error {
+	ctx := stream.Context()
+	sub, snap := s.cat.subscribe()
+	defer s.cat.unsubscribe(sub)
+	if err := stream.Send(snap); err != nil {
+		return err
+	}
+	last := snap.GetRevision()
+	for {
+		select {
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-s.stopped:
+			return status.Error(codes.Unavailable, "executor stopped")
+		case ev := <-sub.ch:
+			if ev.GetRevision() <= last {
+				continue
+			}
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+			last = ev.GetRevision()
+		case <-sub.kick:
+			if !sub.resync.Load() {
+				continue
+			}
+			snap := s.cat.resnapshot(sub)
+			if err := stream.Send(snap); err != nil {
+				return err
+			}
+			last = snap.GetRevision()
+		}
+	}
+}
+
+// toStatus maps the executor's errors to gRPC status; this is the only place
+// that knows about codes.
+func toStatus(err error) error {
+	var ve *ValidationError
+	var se *ServerError
+	switch {
+	case errors.As(err, &ve):
+		st := status.New(codes.InvalidArgument, fmt.Sprintf("invalid arguments for %q: %s", ve.Tool, ve.Error()))
+		br := &errdetails.BadRequest{}
+		for _, v := range ve.Violations {
+			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description})
+		}
+		if d, derr := st.WithDetails(br); derr == nil {
+			st = d
+		}
+		return st.Err()
+	case errors.Is(err, ErrUnknownTool):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, ErrTimeout):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrStopped):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.As(err, &se):
+		switch {
+		case errors.Is(err, mcp.ErrInvalidParams):
+			return status.Error(codes.InvalidArgument, err.Error())
+		case errors.Is(err, mcp.ErrMethodNotFound):
+			return status.Error(codes.Unimplemented, err.Error())
+		}
+		return status.Error(codes.Unknown, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func resultToProto(res *mcp.CallToolResult) *toolmeshv1.ExecutorServiceCallToolResponse {
+	out := &toolmeshv1.ExecutorServiceCallToolResponse{IsError: res.IsError}
+	out.Content = make([]*toolmeshv1.Content, 0, len(res.Content))
+	for _, c := range res.Content {
+		if pc := contentToProto(c); pc != nil {
+			out.Content = append(out.Content, pc)
+		}
+	}
+	if m, ok := res.StructuredContent.(map[string]any); ok {
+		if st, err := structpb.NewStruct(m); err == nil {
+			out.StructuredContent = st
+		}
+	}
+	return out
+}
+
+func contentToProto(c mcp.Content) *toolmeshv1.Content {
+	switch v := c.(type) {
+	case mcp.TextContent:
+		return &toolmeshv1.Content{Type: "text", Text: v.Text}
+	case *mcp.TextContent:
+		return &toolmeshv1.Content{Type: "text", Text: v.Text}
+	case mcp.ImageContent:
+		return binaryContent("image", v.Data, v.MIMEType)
+	case *mcp.ImageContent:
+		return binaryContent("image", v.Data, v.MIMEType)
+	case mcp.AudioContent:
+		return binaryContent("audio", v.Data, v.MIMEType)
+	case *mcp.AudioContent:
+		return binaryContent("audio", v.Data, v.MIMEType)
+	case mcp.ResourceLink:
+		return &toolmeshv1.Content{Type: "resource_link", Uri: v.URI, Name: v.Name, MimeType: v.MIMEType, Text: v.Description}
+	case *mcp.ResourceLink:
+		return &toolmeshv1.Content{Type: "resource_link", Uri: v.URI, Name: v.Name, MimeType: v.MIMEType, Text: v.Description}
+	case mcp.EmbeddedResource:
+		return resourceContent(v.Resource)
+	case *mcp.EmbeddedResource:
+		return resourceContent(v.Resource)
+	}
+	return nil
+}
+
+func binaryContent(typ, data, mime string) *toolmeshv1.Content {
+	b, err := base64.StdEncoding.DecodeString(data)
+	if err != nil {
+		return &toolmeshv1.Content{Type: typ, MimeType: mime}
+	}
+	return &toolmeshv1.Content{Type: typ, Data: b, MimeType: mime}
+}
+
+func resourceContent(r mcp.ResourceContents) *toolmeshv1.Content {
+	switch v := r.(type) {
+	case mcp.TextResourceContents:
+		return &toolmeshv1.Content{Type: "resource", Uri: v.URI, MimeType: v.MIMEType, Text: v.Text}
+	case *mcp.TextResourceContents:
+		return &toolmeshv1.Content{Type: "resource", Uri: v.URI, MimeType: v.MIMEType, Text: v.Text}
+	case mcp.BlobResourceContents:
+		c := binaryContent("resource", v.Blob, v.MIMEType)
+		c.Uri = v.URI
+		return c
+	case *mcp.BlobResourceContents:
+		c := binaryContent("resource", v.Blob, v.MIMEType)
+		c.Uri = v.URI
+		return c
+	}
+	return &toolmeshv1.Content{Type: "resource"}
+}

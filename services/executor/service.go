@@ -1,0 +1,176 @@
+// Package executor holds the MCP sessions of every configured server: it keeps
+// one long-lived client per server (SSE, streamable HTTP or stdio), a catalog
+// of their tools under SERVER.TOOL ids, and calls them with validation,
+// timeouts and per-server concurrency limits. handler.go serves it over gRPC.
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+)
+
+// Service is the executor.
+type Service struct {
+	toolmeshv1.UnimplementedExecutorServiceServer
+
+	cfg      Config
+	log      *slog.Logger
+	cat      *catalog
+	sessions map[string]*session // fixed after New; read without locks
+	names    []string
+	started  atomic.Bool
+	stopped  chan struct{} // closed when Run returns
+}
+
+// New builds the executor; Run connects the servers.
+func New(cfg Config, logger *slog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("executor config: %w", err)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	cfg = cfg.withDefaults()
+	s := &Service{
+		cfg:      cfg,
+		log:      logger,
+		cat:      newCatalog(),
+		sessions: make(map[string]*session, len(cfg.Servers)),
+		stopped:  make(chan struct{}),
+	}
+	for name, srv := range cfg.Servers {
+		srv.Name = name
+		s.sessions[name] = newSession(name, srv, cfg, logger, s.cat)
+		s.names = append(s.names, name)
+	}
+	sort.Strings(s.names)
+	return s, nil
+}
+
+// Run connects every server in parallel (one failing server never blocks the
+// others), keeps the sessions alive, and returns once ctx has ended and every
+// session and child process is closed.
+func (s *Service) Run(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("executor: Run called twice")
+	}
+	defer close(s.stopped)
+	var wg sync.WaitGroup
+	for _, name := range s.names {
+		sess := s.sessions[name]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sess.run(ctx)
+		}()
+	}
+	<-ctx.Done()
+	wg.Wait()
+	for _, sess := range s.sessions {
+		if sess.httpTransport != nil {
+			sess.httpTransport.CloseIdleConnections()
+		}
+	}
+	s.log.Info("executor stopped")
+	return nil
+}
+
+// Register registers the gRPC ExecutorService.
+func (s *Service) Register(g grpc.ServiceRegistrar) {
+	toolmeshv1.RegisterExecutorServiceServer(g, s)
+}
+
+// Ready reports whether every server is connected; if not, it says which are
+// not and why.
+func (s *Service) Ready() (bool, string) {
+	var not []string
+	for _, name := range s.names {
+		if ok, why := s.sessions[name].ready(); !ok {
+			not = append(not, name+": "+why)
+		}
+	}
+	if len(not) == 0 {
+		return true, ""
+	}
+	return false, strings.Join(not, "; ")
+}
+
+// callTool is the call path: look up, validate, call.
+func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct, timeout time.Duration) (*mcp.CallToolResult, error) {
+	server, _, _ := strings.Cut(id, ".")
+	sess := s.sessions[server]
+	if sess == nil {
+		return nil, &unknownToolError{id: id}
+	}
+	t := s.cat.lookup(id)
+	if t == nil {
+		// Without a session we cannot know the server's tools.
+		if _, err := sess.current(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		return nil, &unknownToolError{id: id}
+	}
+	var m map[string]any
+	if args != nil {
+		m = args.AsMap()
+	} else {
+		m = map[string]any{}
+	}
+	if t.schema != nil {
+		if err := validateArgs(id, t.schema, m); err != nil {
+			return nil, err
+		}
+	}
+	return sess.call(ctx, t, m, timeout)
+}
+
+// endpointOf renders a server's endpoint without credentials or query: the
+// URL's scheme, host and path, or the command name for stdio.
+func endpointOf(srv mcpconfig.Server) string {
+	if srv.Transport == mcpconfig.TransportStdio {
+		return srv.Command
+	}
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		return ""
+	}
+	u.User = nil
+	u.RawQuery = ""
+	u.ForceQuery = false
+	u.Fragment = ""
+	u.RawFragment = ""
+	return u.String()
+}
+
+func transportEnum(t mcpconfig.Transport) toolmeshv1.Transport {
+	switch t {
+	case mcpconfig.TransportSSE:
+		return toolmeshv1.Transport_TRANSPORT_SSE
+	case mcpconfig.TransportStreamableHTTP:
+		return toolmeshv1.Transport_TRANSPORT_STREAMABLE_HTTP
+	case mcpconfig.TransportStdio:
+		return toolmeshv1.Transport_TRANSPORT_STDIO
+	}
+	return toolmeshv1.Transport_TRANSPORT_UNSPECIFIED
+}
+
+func timestampOf(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }

@@ -1,0 +1,732 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+)
+
+// clientInfo is how toolmesh introduces itself to MCP servers.
+var clientInfo = mcp.Implementation{Name: "toolmesh", Version: "0.1.0"}
+
+// Reconnect backoff: capped exponential with full jitter.
+var (
+	backoffMin = 200 * time.Millisecond
+	backoffMax = 30 * time.Second
+)
+
+// session is the one long-lived MCP client of one configured server. Its run
+// loop owns the connection: it connects, watches the connection, and
+// reconnects with backoff when it breaks. Calls use whatever connection is
+// current and never open one themselves.
+type session struct {
+	name     string
+	srv      mcpconfig.Server
+	cfg      Config
+	log      *slog.Logger
+	cat      *catalog
+	endpoint string
+	timeout  time.Duration
+	sem      chan struct{}
+
+	// httpTransport is shared by every connection of this server, so the
+	// pool survives reconnects; nil for stdio.
+	httpTransport *http.Transport
+	httpClient    *http.Client
+
+	cur       atomic.Pointer[conn] // the READY connection, nil otherwise
+	refreshCh chan struct{}        // cap 1: a tools/list refresh is wanted
+
+	mu           sync.Mutex
+	state        toolmeshv1.ServerState
+	lastErr      string
+	protocol     string
+	info         mcp.Implementation
+	toolCount    int
+	connectedAt  time.Time
+	reconnecting bool          // an expired session is being re-initialized: calls wait
+	changed      chan struct{} // closed and replaced on every state change
+	legacyHTTP   bool          // streamable HTTP server spoke a legacy version last time
+
+	refreshMu sync.Mutex // serializes tools/list + catalog publish
+}
+
+func newSession(name string, srv mcpconfig.Server, cfg Config, log *slog.Logger, cat *catalog) *session {
+	s := &session{
+		name:      name,
+		srv:       srv,
+		cfg:       cfg,
+		log:       log.With("server", name, "transport", string(srv.Transport)),
+		cat:       cat,
+		endpoint:  endpointOf(srv),
+		timeout:   cfg.CallTimeout,
+		refreshCh: make(chan struct{}, 1),
+		state:     toolmeshv1.ServerState_SERVER_STATE_CONNECTING,
+		changed:   make(chan struct{}),
+	}
+	if srv.Timeout > 0 {
+		s.timeout = srv.Timeout
+	}
+	limit := cfg.MaxConcurrency
+	if srv.MaxConcurrency > 0 {
+		limit = srv.MaxConcurrency
+	}
+	s.sem = make(chan struct{}, limit)
+	if srv.Transport != mcpconfig.TransportStdio {
+		// mcp-go's default client keeps 2 idle connections per host; under
+		// load that opens a new TCP connection per call. Size the pool for
+		// the concurrency limit plus the long-lived streams.
+		s.httpTransport = &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          0,
+			MaxIdleConnsPerHost:   limit + 4,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   cfg.ConnectTimeout,
+			ExpectContinueTimeout: time.Second,
+		}
+		s.httpClient = &http.Client{Transport: s.httpTransport}
+	}
+	return s
+}
+
+// conn is one connection (one initialized mcp-go client) of a session.
+type conn struct {
+	client   *client.Client
+	hooks    *hooks
+	proc     *childProcess // stdio only
+	cancel   context.CancelFunc
+	protocol string
+	info     mcp.Implementation
+	listen   bool // the server announced tools.listChanged
+
+	broken    chan struct{}
+	breakOnce sync.Once
+	breakErr  error
+	expired   bool
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+func (c *conn) isBroken() bool {
+	select {
+	case <-c.broken:
+		return true
+	default:
+		return false
+	}
+}
+
+// close ends the connection and waits for everything it started: the
+// client's transport, our watcher goroutines, and the child process.
+func (c *conn) close() {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		if c.client != nil {
+			_ = c.client.Close()
+		}
+		if c.proc != nil {
+			c.proc.stop()
+		}
+		c.wg.Wait()
+		if c.hooks != nil {
+			c.hooks.wg.Wait()
+		}
+	})
+}
+
+// markBroken records that cn no longer works; the run loop reconnects.
+// expired: the server forgot the session; re-initialize at once, and let
+// calls wait for it instead of failing.
+func (s *session) markBroken(cn *conn, err error, expired bool) {
+	cn.breakOnce.Do(func() {
+		cn.breakErr = err
+		cn.expired = expired
+		s.mu.Lock()
+		if s.cur.CompareAndSwap(cn, nil) {
+			if expired {
+				s.reconnecting = true
+				s.log.Info("mcp session expired; re-initializing")
+			} else {
+				s.state = toolmeshv1.ServerState_SERVER_STATE_UNHEALTHY
+				s.lastErr = err.Error()
+				s.log.Warn("mcp connection lost; reconnecting", "err", err)
+			}
+			s.notifyLocked()
+		}
+		s.mu.Unlock()
+		close(cn.broken)
+	})
+}
+
+func (s *session) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// run keeps the session connected until ctx ends.
+func (s *session) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.refreshLoop(ctx)
+	}()
+	defer func() {
+		wg.Wait()
+		s.mu.Lock()
+		s.state = toolmeshv1.ServerState_SERVER_STATE_STOPPED
+		s.reconnecting = false
+		s.notifyLocked()
+		s.mu.Unlock()
+	}()
+
+	attempt := 0
+	for {
+		cn, tools, err := s.connect(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.mu.Lock()
+			s.state = toolmeshv1.ServerState_SERVER_STATE_UNHEALTHY
+			s.lastErr = err.Error()
+			s.reconnecting = false
+			s.notifyLocked()
+			s.mu.Unlock()
+			delay := backoff(attempt)
+			attempt++
+			s.log.Warn("mcp connect failed", "err", err, "retry_in", delay.Round(time.Millisecond))
+			if !sleepCtx(ctx, delay) {
+				return
+			}
+			continue
+		}
+		up := time.Now()
+		s.publish(cn, tools)
+		s.mu.Lock()
+		s.state = toolmeshv1.ServerState_SERVER_STATE_READY
+		s.lastErr = ""
+		s.protocol = cn.protocol
+		s.info = cn.info
+		s.connectedAt = up
+		s.reconnecting = false
+		s.cur.Store(cn)
+		s.notifyLocked()
+		s.mu.Unlock()
+		s.log.Info("mcp server connected", "protocol", cn.protocol, "server_name", cn.info.Name,
+			"server_version", cn.info.Version, "tools", len(tools))
+
+		select {
+		case <-ctx.Done():
+			s.cur.CompareAndSwap(cn, nil)
+			cn.close()
+			return
+		case <-cn.broken:
+		}
+		cn.close()
+		if time.Since(up) > 10*time.Second {
+			attempt = 0
+		}
+		if cn.expired {
+			continue // re-initialize at once
+		}
+		delay := backoff(attempt)
+		attempt++
+		if !sleepCtx(ctx, delay) {
+			return
+		}
+	}
+}
+
+func backoff(attempt int) time.Duration {
+	d := backoffMin << min(attempt, 20)
+	if d > backoffMax || d <= 0 {
+		d = backoffMax
+	}
+	// Full jitter in [d/2, d).
+	return d/2 + rand.N(d/2+1)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// connect opens a connection: start the transport, initialize (server/discover
+// first, then the legacy handshake, unless a version is pinned), list tools.
+// The whole attempt is bounded by ConnectTimeout.
+func (s *session) connect(ctx context.Context) (*conn, []*tool, error) {
+	cn, tools, err := s.connectOnce(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.srv.Transport == mcpconfig.TransportStreamableHTTP && !mcp.IsModernProtocol(cn.protocol) && !s.legacyHTTPKnown() {
+		// A legacy streamable HTTP server only sends notifications on the
+		// standalone GET stream, which mcp-go opens only when the transport
+		// is built with continuous listening (and that pins the legacy
+		// handshake). Reconnect that way; remembered for later reconnects.
+		s.mu.Lock()
+		s.legacyHTTP = true
+		s.mu.Unlock()
+		s.log.Debug("legacy streamable HTTP server; reconnecting with the GET notification stream", "protocol", cn.protocol)
+		cn.close()
+		return s.connectOnce(ctx)
+	}
+	return cn, tools, nil
+}
+
+func (s *session) legacyHTTPKnown() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.legacyHTTP
+}
+
+func (s *session) connectOnce(ctx context.Context) (_ *conn, _ []*tool, err error) {
+	cctx, cancel := context.WithCancel(ctx)
+	cn := &conn{cancel: cancel, broken: make(chan struct{})}
+	// One timer bounds everything below, including a server that accepts the
+	// TCP connection and then says nothing.
+	timedOut := atomic.Bool{}
+	timer := time.AfterFunc(s.cfg.ConnectTimeout, func() {
+		timedOut.Store(true)
+		cancel()
+	})
+	defer func() {
+		if !timer.Stop() && err == nil {
+			err = fmt.Errorf("connect: timed out after %s", s.cfg.ConnectTimeout)
+		}
+		if err != nil {
+			if timedOut.Load() && ctx.Err() == nil {
+				err = fmt.Errorf("connect timed out after %s: %w", s.cfg.ConnectTimeout, err)
+			}
+			cn.close()
+		}
+	}()
+
+	var opts []client.ClientOption
+	pinned := s.srv.ProtocolVersion
+	legacyHTTP := s.srv.Transport == mcpconfig.TransportStreamableHTTP && s.legacyHTTPKnown()
+	if pinned != "" {
+		opts = append(opts, client.WithProtocolVersion(pinned))
+	}
+
+	var tr transport.Interface
+	switch s.srv.Transport {
+	case mcpconfig.TransportSSE:
+		sse, err := transport.NewSSE(s.srv.URL,
+			transport.WithHTTPClient(s.httpClient),
+			transport.WithHeaders(s.srv.Headers),
+			transport.WithEndpointTimeout(s.cfg.ConnectTimeout),
+			// Calls carry their own deadline; mcp-go's 60 s default would cut longer ones.
+			transport.WithResponseTimeout(24*time.Hour),
+			transport.WithSSELogger(s.log),
+		)
+		if err != nil {
+			return nil, nil, fmt.Errorf("sse transport: %w", err)
+		}
+		cn.hooks = &hooks{cancelOverHTTP: true, notify: sse.SendNotification}
+		tr = &sseTransport{SSE: sse, h: cn.hooks}
+	case mcpconfig.TransportStreamableHTTP:
+		hopts := []transport.StreamableHTTPCOption{
+			transport.WithHTTPBasicClient(s.httpClient),
+			transport.WithHTTPHeaders(s.srv.Headers),
+			transport.WithHTTPLogger(s.log),
+		}
+		if legacyHTTP || (pinned != "" && !mcp.IsModernProtocol(pinned)) {
+			hopts = append(hopts, transport.WithContinuousListening())
+		}
+		st, err := transport.NewStreamableHTTP(s.srv.URL, hopts...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("streamable http transport: %w", err)
+		}
+		cn.hooks = &hooks{cancelOverHTTP: true, onlyLegacyCancel: true, notify: st.SendNotification}
+		tr = &streamableTransport{StreamableHTTP: st, h: cn.hooks}
+	case mcpconfig.TransportStdio:
+		p, err := startChild(s.srv)
+		if err != nil {
+			return nil, nil, err
+		}
+		cn.proc = p
+		stdio := transport.NewIO(p.stdout, p.stdin, nil)
+		cn.hooks = &hooks{}
+		tr = &stdioTransport{Stdio: stdio, h: cn.hooks}
+		cn.wg.Add(1)
+		go func() {
+			defer cn.wg.Done()
+			select {
+			case <-p.done:
+				s.markBroken(cn, p.exitError(), false)
+			case <-cctx.Done():
+			}
+		}()
+	default:
+		return nil, nil, fmt.Errorf("unknown transport %q", s.srv.Transport)
+	}
+
+	c := client.NewClient(tr, opts...)
+	cn.client = c
+	c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == mcp.MethodNotificationToolsListChanged {
+			s.requestRefresh()
+		}
+	})
+	c.OnConnectionLost(func(err error) {
+		if err == nil {
+			err = errors.New("stream closed")
+		}
+		s.markBroken(cn, fmt.Errorf("sse stream lost: %w", err), false)
+	})
+	if err := c.Start(cctx); err != nil {
+		return nil, nil, fmt.Errorf("start: %w", err)
+	}
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = pinned
+	if legacyHTTP && pinned == "" {
+		req.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	}
+	req.Params.ClientInfo = clientInfo
+	res, err := c.Initialize(cctx, req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("initialize: %w", err)
+	}
+	cn.protocol = c.ProtocolVersion()
+	cn.info = res.ServerInfo
+	cn.hooks.modern.Store(mcp.IsModernProtocol(cn.protocol))
+	cn.listen = res.Capabilities.Tools != nil && res.Capabilities.Tools.ListChanged
+
+	tools, err := s.listTools(cctx, cn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tools/list: %w", err)
+	}
+	if mcp.IsModernProtocol(cn.protocol) && cn.listen {
+		cn.wg.Add(1)
+		go func() {
+			defer cn.wg.Done()
+			s.listenLoop(cctx, cn)
+		}()
+	}
+	return cn, tools, nil
+}
+
+// listenLoop keeps a 2026-07-28 subscriptions/listen stream open for
+// tools/list_changed; legacy sessions get notifications without it.
+func (s *session) listenLoop(ctx context.Context, cn *conn) {
+	delay := 500 * time.Millisecond
+	for {
+		started := time.Now()
+		err := cn.client.Listen(ctx, mcp.SubscriptionFilter{ToolsListChanged: true})
+		if ctx.Err() != nil || cn.isBroken() {
+			return
+		}
+		if err != nil {
+			var te *transport.Error
+			if errors.As(err, &te) && isConnError(err) {
+				s.markBroken(cn, fmt.Errorf("notification stream: %w", err), false)
+				return
+			}
+			s.log.Warn("subscriptions/listen failed; tools/list_changed will not be seen", "err", err)
+			return
+		}
+		// The server ended the stream: listen again, and re-list in case a
+		// change happened while we were not listening.
+		if time.Since(started) > time.Minute {
+			delay = 500 * time.Millisecond
+		}
+		if !sleepCtx(ctx, delay) {
+			return
+		}
+		delay = min(delay*2, 30*time.Second)
+		s.requestRefresh()
+	}
+}
+
+// listTools lists every page of the server's tools and builds catalog entries.
+func (s *session) listTools(ctx context.Context, cn *conn) ([]*tool, error) {
+	ctx, pages := withRawPages(ctx)
+	res, err := cn.client.ListTools(ctx, mcp.ListToolsRequest{})
+	if err != nil {
+		return nil, err
+	}
+	raw := map[string]*rawTool{}
+	pages.mu.Lock()
+	for _, p := range pages.pages {
+		var page struct {
+			Tools []*rawTool `json:"tools"`
+		}
+		if json.Unmarshal(p, &page) == nil {
+			for _, t := range page.Tools {
+				if t != nil {
+					raw[t.Name] = t
+				}
+			}
+		}
+	}
+	pages.mu.Unlock()
+	prev := s.cat.serverTools(s.name)
+	out := make([]*tool, 0, len(res.Tools))
+	seen := map[string]bool{}
+	for _, t := range res.Tools {
+		if t.Name == "" || seen[t.Name] {
+			continue
+		}
+		seen[t.Name] = true
+		id := s.name + "." + t.Name
+		entry, err := buildTool(s.name, t, raw[t.Name], prev[id])
+		if err != nil {
+			s.log.Warn("tool input schema does not compile; calling it without validation", "tool", id, "err", err)
+		}
+		if entry != nil {
+			out = append(out, entry)
+		}
+	}
+	return out, nil
+}
+
+// publish puts a connection's tools in the catalog.
+func (s *session) publish(cn *conn, tools []*tool) {
+	s.refreshMu.Lock()
+	defer s.refreshMu.Unlock()
+	up, rm := s.cat.replaceServer(s.name, tools)
+	s.mu.Lock()
+	s.toolCount = len(tools)
+	s.mu.Unlock()
+	if up > 0 || rm > 0 {
+		s.log.Info("tools changed", "upserted", up, "removed", rm, "total", len(tools))
+	}
+}
+
+func (s *session) requestRefresh() {
+	select {
+	case s.refreshCh <- struct{}{}:
+	default:
+	}
+}
+
+// refreshLoop re-lists tools after tools/list_changed, debounced.
+func (s *session) refreshLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.refreshCh:
+		}
+		if !sleepCtx(ctx, s.cfg.ListChangedDebounce) {
+			return
+		}
+		// Requests that arrived during the debounce are covered by this refresh.
+		select {
+		case <-s.refreshCh:
+		default:
+		}
+		cn := s.cur.Load()
+		if cn == nil {
+			continue // the reconnect lists tools anyway
+		}
+		lctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+		tools, err := s.listTools(lctx, cn)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, transport.ErrSessionTerminated) {
+				s.markBroken(cn, ErrSessionExpired, true)
+			} else if isConnError(err) {
+				s.markBroken(cn, err, false)
+			} else {
+				s.log.Warn("tools/list refresh failed", "err", err)
+			}
+			continue
+		}
+		if s.cur.Load() == cn {
+			s.publish(cn, tools)
+		}
+	}
+}
+
+// current returns the READY connection. While an expired session is being
+// re-initialized it waits (bounded by ctx); otherwise it fails fast.
+func (s *session) current(ctx context.Context) (*conn, error) {
+	for {
+		if cn := s.cur.Load(); cn != nil {
+			return cn, nil
+		}
+		s.mu.Lock()
+		if cn := s.cur.Load(); cn != nil {
+			s.mu.Unlock()
+			return cn, nil
+		}
+		if !s.reconnecting {
+			err := &unavailableError{server: s.name, reason: s.reasonLocked()}
+			s.mu.Unlock()
+			return nil, err
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (s *session) reasonLocked() string {
+	switch s.state {
+	case toolmeshv1.ServerState_SERVER_STATE_CONNECTING:
+		if s.lastErr == "" {
+			return "connecting"
+		}
+	case toolmeshv1.ServerState_SERVER_STATE_STOPPED:
+		return "executor stopped"
+	}
+	return s.lastErr
+}
+
+// call runs one tools/call with the session's timeout (or the shorter
+// requested one) and concurrency limit.
+func (s *session) call(ctx context.Context, t *tool, args map[string]any, reqTimeout time.Duration) (*mcp.CallToolResult, error) {
+	timeout := s.timeout
+	if reqTimeout > 0 && reqTimeout < timeout {
+		timeout = reqTimeout
+	}
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ctxErr := func() error {
+		if parent.Err() != nil {
+			return parent.Err()
+		}
+		return &timeoutError{tool: t.id, timeout: timeout}
+	}
+
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctxErr()
+	}
+	defer func() { <-s.sem }()
+
+	req := mcp.CallToolRequest{}
+	req.Params.Name = t.name
+	req.Params.Arguments = args
+	for attempt := 0; ; attempt++ {
+		cn, err := s.current(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctxErr()
+			}
+			return nil, err
+		}
+		res, err := cn.client.CallTool(ctx, req)
+		if err == nil {
+			return res, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctxErr()
+		}
+		if errors.Is(err, transport.ErrSessionTerminated) {
+			s.markBroken(cn, ErrSessionExpired, true)
+			if attempt == 0 {
+				continue // current() waits for the new session
+			}
+			return nil, &unavailableError{server: s.name, reason: "mcp session expired again after re-initializing"}
+		}
+		var te *transport.Error
+		if !errors.As(err, &te) {
+			return nil, &ServerError{Server: s.name, Err: err}
+		}
+		if isConnError(err) || cn.isBroken() {
+			s.markBroken(cn, err, false)
+			if cn.breakErr != nil {
+				err = cn.breakErr
+			}
+		}
+		return nil, &unavailableError{server: s.name, reason: err.Error()}
+	}
+}
+
+// isConnError reports whether err means the connection itself is gone (as
+// opposed to one request failing).
+func isConnError(err error) bool {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne),
+		errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, transport.ErrTransportClosed),
+		errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE):
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "connection has been closed") ||
+		strings.Contains(msg, "transport has been closed") ||
+		strings.Contains(msg, "transport not started")
+}
+
+// status is the session's entry for ListServers.
+func (s *session) status() *toolmeshv1.Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := &toolmeshv1.Server{
+		Name:            s.name,
+		Transport:       transportEnum(s.srv.Transport),
+		Endpoint:        s.endpoint,
+		State:           s.state,
+		ProtocolVersion: s.protocol,
+		ServerName:      s.info.Name,
+		ServerVersion:   s.info.Version,
+		ToolCount:       int32(s.toolCount),
+		LastError:       s.lastErr,
+	}
+	if !s.connectedAt.IsZero() {
+		out.ConnectedAt = timestampOf(s.connectedAt)
+	}
+	return out
+}
+
+func (s *session) ready() (bool, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == toolmeshv1.ServerState_SERVER_STATE_READY && s.cur.Load() != nil {
+		return true, ""
+	}
+	switch s.state {
+	case toolmeshv1.ServerState_SERVER_STATE_CONNECTING:
+		if s.lastErr == "" {
+			return false, "connecting"
+		}
+		return false, "connecting: " + s.lastErr
+	case toolmeshv1.ServerState_SERVER_STATE_STOPPED:
+		return false, "stopped"
+	}
+	return false, "unhealthy: " + s.lastErr
+}
