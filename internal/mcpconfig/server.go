@@ -2,7 +2,18 @@
 // a Claude-Desktop-style "mcpServers" map or VS Code's "servers" map, as JSON or inline YAML.
 package mcpconfig
 
-import "time"
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
 
 // Transport is how the executor talks to one MCP server.
 type Transport string
@@ -34,4 +45,285 @@ type Server struct {
 	MaxConcurrency int
 	// ProtocolVersion pins the MCP protocol version to negotiate; empty means the newest.
 	ProtocolVersion string
+}
+
+// IsRemote reports whether t is a network transport (sse or streamable-http).
+func (t Transport) IsRemote() bool {
+	return t == TransportSSE || t == TransportStreamableHTTP
+}
+
+// ParseTransport maps the spellings found in mcp.json files to a Transport:
+// "sse"; "http", "streamable-http", "streamableHttp" (any case) → streamable-http; "stdio".
+func ParseTransport(s string) (Transport, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "sse":
+		return TransportSSE, nil
+	case "http", "streamable-http", "streamablehttp", "streamable_http":
+		return TransportStreamableHTTP, nil
+	case "stdio":
+		return TransportStdio, nil
+	}
+	return "", fmt.Errorf("unknown transport %q; want sse, streamable-http (or http) or stdio", s)
+}
+
+// Names returns the keys of m sorted, for deterministic iteration.
+func Names(m map[string]Server) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+var (
+	namePattern            = regexp.MustCompile(`^[a-z0-9_-]+$`)
+	protocolVersionPattern = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}$`)
+)
+
+// Validate reports every problem with s, each as a *FieldError naming the server and field.
+// Zero Timeout and MaxConcurrency mean "the executor's default" and are valid here; Parse
+// additionally rejects an explicit zero timeout.
+func (s Server) Validate() error {
+	var errs []error
+	add := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Server: s.Name, Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	if !namePattern.MatchString(s.Name) {
+		add("name", "must match [a-z0-9_-]+ (tool ids are SERVER.TOOL and the first dot splits them)")
+	}
+	both := s.URL != "" && s.Command != ""
+	if both {
+		add("url", "cannot be combined with command: a server is either remote (url) or stdio (command)")
+	}
+	switch {
+	case s.Transport.IsRemote():
+		switch {
+		case both:
+		case s.URL == "":
+			add("url", "required for transport %s", s.Transport)
+			if s.Command != "" {
+				add("command", "not allowed for transport %s, which takes a url", s.Transport)
+			}
+		default:
+			if msg := checkURL(s.URL); msg != "" {
+				add("url", "%s", msg)
+			}
+		}
+		if len(s.Args) > 0 {
+			add("args", "only applies to stdio servers")
+		}
+		if len(s.Env) > 0 {
+			add("env", "only applies to stdio servers")
+		}
+		for _, k := range slices.Sorted(maps.Keys(s.Headers)) {
+			if msg := checkHeader(k, s.Headers[k]); msg != "" {
+				add("headers."+k, "%s", msg)
+			}
+		}
+	case s.Transport == TransportStdio:
+		if !both {
+			if s.Command == "" {
+				add("command", "required for stdio servers")
+			}
+			if s.URL != "" {
+				add("url", "not allowed for stdio servers, which take a command")
+			}
+		}
+		if strings.ContainsRune(s.Command, 0) {
+			add("command", "must not contain NUL bytes")
+		}
+		for i, a := range s.Args {
+			if strings.ContainsRune(a, 0) {
+				add(fmt.Sprintf("args[%d]", i), "must not contain NUL bytes")
+			}
+		}
+		if len(s.Headers) > 0 {
+			add("headers", "only applies to remote (sse, streamable-http) servers")
+		}
+		for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+			switch {
+			case k == "" || strings.ContainsAny(k, "=\x00"):
+				add("env", "invalid variable name %q", k)
+			case strings.ContainsRune(s.Env[k], 0):
+				add("env."+k, "value must not contain NUL bytes")
+			}
+		}
+	case s.Transport == "":
+		if !both && s.URL == "" && s.Command == "" {
+			add("url", "a server needs a url (sse, streamable-http) or a command (stdio)")
+		} else if !both {
+			add("transport", "required")
+		}
+	default:
+		add("transport", "unknown %q; want sse, streamable-http or stdio", string(s.Transport))
+	}
+	if s.Timeout < 0 {
+		add("timeout", "must be > 0")
+	}
+	if s.MaxConcurrency < 0 {
+		add("maxConcurrency", "must be >= 0")
+	}
+	if s.ProtocolVersion != "" && !protocolVersionPattern.MatchString(s.ProtocolVersion) {
+		add("protocolVersion", "must be an MCP protocol version like \"2025-06-18\"")
+	}
+	return errors.Join(errs...)
+}
+
+// checkURL returns why raw is not an absolute http(s) URL, or "". It never echoes raw:
+// after ${VAR} expansion it may carry a secret.
+func checkURL(raw string) string {
+	const msg = "must be an absolute http or https URL"
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Opaque != "" || u.Hostname() == "" {
+		return msg
+	}
+	return ""
+}
+
+// checkHeader returns why a header is unusable, or "". It never echoes the value.
+func checkHeader(name, value string) string {
+	if name == "" {
+		return "header name must not be empty"
+	}
+	for i := 0; i < len(name); i++ {
+		if !isTokenChar(name[i]) {
+			return "header name must be an HTTP token"
+		}
+	}
+	if strings.ContainsAny(value, "\r\n\x00") {
+		return "header value must not contain CR, LF or NUL"
+	}
+	return ""
+}
+
+func isTokenChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// Endpoint is what is safe to show users and logs: for remote servers the URL without
+// userinfo, query or fragment; for stdio the command's base name. A secret placed in the URL
+// path itself (rather than in a header) is still shown.
+func (s Server) Endpoint() string {
+	if s.Transport == TransportStdio || (s.URL == "" && s.Command != "") {
+		c := s.Command
+		if i := strings.LastIndexAny(c, `/\`); i >= 0 {
+			c = c[i+1:]
+		}
+		return c
+	}
+	if s.URL == "" {
+		return ""
+	}
+	u, err := url.Parse(s.URL)
+	if err != nil || u.Host == "" {
+		return "(invalid url)"
+	}
+	clean := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
+	return clean.String()
+}
+
+// redacted is the printable view of a Server: no header values, env values or args.
+type redacted struct {
+	Name            string   `json:"name"`
+	Transport       string   `json:"transport"`
+	Endpoint        string   `json:"endpoint"`
+	HeaderNames     []string `json:"header_names,omitempty"`
+	EnvKeys         []string `json:"env_keys,omitempty"`
+	Args            int      `json:"args,omitempty"`
+	Timeout         string   `json:"timeout,omitempty"`
+	MaxConcurrency  int      `json:"max_concurrency,omitempty"`
+	ProtocolVersion string   `json:"protocol_version,omitempty"`
+}
+
+func (s Server) redacted() redacted {
+	r := redacted{
+		Name:            s.Name,
+		Transport:       string(s.Transport),
+		Endpoint:        s.Endpoint(),
+		HeaderNames:     slices.Sorted(maps.Keys(s.Headers)),
+		EnvKeys:         slices.Sorted(maps.Keys(s.Env)),
+		Args:            len(s.Args),
+		MaxConcurrency:  s.MaxConcurrency,
+		ProtocolVersion: s.ProtocolVersion,
+	}
+	if s.Timeout != 0 {
+		r.Timeout = s.Timeout.String()
+	}
+	return r
+}
+
+// String describes s without header values, env values or args (which may hold secrets).
+func (s Server) String() string {
+	r := s.redacted()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s", r.Name, r.Transport, r.Endpoint)
+	if len(r.HeaderNames) > 0 {
+		fmt.Fprintf(&b, " headers=%s(values redacted)", strings.Join(r.HeaderNames, ","))
+	}
+	if len(r.EnvKeys) > 0 {
+		fmt.Fprintf(&b, " env=%s(values redacted)", strings.Join(r.EnvKeys, ","))
+	}
+	if r.Args > 0 {
+		fmt.Fprintf(&b, " args=%d(redacted)", r.Args)
+	}
+	if r.Timeout != "" {
+		fmt.Fprintf(&b, " timeout=%s", r.Timeout)
+	}
+	if r.MaxConcurrency != 0 {
+		fmt.Fprintf(&b, " maxConcurrency=%d", r.MaxConcurrency)
+	}
+	if r.ProtocolVersion != "" {
+		fmt.Fprintf(&b, " protocolVersion=%s", r.ProtocolVersion)
+	}
+	return b.String()
+}
+
+// GoString keeps %#v from printing secrets.
+func (s Server) GoString() string { return "mcpconfig.Server{" + s.String() + "}" }
+
+// LogValue implements slog.LogValuer with the same redaction as String.
+func (s Server) LogValue() slog.Value {
+	r := s.redacted()
+	attrs := []slog.Attr{
+		slog.String("name", r.Name),
+		slog.String("transport", r.Transport),
+		slog.String("endpoint", r.Endpoint),
+	}
+	if len(r.HeaderNames) > 0 {
+		attrs = append(attrs, slog.Any("header_names", r.HeaderNames))
+	}
+	if len(r.EnvKeys) > 0 {
+		attrs = append(attrs, slog.Any("env_keys", r.EnvKeys))
+	}
+	if r.Args > 0 {
+		attrs = append(attrs, slog.Int("args", r.Args))
+	}
+	if s.Timeout != 0 {
+		attrs = append(attrs, slog.Duration("timeout", s.Timeout))
+	}
+	if r.MaxConcurrency != 0 {
+		attrs = append(attrs, slog.Int("max_concurrency", r.MaxConcurrency))
+	}
+	if r.ProtocolVersion != "" {
+		attrs = append(attrs, slog.String("protocol_version", r.ProtocolVersion))
+	}
+	return slog.GroupValue(attrs...)
+}
+
+// MarshalJSON emits the redacted view, so a Server serialized into an API response or a
+// debug dump never carries header values, env values or args.
+func (s Server) MarshalJSON() ([]byte, error) { return json.Marshal(s.redacted()) }
+
+// FieldError is one problem with one server's declaration.
+type FieldError struct {
+	Server string // the server's name (its map key)
+	Field  string // e.g. "url", "headers.Authorization", "args[2]"; empty for the entry as a whole
+	Msg    string // never contains an expanded ${VAR} value
+}
+
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("mcp server %q: %s", e.Server, e.Msg)
+	}
+	return fmt.Sprintf("mcp server %q: %s: %s", e.Server, e.Field, e.Msg)
 }

@@ -1,0 +1,406 @@
+package mcpconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// maxFileSize bounds what Load reads; real mcp.json files are a few kilobytes.
+const maxFileSize = 8 << 20
+
+// Load reads an mcp.json file and parses it with os.LookupEnv. Errors name the file.
+func Load(path string) (map[string]Server, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("mcp config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("mcp config: %w", err)
+	}
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("mcp config %s: larger than %d bytes", path, maxFileSize)
+	}
+	servers, err := Parse(data, os.LookupEnv)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return servers, nil
+}
+
+// Parse reads an mcp.json document: a top-level "mcpServers" map (Claude Desktop, Cursor,
+// Claude Code) or "servers" map (VS Code; also accepted nested as "mcp": {"servers": …} in
+// VS Code's settings.json). Comments and trailing commas (JSONC, as VS Code writes) are
+// allowed. ${VAR} references are expanded with lookupEnv (os.LookupEnv in production; nil
+// means no variables are set). Disabled entries are left out. Every entry is validated and
+// all problems are returned together, joined, in server-name order.
+func Parse(data []byte, lookupEnv func(string) (string, bool)) (map[string]Server, error) {
+	clean, err := stripJSONC(data)
+	if err != nil {
+		return nil, fmt.Errorf("mcp config: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(clean))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("mcp config: %w", jsonError(clean, err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("mcp config: unexpected data after the top-level object")
+	}
+	top, ok := doc.(map[string]any)
+	if !ok {
+		return nil, errors.New("mcp config: top level must be a JSON object")
+	}
+	a, hasA := top["mcpServers"]
+	b, hasB := top["servers"]
+	var key string
+	var raw any
+	switch {
+	case hasA && hasB:
+		return nil, errors.New(`mcp config: both "mcpServers" and "servers" are present; use one`)
+	case hasA:
+		key, raw = "mcpServers", a
+	case hasB:
+		key, raw = "servers", b
+	default:
+		if mcp, ok := top["mcp"].(map[string]any); ok {
+			if s, ok := mcp["servers"]; ok {
+				key, raw = "mcp.servers", s
+				break
+			}
+		}
+		return nil, errors.New(`mcp config: no "mcpServers" (Claude Desktop, Cursor) or "servers" (VS Code) key`)
+	}
+	entries, ok := raw.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("mcp config: %q must be an object mapping server names to servers", key)
+	}
+	return parseEntries(entries, lookupEnv)
+}
+
+// FromYAML takes the value of an "mcpServers:" map inline in toolmesh's YAML config, as
+// yaml.v3 decodes it into a map[string]any field, and treats it exactly as Parse treats a
+// JSON "mcpServers" map. A nil map yields no servers.
+func FromYAML(mcpServers map[string]any, lookupEnv func(string) (string, bool)) (map[string]Server, error) {
+	return parseEntries(mcpServers, lookupEnv)
+}
+
+func parseEntries(entries map[string]any, lookupEnv func(string) (string, bool)) (map[string]Server, error) {
+	if lookupEnv == nil {
+		lookupEnv = func(string) (string, bool) { return "", false }
+	}
+	out := make(map[string]Server, len(entries))
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(entries)) {
+		s, keep, err := parseEntry(name, entries[name], lookupEnv)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if keep {
+			out[name] = s
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// entry decodes the known keys of one server object, collecting one error per bad field.
+type entry struct {
+	server string
+	obj    map[string]any
+	lookup func(string) (string, bool)
+	errs   []error
+}
+
+func (e *entry) fail(field, format string, args ...any) {
+	e.errs = append(e.errs, &FieldError{Server: e.server, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// parseEntry returns the server, whether to keep it (false when disabled), and its errors.
+// A disabled entry is skipped after its "disabled" key is checked: nothing else in it is
+// decoded, expanded or validated.
+func parseEntry(name string, raw any, lookup func(string) (string, bool)) (Server, bool, error) {
+	obj, ok := asObject(raw)
+	if !ok {
+		return Server{}, false, &FieldError{Server: name, Msg: "must be an object"}
+	}
+	e := &entry{server: name, obj: obj, lookup: lookup}
+	if e.boolean("disabled") {
+		return Server{}, false, nil
+	}
+	if len(e.errs) > 0 {
+		return Server{}, false, errors.Join(e.errs...)
+	}
+
+	s := Server{Name: name}
+	var explicit Transport
+	for _, k := range []string{"transport", "type", "transportType"} {
+		v, ok := e.str(k, false)
+		if !ok {
+			continue
+		}
+		t, err := ParseTransport(v)
+		if err != nil {
+			e.fail(k, "unknown transport %q; want sse, streamable-http (or http) or stdio", v)
+			continue
+		}
+		if explicit != "" && t != explicit {
+			e.fail(k, "%s conflicts with transport %s given by another key", t, explicit)
+			continue
+		}
+		explicit = t
+	}
+	s.URL, _ = e.str("url", true)
+	if alt, ok := e.str("serverUrl", true); ok { // Windsurf's spelling
+		if s.URL != "" {
+			e.fail("serverUrl", `cannot be combined with "url"`)
+		}
+		s.URL = alt
+	}
+	s.Headers = e.strMap("headers")
+	s.Command, _ = e.str("command", true)
+	s.Args = e.strSlice("args")
+	s.Env = e.strMap("env")
+	s.Timeout = e.duration("timeout")
+	s.MaxConcurrency = e.integer("maxConcurrency")
+	s.ProtocolVersion, _ = e.str("protocolVersion", false)
+	if len(e.errs) > 0 {
+		return Server{}, false, errors.Join(e.errs...)
+	}
+
+	switch {
+	case explicit != "":
+		s.Transport = explicit
+	case s.URL != "":
+		s.Transport = inferTransport(s.URL)
+	case s.Command != "":
+		s.Transport = TransportStdio
+	}
+	if err := s.Validate(); err != nil {
+		return Server{}, false, err
+	}
+	return s, true, nil
+}
+
+// inferTransport picks sse for a URL whose path ends in /sse, else streamable-http.
+func inferTransport(raw string) Transport {
+	if u, err := parseURLPath(raw); err == nil && (u == "/sse" || hasSuffixFold(u, "/sse")) {
+		return TransportSSE
+	}
+	return TransportStreamableHTTP
+}
+
+func (e *entry) expand(field, v string) string {
+	out, err := expand(v, e.lookup)
+	if err != nil {
+		e.fail(field, "%s", err.Error())
+		return ""
+	}
+	return out
+}
+
+func (e *entry) str(key string, expandVars bool) (string, bool) {
+	raw, ok := e.obj[key]
+	if !ok || raw == nil {
+		return "", false
+	}
+	v, ok := raw.(string)
+	if !ok {
+		e.fail(key, "must be a string, not %s", typeName(raw))
+		return "", false
+	}
+	if expandVars {
+		v = e.expand(key, v)
+	}
+	return v, true
+}
+
+func (e *entry) boolean(key string) bool {
+	raw, ok := e.obj[key]
+	if !ok || raw == nil {
+		return false
+	}
+	v, ok := raw.(bool)
+	if !ok {
+		e.fail(key, "must be true or false, not %s", typeName(raw))
+	}
+	return v
+}
+
+func (e *entry) strSlice(key string) []string {
+	raw, ok := e.obj[key]
+	if !ok || raw == nil {
+		return nil
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		e.fail(key, "must be a list of strings, not %s", typeName(raw))
+		return nil
+	}
+	out := make([]string, 0, len(list))
+	for i, item := range list {
+		field := fmt.Sprintf("%s[%d]", key, i)
+		v, ok := item.(string)
+		if !ok {
+			e.fail(field, "must be a string, not %s", typeName(item))
+			continue
+		}
+		out = append(out, e.expand(field, v))
+	}
+	return out
+}
+
+// strMap decodes a map of strings, expanding values (never keys).
+func (e *entry) strMap(key string) map[string]string {
+	raw, ok := e.obj[key]
+	if !ok || raw == nil {
+		return nil
+	}
+	m, ok := asObject(raw)
+	if !ok {
+		e.fail(key, "must be an object of strings, not %s", typeName(raw))
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		field := key + "." + k
+		v, ok := m[k].(string)
+		if !ok {
+			e.fail(field, "must be a string, not %s", typeName(m[k]))
+			continue
+		}
+		out[k] = e.expand(field, v)
+	}
+	return out
+}
+
+// duration accepts a Go duration string ("30s", "1m30s") or a number of seconds.
+func (e *entry) duration(key string) time.Duration {
+	raw, ok := e.obj[key]
+	if !ok || raw == nil {
+		return 0
+	}
+	var d time.Duration
+	if s, ok := raw.(string); ok {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			e.fail(key, `must be a duration like "30s" or a number of seconds, not %q`, s)
+			return 0
+		}
+		d = v
+	} else {
+		f, ok := number(raw)
+		if !ok {
+			e.fail(key, `must be a duration like "30s" or a number of seconds, not %s`, typeName(raw))
+			return 0
+		}
+		if math.IsNaN(f) || f > float64(math.MaxInt64)/float64(time.Second) {
+			e.fail(key, "must be a reasonable number of seconds")
+			return 0
+		}
+		d = time.Duration(f * float64(time.Second))
+	}
+	if d <= 0 {
+		e.fail(key, "must be > 0")
+		return 0
+	}
+	return d
+}
+
+func (e *entry) integer(key string) int {
+	raw, ok := e.obj[key]
+	if !ok || raw == nil {
+		return 0
+	}
+	f, ok := number(raw)
+	if !ok || f != math.Trunc(f) || math.Abs(f) > math.MaxInt32 {
+		e.fail(key, "must be an integer, not %s", typeName(raw))
+		return 0
+	}
+	return int(f)
+}
+
+// number converts the numeric types encoding/json (with UseNumber) and yaml.v3 produce.
+func number(raw any) (float64, bool) {
+	switch v := raw.(type) {
+	case json.Number:
+		f, err := v.Float64()
+		return f, err == nil
+	case float64:
+		return v, true
+	case float32:
+		return float64(v), true
+	case int:
+		return float64(v), true
+	case int64:
+		return float64(v), true
+	case int32:
+		return float64(v), true
+	case uint64:
+		return float64(v), true
+	case uint:
+		return float64(v), true
+	}
+	return 0, false
+}
+
+// asObject accepts the map shapes JSON and yaml.v3 decoding produce.
+func asObject(raw any) (map[string]any, bool) {
+	switch m := raw.(type) {
+	case map[string]any:
+		return m, true
+	case map[any]any:
+		out := make(map[string]any, len(m))
+		for k, v := range m {
+			out[fmt.Sprint(k)] = v
+		}
+		return out, true
+	}
+	return nil, false
+}
+
+func typeName(raw any) string {
+	switch raw.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "a list"
+	case map[string]any, map[any]any:
+		return "an object"
+	}
+	if _, ok := number(raw); ok {
+		return "a number"
+	}
+	return fmt.Sprintf("%T", raw)
+}
+
+func parseURLPath(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(u.Path, "/"), nil
+}
+
+func hasSuffixFold(s, suffix string) bool {
+	return len(s) >= len(suffix) && strings.EqualFold(s[len(s)-len(suffix):], suffix)
+}
