@@ -32,10 +32,16 @@ func InProcess(t testing.TB, s *server.MCPServer) *client.Client {
 // Init starts and initializes c and closes it when the test ends.
 func Init(t testing.TB, c *client.Client) *mcp.InitializeResult {
 	t.Helper()
-	t.Cleanup(func() { _ = c.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	// The SSE transport ties its event stream to the context given to Start,
+	// so that context must live as long as the client, not just the call.
+	life, stop := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		_ = c.Close()
+		stop()
+	})
+	ctx, cancel := context.WithTimeout(life, Timeout)
 	defer cancel()
-	if err := c.Start(ctx); err != nil {
+	if err := c.Start(life); err != nil {
 		t.Fatalf("client Start: %v", err)
 	}
 	req := mcp.InitializeRequest{}
