@@ -16,6 +16,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
 	"go.uber.org/goleak"
 
 	"github.com/toolmesh/toolmesh/mcpservers/calculator"
@@ -79,27 +80,40 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 func TestHTTPTransports(t *testing.T) {
 	addr := startHTTP(t, Options{})
+	sse := func(url string, hc *http.Client, opts ...client.ClientOption) (*client.Client, error) {
+		tr, err := transport.NewSSE(url, transport.WithHTTPClient(hc))
+		return client.NewClient(tr, opts...), err
+	}
+	streamable := func(url string, hc *http.Client, opts ...client.ClientOption) (*client.Client, error) {
+		tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPBasicClient(hc))
+		return client.NewClient(tr, opts...), err
+	}
 	tests := []struct {
-		name      string
-		transport string
-		connect   func(url string, hc *http.Client) (*client.Client, error)
+		name         string
+		transport    string
+		connect      func(url string, hc *http.Client, opts ...client.ClientOption) (*client.Client, error)
+		opts         []client.ClientOption
+		wantProtocol string
 	}{
-		{"sse", TransportSSE, func(url string, hc *http.Client) (*client.Client, error) {
-			return client.NewSSEMCPClient(url, transport.WithHTTPClient(hc))
-		}},
-		{"streamable-http", TransportStreamableHTTP, func(url string, hc *http.Client) (*client.Client, error) {
-			return client.NewStreamableHttpClient(url, transport.WithHTTPBasicClient(hc))
-		}},
+		{"sse", TransportSSE, sse, nil, mcp.LATEST_PROTOCOL_VERSION},
+		{"sse legacy", TransportSSE, sse, []client.ClientOption{client.WithLegacyProtocolOnly()}, mcp.LATEST_LEGACY_PROTOCOL_VERSION},
+		{"sse 2024-11-05", TransportSSE, sse, []client.ClientOption{client.WithProtocolVersion(mcp.ProtocolVersion20241105)}, mcp.ProtocolVersion20241105},
+		{"streamable-http", TransportStreamableHTTP, streamable, nil, mcp.LATEST_PROTOCOL_VERSION},
+		{"streamable-http legacy", TransportStreamableHTTP, streamable, []client.ClientOption{client.WithLegacyProtocolOnly()}, mcp.LATEST_LEGACY_PROTOCOL_VERSION},
+		{"streamable-http 2025-03-26", TransportStreamableHTTP, streamable, []client.ClientOption{client.WithProtocolVersion(mcp.ProtocolVersion20250326)}, mcp.ProtocolVersion20250326},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := tt.connect(URL(addr, tt.transport), httpClient(t))
+			c, err := tt.connect(URL(addr, tt.transport), httpClient(t), tt.opts...)
 			if err != nil {
 				t.Fatalf("new client: %v", err)
 			}
 			init := mcptesting.Init(t, c)
 			if init.ServerInfo.Name != "calculator" {
 				t.Errorf("server name = %q, want calculator", init.ServerInfo.Name)
+			}
+			if init.ProtocolVersion != tt.wantProtocol {
+				t.Errorf("protocol version = %q, want %q", init.ProtocolVersion, tt.wantProtocol)
 			}
 			got := mcptesting.ToolNames(t, c)
 			slices.Sort(got)

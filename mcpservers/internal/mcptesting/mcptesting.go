@@ -45,7 +45,8 @@ func Init(t testing.TB, c *client.Client) *mcp.InitializeResult {
 		t.Fatalf("client Start: %v", err)
 	}
 	req := mcp.InitializeRequest{}
-	req.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	// No ProtocolVersion: it would override client.WithProtocolVersion; when
+	// empty the client offers the newest version unless pinned.
 	req.Params.ClientInfo = mcp.Implementation{Name: "toolmesh-test", Version: "0.0.0"}
 	res, err := c.Initialize(ctx, req)
 	if err != nil {
