@@ -194,6 +194,10 @@ func (h *handler) closeSessions(ctx context.Context) {
 // opts.ShutdownTimeout. For stdio it serves opts.Stdin/opts.Stdout and
 // returns when ctx ends or the input is closed. A stop caused by ctx is not
 // an error.
+//
+// mcp-go keeps the stdio session in a package variable, so only one stdio
+// Run may be active per process; and when ctx ends first, mcp-go's reader
+// goroutine stays blocked on Stdin until it is closed or yields a line.
 func Run(ctx context.Context, s *server.MCPServer, opts Options) error {
 	switch opts.Transport {
 	case TransportStdio:
