@@ -140,16 +140,18 @@ func (c *conn) isBroken() bool {
 // client's transport, our watcher goroutines, and the child process.
 func (c *conn) close() {
 	c.closeOnce.Do(func() {
+		// Cancel first and let the cancellations (of the listen stream, of
+		// calls) reach the server while the transport is still open.
 		c.cancel()
+		c.wg.Wait()
+		if c.hooks != nil {
+			c.hooks.wg.Wait()
+		}
 		if c.client != nil {
 			_ = c.client.Close()
 		}
 		if c.proc != nil {
 			c.proc.stop()
-		}
-		c.wg.Wait()
-		if c.hooks != nil {
-			c.hooks.wg.Wait()
 		}
 	})
 }
@@ -648,7 +650,7 @@ func (s *session) call(ctx context.Context, t *tool, args map[string]any, reqTim
 		if err == nil {
 			return res, nil
 		}
-		if ctx.Err() != nil {
+		if ctxEnded(ctx) {
 			return nil, ctxErr()
 		}
 		if errors.Is(err, transport.ErrSessionTerminated) {

@@ -57,8 +57,10 @@ func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *t
 				p.mu.Unlock()
 			}
 		}
-	case string(mcp.MethodToolsCall):
-		if err != nil && ctx.Err() != nil && h.cancelOverHTTP && !(h.onlyLegacyCancel && h.modern.Load()) {
+	case string(mcp.MethodToolsCall), string(mcp.MethodSubscriptionsListen):
+		// A listen stream we stop is cancelled the same way, or an SSE
+		// server keeps its handler waiting forever.
+		if err != nil && ctxEnded(ctx) && h.cancelOverHTTP && !(h.onlyLegacyCancel && h.modern.Load()) {
 			h.sendCancelled(ctx, req.ID)
 		}
 	}
@@ -71,7 +73,7 @@ func (h *hooks) sendCancelled(ctx context.Context, id mcp.RequestId) {
 		Notification: mcp.Notification{
 			Method: string(mcp.MethodNotificationCancelled),
 			Params: mcp.NotificationParams{
-				AdditionalFields: map[string]any{"requestId": id, "reason": ctx.Err().Error()},
+				AdditionalFields: map[string]any{"requestId": id, "reason": "request cancelled by the client"},
 			},
 		},
 	}
@@ -115,4 +117,15 @@ func (t *stdioTransport) SendRequest(ctx context.Context, req transport.JSONRPCR
 	resp, err := t.Stdio.SendRequest(ctx, req)
 	t.h.after(ctx, req, resp, err)
 	return resp, err
+}
+
+// ctxEnded reports whether ctx is done or (nearly) past its deadline: mcp-go's
+// SSE transport arms its own timer for the context's deadline and may return
+// a moment before the context itself ends.
+func ctxEnded(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) < 50*time.Millisecond
 }
