@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// TestUpBlackBox builds the binary, runs `toolmesh up` on free ports and checks what a user
+// checks with curl and the CLI.
+func TestUpBlackBox(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	bin := filepath.Join(t.TempDir(), "toolmesh")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	up := exec.Command(bin, "up",
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
+		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0")
+	stdout, err := up.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	up.Stderr = &stderr
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- up.Wait() }()
+	t.Cleanup(func() {
+		_ = up.Process.Kill()
+		if t.Failed() {
+			t.Logf("toolmesh up stderr:\n%s", stderr.String())
+		}
+	})
+
+	base := restURL(t, stdout)
+	waitReady(t, base)
+
+	t.Run("list tools", func(t *testing.T) {
+		var got struct {
+			Tools []struct{ ID, Server, Name, Description string }
+		}
+		getJSON(t, base+"/v1/tools", http.StatusOK, &got)
+		var ids []string
+		for _, tool := range got.Tools {
+			ids = append(ids, tool.ID)
+			if tool.Description == "" {
+				t.Errorf("tool %s has no description", tool.ID)
+			}
+		}
+		for _, want := range []string{"calculator.add", "calculator.subtract", "calculator.multiply", "calculator.divide",
+			"calculator.calculate", "converter.celsius_to_fahrenheit", "converter.fahrenheit_to_celsius", "converter.convert_temperature"} {
+			if !slices.Contains(ids, want) {
+				t.Errorf("GET /v1/tools: %s missing from %v", want, ids)
+			}
+		}
+	})
+
+	cases := []struct {
+		name, path, body string
+		wantStatus       int
+		check            func(t *testing.T, body map[string]any)
+	}{
+		{"add", "/v1/tools/calculator/add:call", `{"arguments":{"a":2,"b":3}}`, 200, func(t *testing.T, b map[string]any) {
+			if got := firstText(b); got != "5" {
+				t.Errorf("add(2,3) text = %q, want 5", got)
+			}
+			if b["is_error"] != false {
+				t.Errorf("is_error = %v, want false", b["is_error"])
+			}
+		}},
+		{"divide by zero", "/v1/tools/calculator/divide:call", `{"arguments":{"a":1,"b":0}}`, 200, func(t *testing.T, b map[string]any) {
+			if b["is_error"] != true {
+				t.Errorf("is_error = %v, want true; body %v", b["is_error"], b)
+			}
+		}},
+		{"bad argument type", "/v1/tools/calculator/add:call", `{"arguments":{"a":"x","b":3}}`, 400, func(t *testing.T, b map[string]any) {
+			if msg, _ := b["message"].(string); !regexp.MustCompile(`\ba\b`).MatchString(msg) {
+				t.Errorf("message %q does not name the field a", msg)
+			}
+		}},
+		{"unknown tool", "/v1/tools/calculator/nope:call", `{"arguments":{}}`, 404, nil},
+		{"unknown server", "/v1/tools/nowhere/add:call", `{"arguments":{}}`, 404, nil},
+		{"unknown body field", "/v1/tools/calculator/add:call", `{"args":{"a":1}}`, 400, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			body := postJSON(t, base+tc.path, tc.body, tc.wantStatus)
+			if tc.check != nil {
+				tc.check(t, body)
+			}
+		})
+	}
+
+	t.Run("cli call", func(t *testing.T) {
+		cmd := exec.Command(bin, "call", "calculator.add", `{"a":2,"b":3}`, "--api", base)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("toolmesh call: %v\n%s", err, out)
+		}
+		if got := strings.TrimSpace(string(out)); got != "5" {
+			t.Errorf("toolmesh call printed %q, want 5", got)
+		}
+	})
+
+	t.Run("stops on SIGINT", func(t *testing.T) {
+		if err := up.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("toolmesh up exited with %v after SIGINT, want 0", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("toolmesh up did not stop within 15s of SIGINT")
+		}
+	})
+}
+
+var restLine = regexp.MustCompile(`REST\s+(http://\S+)`)
+
+func restURL(t *testing.T, stdout io.Reader) string {
+	t.Helper()
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := restLine.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+			}
+		}
+	}()
+	select {
+	case u := <-found:
+		return u
+	case <-time.After(30 * time.Second):
+		t.Fatal("toolmesh up printed no REST endpoint within 30s")
+		return ""
+	}
+}
+
+func waitReady(t *testing.T, base string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, b)
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("/readyz not 200 within 30s; last: %s", last)
+}
+
+func getJSON(t *testing.T, url string, wantStatus int, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != wantStatus {
+		t.Fatalf("GET %s: status %d, want %d; body %s", url, resp.StatusCode, wantStatus, b)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("GET %s: %v; body %s", url, err, b)
+	}
+}
+
+func postJSON(t *testing.T, url, body string, wantStatus int) map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != wantStatus {
+		t.Fatalf("POST %s %s: status %d, want %d; body %s", url, body, resp.StatusCode, wantStatus, b)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("POST %s: %v; body %s", url, err, b)
+	}
+	return out
+}
+
+func firstText(b map[string]any) string {
+	content, _ := b["content"].([]any)
+	if len(content) == 0 {
+		return ""
+	}
+	block, _ := content[0].(map[string]any)
+	s, _ := block["text"].(string)
+	return s
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,0 +1,205 @@
+// Package app is toolmesh's composition root: it maps each target to its init function,
+// starts targets in dependency order and stops them in reverse, each with a drain deadline.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/toolmesh/toolmesh/internal/server"
+	"github.com/toolmesh/toolmesh/services/api"
+	"github.com/toolmesh/toolmesh/services/executor"
+)
+
+// runner is one long-running part of a target: it runs until ctx ends, then stops cleanly.
+type runner func(ctx context.Context) error
+
+// target is one deployable unit: `serve --target=NAME`.
+type target struct {
+	deps []string
+	init func(a *App) ([]runner, error)
+}
+
+// targets is the one table of what exists and what starts before what.
+var targets = map[string]target{
+	"demo":     {init: initDemo},
+	"executor": {deps: []string{"demo"}, init: initExecutor},
+	"api":      {deps: []string{"executor"}, init: initAPI},
+}
+
+// serveTargets are the names `serve --target` accepts; "all" means every one of them.
+var serveTargets = []string{"executor", "api"}
+
+// App runs a set of targets in one process.
+type App struct {
+	cfg    Config
+	logger *slog.Logger
+	// Endpoints lists what each started target listens on, for `up` to print.
+	Endpoints []Endpoint
+}
+
+// Endpoint is one address a target listens on.
+type Endpoint struct {
+	Name, Addr string
+}
+
+// New checks the target names; cfg must be loaded and valid.
+func New(cfg Config, logger *slog.Logger) (*App, error) {
+	for _, t := range cfg.Targets {
+		if _, ok := targets[t]; !ok {
+			return nil, fmt.Errorf("target %q: unknown; choose from %s", t, strings.Join(serveTargets, ", "))
+		}
+	}
+	return &App{cfg: cfg, logger: logger}, nil
+}
+
+// order lists the requested targets so that each comes after the dependencies that are also requested.
+func order(requested []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	var visit func(string)
+	visit = func(name string) {
+		if seen[name] {
+			return
+		}
+		seen[name] = true
+		for _, d := range targets[name].deps {
+			if slices.Contains(requested, d) {
+				visit(d)
+			}
+		}
+		out = append(out, name)
+	}
+	for _, t := range requested {
+		visit(t)
+	}
+	return out
+}
+
+// Run starts every target and blocks until ctx ends or one of them fails; then it stops the
+// targets in reverse dependency order, so the api drains before the executor closes sessions.
+// started, if not nil, is called once every listener is bound.
+func (a *App) Run(ctx context.Context, started func()) error {
+	names := order(a.cfg.Targets)
+	type running struct {
+		name   string
+		cancel context.CancelFunc
+		wg     sync.WaitGroup
+	}
+	var all []*running
+	failed := make(chan error, 16)
+	stopAll := func() {
+		for i := len(all) - 1; i >= 0; i-- {
+			all[i].cancel()
+			all[i].wg.Wait()
+		}
+	}
+	for _, name := range names {
+		runners, err := targets[name].init(a)
+		if err != nil {
+			stopAll()
+			return fmt.Errorf("start %s: %w", name, err)
+		}
+		r := &running{name: name}
+		tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		r.cancel = cancel
+		for _, run := range runners {
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				if err := run(tctx); err != nil && tctx.Err() == nil {
+					failed <- fmt.Errorf("%s: %w", name, err)
+				}
+			}()
+		}
+		all = append(all, r)
+	}
+	if started != nil {
+		started()
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-failed:
+		a.logger.Error("target failed, stopping", "err", err)
+	}
+	stopAll()
+	close(failed)
+	for e := range failed {
+		err = errors.Join(err, e)
+	}
+	return err
+}
+
+func (a *App) endpoint(name, addr string) {
+	a.Endpoints = append(a.Endpoints, Endpoint{Name: name, Addr: addr})
+}
+
+func initExecutor(a *App) ([]runner, error) {
+	logger := a.logger.With("target", "executor")
+	svc, err := executor.New(a.cfg.Executor, logger)
+	if err != nil {
+		return nil, err
+	}
+	g, err := server.NewGRPC(a.cfg.ExecutorAddr, logger, a.cfg.DrainTimeout)
+	if err != nil {
+		return nil, err
+	}
+	svc.Register(g.Server)
+	g.Health.SetServingStatus("toolmesh.v1.ExecutorService", healthpb.HealthCheckResponse_SERVING)
+	a.endpoint("executor gRPC", g.Addr())
+	if slices.Contains(a.cfg.Targets, "api") {
+		// In one process the api calls this executor, wherever it bound.
+		a.cfg.API.ExecutorAddr = g.Addr()
+	}
+	return []runner{svc.Run, g.Run}, nil
+}
+
+func initAPI(a *App) ([]runner, error) {
+	logger := a.logger.With("target", "api")
+	svc, err := api.New(a.cfg.API, logger)
+	if err != nil {
+		return nil, err
+	}
+	g, err := server.NewGRPC(a.cfg.API.GRPCAddr, logger, a.cfg.DrainTimeout)
+	if err != nil {
+		svc.Close()
+		return nil, err
+	}
+	svc.Register(g.Server)
+	g.Health.SetServingStatus("toolmesh.v1.ToolService", healthpb.HealthCheckResponse_SERVING)
+	h, closeGateway, err := svc.Gateway(context.Background(), g.Addr())
+	if err != nil {
+		svc.Close()
+		return nil, err
+	}
+	hs, err := server.NewHTTP(a.cfg.API.HTTPAddr, h, logger, a.cfg.DrainTimeout)
+	if err != nil {
+		closeGateway()
+		svc.Close()
+		return nil, err
+	}
+	a.endpoint("REST", "http://"+hs.Addr())
+	a.endpoint("api gRPC", g.Addr())
+	// The HTTP server drains before the gRPC server it forwards to stops.
+	serve := func(ctx context.Context) error {
+		errc := make(chan error, 1)
+		gctx, stopGRPC := context.WithCancel(context.WithoutCancel(ctx))
+		go func() { errc <- g.Run(gctx) }()
+		herr := hs.Run(ctx)
+		closeGateway()
+		stopGRPC()
+		return errors.Join(herr, <-errc)
+	}
+	return []runner{svc.Run, serve}, nil
+}
+
+// ServeTargets lists the targets `serve --target` accepts.
+func ServeTargets() []string { return slices.Clone(serveTargets) }

@@ -1,0 +1,205 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/services/api"
+	"github.com/toolmesh/toolmesh/services/executor"
+)
+
+// Config is everything a toolmesh process needs. Flags set the defaults, the YAML file named by
+// --config overlays them, and flags given on the command line overlay that again.
+type Config struct {
+	Targets      []string
+	ConfigFile   string
+	MCPConfig    string
+	DrainTimeout time.Duration
+	LogLevel     slog.Level
+	LogFormat    string
+
+	ExecutorAddr string
+	Executor     executor.Config
+	API          api.Config
+	Demo         DemoConfig
+
+	// servers holds mcpServers given inline in the YAML file.
+	servers map[string]mcpconfig.Server
+}
+
+// DemoConfig is the shipped demo MCP servers that `up` runs on loopback.
+type DemoConfig struct {
+	Enabled        bool
+	CalculatorAddr string
+	ConverterAddr  string
+}
+
+// RegisterFlags sets every default. Each flag's name is also its key in the YAML file:
+// "executor.call-timeout" is `executor: {call-timeout: 30s}`.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.ConfigFile, "config", "", "YAML config file; its keys are these flags' names (nested maps join with dots) plus mcpServers")
+	fs.StringVar(&c.MCPConfig, "mcp-config", "", "an mcp.json file with an mcpServers (or VS Code servers) map")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 10*time.Second, "how long a stop waits for in-flight requests before cutting them off")
+	fs.TextVar(&c.LogLevel, "log.level", slog.LevelInfo, "log level: debug, info, warn, error")
+	fs.StringVar(&c.LogFormat, "log.format", "text", "log format: text or json")
+	fs.StringVar(&c.ExecutorAddr, "executor.grpc-addr", "127.0.0.1:7704", "executor gRPC listen address (host:port)")
+	c.Executor.RegisterFlags(fs)
+	c.API.RegisterFlags(fs)
+}
+
+// RegisterDemoFlags adds the flags of the demo MCP servers that only `up` runs.
+func (c *Config) RegisterDemoFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&c.Demo.Enabled, "demo", true, "run the shipped calculator and converter MCP servers and connect them")
+	fs.StringVar(&c.Demo.CalculatorAddr, "demo.calculator-addr", "127.0.0.1:7801", "calculator MCP server address (SSE at /sse, streamable HTTP at /mcp)")
+	fs.StringVar(&c.Demo.ConverterAddr, "demo.converter-addr", "127.0.0.1:7802", "converter MCP server address (SSE at /sse, streamable HTTP at /mcp)")
+}
+
+// Load parses args into fs and overlays the YAML file, keeping command-line flags on top.
+func (c *Config) Load(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.ConfigFile != "" {
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		if err := c.overlayFile(fs, given); err != nil {
+			return err
+		}
+	}
+	servers, err := c.mcpServers()
+	if err != nil {
+		return err
+	}
+	c.Executor.Servers = servers
+	return nil
+}
+
+func (c *Config) overlayFile(fs *flag.FlagSet, given map[string]bool) error {
+	data, err := os.ReadFile(c.ConfigFile)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("config %s: %w", c.ConfigFile, err)
+	}
+	if raw, ok := doc["mcpServers"]; ok {
+		m, ok := raw.(map[string]any)
+		if !ok {
+			return fmt.Errorf("config %s: mcpServers: want a map of server name to server", c.ConfigFile)
+		}
+		servers, err := mcpconfig.FromYAML(m, os.LookupEnv)
+		if err != nil {
+			return fmt.Errorf("config %s: %w", c.ConfigFile, err)
+		}
+		c.servers = servers
+		delete(doc, "mcpServers")
+	}
+	flat := map[string]string{}
+	if err := flatten("", doc, flat); err != nil {
+		return fmt.Errorf("config %s: %w", c.ConfigFile, err)
+	}
+	keys := make([]string, 0, len(flat))
+	for k := range flat {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if k == "config" {
+			return fmt.Errorf("config %s: config: a config file cannot name another", c.ConfigFile)
+		}
+		if fs.Lookup(k) == nil {
+			return fmt.Errorf("config %s: unknown key %q (keys are flag names; see --help)", c.ConfigFile, k)
+		}
+		if given[k] {
+			continue
+		}
+		if err := fs.Set(k, flat[k]); err != nil {
+			return fmt.Errorf("config %s: %s: %w", c.ConfigFile, k, err)
+		}
+	}
+	return nil
+}
+
+// flatten turns nested maps into dotted keys; lists become comma-joined values.
+func flatten(prefix string, v any, out map[string]string) error {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, child := range t {
+			key := k
+			if prefix != "" {
+				key = prefix + "." + k
+			}
+			if err := flatten(key, child, out); err != nil {
+				return err
+			}
+		}
+	case []any:
+		parts := make([]string, len(t))
+		for i, e := range t {
+			if _, nested := e.(map[string]any); nested {
+				return fmt.Errorf("%s: a list of maps is not a flag value", prefix)
+			}
+			parts[i] = fmt.Sprint(e)
+		}
+		out[prefix] = strings.Join(parts, ",")
+	case nil:
+		return fmt.Errorf("%s: empty value", prefix)
+	default:
+		out[prefix] = fmt.Sprint(t)
+	}
+	return nil
+}
+
+// mcpServers merges the --mcp-config file with inline mcpServers; a name in both is an error.
+func (c *Config) mcpServers() (map[string]mcpconfig.Server, error) {
+	out := map[string]mcpconfig.Server{}
+	for name, s := range c.servers {
+		out[name] = s
+	}
+	if c.MCPConfig != "" {
+		fromFile, err := mcpconfig.Load(c.MCPConfig)
+		if err != nil {
+			return nil, err
+		}
+		for name, s := range fromFile {
+			if _, dup := out[name]; dup {
+				return nil, fmt.Errorf("mcp server %q is declared both in %s and in %s", name, c.ConfigFile, c.MCPConfig)
+			}
+			out[name] = s
+		}
+	}
+	return out, nil
+}
+
+// Validate checks every component's config.
+func (c *Config) Validate() error {
+	if c.DrainTimeout <= 0 {
+		return errors.New("drain-timeout: must be positive")
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return fmt.Errorf("log.format: %q is not text or json", c.LogFormat)
+	}
+	for _, t := range c.Targets {
+		if t == "executor" || t == "all" {
+			if err := c.Executor.Validate(); err != nil {
+				return err
+			}
+		}
+		if t == "api" || t == "all" {
+			if err := c.API.Validate(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

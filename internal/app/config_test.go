@@ -1,0 +1,102 @@
+package app
+
+import (
+	"flag"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func load(t *testing.T, args ...string) (Config, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var c Config
+	c.RegisterFlags(fs)
+	err := c.Load(fs, args)
+	return c, err
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	tests := []struct {
+		name             string
+		args             []string
+		wantAPICall      time.Duration
+		wantExecutorCall time.Duration
+		wantHTTPAddr     string
+		wantDrain        time.Duration
+		wantServers      []string
+	}{
+		{"defaults", nil, 2 * time.Minute, 60 * time.Second, "127.0.0.1:7700", 10 * time.Second, nil},
+		{"file overlays defaults", []string{"--config", "testdata/toolmesh.yaml"}, 45 * time.Second, 20 * time.Second, "127.0.0.1:9700", 3 * time.Second, []string{"weather"}},
+		{"flags overlay the file", []string{"--api.call-timeout=5s", "--config", "testdata/toolmesh.yaml", "--drain-timeout=1s"}, 5 * time.Second, 20 * time.Second, "127.0.0.1:9700", time.Second, []string{"weather"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := load(t, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.API.CallTimeout != tc.wantAPICall {
+				t.Errorf("api.call-timeout = %v, want %v", c.API.CallTimeout, tc.wantAPICall)
+			}
+			if c.Executor.CallTimeout != tc.wantExecutorCall {
+				t.Errorf("executor.call-timeout = %v, want %v", c.Executor.CallTimeout, tc.wantExecutorCall)
+			}
+			if c.API.HTTPAddr != tc.wantHTTPAddr {
+				t.Errorf("api.http-addr = %v, want %v", c.API.HTTPAddr, tc.wantHTTPAddr)
+			}
+			if c.DrainTimeout != tc.wantDrain {
+				t.Errorf("drain-timeout = %v, want %v", c.DrainTimeout, tc.wantDrain)
+			}
+			var names []string
+			for n := range c.Executor.Servers {
+				names = append(names, n)
+			}
+			if !slices.Equal(names, tc.wantServers) {
+				t.Errorf("servers = %v, want %v", names, tc.wantServers)
+			}
+		})
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"unknown key names it", []string{"--config", "testdata/unknown-key.yaml"}, `unknown key "api.htp-addr"`},
+		{"missing file", []string{"--config", "testdata/nope.yaml"}, "nope.yaml"},
+		{"bad flag value", []string{"--api.call-timeout=soon"}, "api.call-timeout"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := load(t, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("err = %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestOrder(t *testing.T) {
+	tests := []struct {
+		requested, want []string
+	}{
+		{[]string{"api", "executor", "demo"}, []string{"demo", "executor", "api"}},
+		{[]string{"api"}, []string{"api"}},
+		{[]string{"api", "executor"}, []string{"executor", "api"}},
+	}
+	for _, tc := range tests {
+		if got := order(tc.requested); !slices.Equal(got, tc.want) {
+			t.Errorf("order(%v) = %v, want %v", tc.requested, got, tc.want)
+		}
+	}
+}

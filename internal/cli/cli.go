@@ -1,0 +1,94 @@
+// Package cli is the toolmesh command line: it parses flags into config and runs the app,
+// a shipped MCP server, or a client command against the api.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+)
+
+const usage = `toolmesh: MCP tool calling for open LLMs.
+
+Usage:
+  toolmesh up [flags]                         every service in one process, plus the demo MCP servers
+  toolmesh serve --target=api,executor [flags] chosen services (microservices mode; "all" for every one)
+  toolmesh mcp NAME [--transport T] [--addr A]  run a shipped MCP server (calculator, converter)
+  toolmesh tools [--server S]                 list the tools of the running mesh
+  toolmesh tools search "TEXT" [-k N]         the top-k tools for TEXT
+  toolmesh call SERVER.TOOL '{"arg":1}'       call one tool
+
+Client commands read --api (env TOOLMESH_API, default http://127.0.0.1:7700) and --token
+(env TOOLMESH_TOKEN). Run "toolmesh COMMAND -h" for a command's flags.
+`
+
+// Main runs one command and returns the process exit code.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "up":
+		err = runUp(ctx, rest, stdout, stderr)
+	case "serve":
+		err = runServe(ctx, rest, stdout, stderr)
+	case "mcp":
+		err = runMCP(ctx, rest, stdin, stdout, stderr)
+	case "tools":
+		err = runTools(ctx, rest, stdout, stderr)
+	case "call":
+		err = runCall(ctx, rest, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "toolmesh: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	var exit exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &exit):
+		if exit.msg != "" {
+			fmt.Fprintln(stderr, exit.msg)
+		}
+		return exit.code
+	default:
+		fmt.Fprintf(stderr, "toolmesh %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+// exitError ends a command with a given code; usage errors are 2.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e exitError) Error() string { return e.msg }
+
+func usageError(format string, a ...any) error {
+	return exitError{code: 2, msg: fmt.Sprintf(format, a...)}
+}
+
+func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if strings.EqualFold(format, "json") {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// slogLevel parses a level name for flags.
+type slogLevel struct{ Level slog.Level }
+
+func (l *slogLevel) Set(s string) error { return l.Level.UnmarshalText([]byte(s)) }

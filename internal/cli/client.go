@@ -1,0 +1,262 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// client talks to the api's REST endpoints.
+type client struct {
+	base    string
+	token   string
+	asJSON  bool
+	timeout time.Duration
+	http    *http.Client
+}
+
+func (c *client) register(fs *flag.FlagSet) {
+	def := os.Getenv("TOOLMESH_API")
+	if def == "" {
+		def = "http://127.0.0.1:7700"
+	}
+	fs.StringVar(&c.base, "api", def, "api REST URL (env TOOLMESH_API)")
+	fs.StringVar(&c.token, "token", "", "API token (env TOOLMESH_TOKEN; prefer the env var, flags show in ps)")
+	fs.BoolVar(&c.asJSON, "json", false, "print the api's JSON response")
+	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up after this long")
+}
+
+func (c *client) init() {
+	if c.token == "" {
+		c.token = os.Getenv("TOOLMESH_TOKEN")
+	}
+	c.base = strings.TrimRight(c.base, "/")
+	c.http = &http.Client{Timeout: c.timeout}
+}
+
+// apiError is the api's JSON error body.
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	status  int
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Message, e.status) }
+
+// do sends a request and returns the raw body of a 2xx answer.
+func (c *client) do(ctx context.Context, method, path string, body any) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, fmt.Errorf("api URL %q: %w", c.base, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the toolmesh api at %s (is `toolmesh up` running? set --api or TOOLMESH_API): %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("read response: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		e := &apiError{status: resp.StatusCode}
+		if json.Unmarshal(data, e) != nil || e.Message == "" {
+			e.Message = strings.TrimSpace(string(data))
+		}
+		return nil, e
+	}
+	return data, nil
+}
+
+type toolJSON struct {
+	ID          string `json:"id"`
+	Description string `json:"description"`
+}
+
+func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "search" {
+		return runToolsSearch(ctx, args[1:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet("tools", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c client
+	c.register(fs)
+	server := fs.String("server", "", "only this server's tools")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError("toolmesh tools: unexpected argument %q (did you mean `toolmesh tools search`?)", fs.Arg(0))
+	}
+	c.init()
+	path := "/v1/tools"
+	if *server != "" {
+		path += "?server=" + url.QueryEscape(*server)
+	}
+	data, err := c.do(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		_, err := stdout.Write(data)
+		return err
+	}
+	var out struct{ Tools []toolJSON }
+	if err := json.Unmarshal(data, &out); err != nil {
+		return fmt.Errorf("decode tools: %w", err)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	for _, t := range out.Tools {
+		fmt.Fprintf(tw, "%s\t%s\n", t.ID, firstLine(t.Description, 80))
+	}
+	return tw.Flush()
+}
+
+func runToolsSearch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tools search", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c client
+	c.register(fs)
+	k := fs.Int("k", 4, "how many tools (1-50)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageError(`usage: toolmesh tools search "TEXT" [-k N]`)
+	}
+	c.init()
+	q := url.Values{"q": {fs.Arg(0)}, "k": {strconv.Itoa(*k)}}
+	data, err := c.do(ctx, http.MethodGet, "/v1/tools:search?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		_, err := stdout.Write(data)
+		return err
+	}
+	var out struct {
+		Results []struct {
+			Tool  toolJSON
+			Score float64
+		}
+	}
+	if err := json.Unmarshal(data, &out); err != nil {
+		return fmt.Errorf("decode search results: %w", err)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	for _, r := range out.Results {
+		fmt.Fprintf(tw, "%.3f\t%s\t%s\n", r.Score, r.Tool.ID, firstLine(r.Tool.Description, 70))
+	}
+	return tw.Flush()
+}
+
+func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("call", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c client
+	c.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: toolmesh call SERVER.TOOL ['{\"arg\":value}'] [flags]\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	// Accept flags after the positional arguments too.
+	var pos []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(pos) < 1 || len(pos) > 2 {
+		fs.Usage()
+		return exitError{code: 2}
+	}
+	server, name, ok := strings.Cut(pos[0], ".")
+	if !ok || server == "" || name == "" {
+		return usageError("toolmesh call: %q is not SERVER.TOOL", pos[0])
+	}
+	arguments := map[string]any{}
+	if len(pos) == 2 {
+		dec := json.NewDecoder(strings.NewReader(pos[1]))
+		dec.UseNumber()
+		if err := dec.Decode(&arguments); err != nil {
+			return usageError("toolmesh call: arguments must be a JSON object: %v", err)
+		}
+	}
+	c.init()
+	path := "/v1/tools/" + url.PathEscape(server) + "/" + url.PathEscape(name) + ":call"
+	data, err := c.do(ctx, http.MethodPost, path, map[string]any{"arguments": arguments})
+	if err != nil {
+		return err
+	}
+	var out struct {
+		Content []struct {
+			Type, Text, MimeType string
+			Data                 []byte
+			URI                  string
+		}
+		IsError bool `json:"is_error"`
+	}
+	if err := json.Unmarshal(data, &out); err != nil {
+		return fmt.Errorf("decode result: %w", err)
+	}
+	if c.asJSON {
+		if _, err := stdout.Write(data); err != nil {
+			return err
+		}
+	} else {
+		w := stdout
+		if out.IsError {
+			w = stderr
+		}
+		for _, b := range out.Content {
+			switch {
+			case b.Type == "text":
+				fmt.Fprintln(w, b.Text)
+			case b.URI != "":
+				fmt.Fprintf(w, "[%s %s]\n", b.Type, b.URI)
+			default:
+				fmt.Fprintf(w, "[%s %s, %d bytes]\n", b.Type, b.MimeType, len(b.Data))
+			}
+		}
+	}
+	if out.IsError {
+		return exitError{code: 1, msg: "toolmesh call: the tool reported an error"}
+	}
+	return nil
+}
+
+func firstLine(s string, max int) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if r := []rune(s); len(r) > max {
+		return string(r[:max-1]) + "…"
+	}
+	return s
+}

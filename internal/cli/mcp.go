@@ -1,0 +1,61 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/toolmesh/toolmesh/mcpservers"
+	"github.com/toolmesh/toolmesh/mcpservers/serve"
+)
+
+func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	transport := fs.String("transport", "sse", "sse, streamable-http or stdio (HTTP serves both /sse and /mcp)")
+	addr := fs.String("addr", "127.0.0.1:7801", "HTTP listen address; loopback unless you say otherwise")
+	origins := fs.String("allowed-origins", "", "comma-separated extra Origin values allowed on HTTP (loopback origins always are)")
+	logLevel := fs.String("log.level", "info", "log level: debug, info, warn, error")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: toolmesh mcp NAME [flags]\n\nRuns a shipped MCP server: %s.\n\nFlags:\n", strings.Join(mcpservers.Names(), ", "))
+		fs.PrintDefaults()
+	}
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		fs.Usage()
+		return exitError{code: 2}
+	}
+	name := args[0]
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	newServer, ok := mcpservers.Lookup(name)
+	if !ok {
+		return usageError("toolmesh mcp: unknown server %q; choose from %s", name, strings.Join(mcpservers.Names(), ", "))
+	}
+	var level slogLevel
+	if err := level.Set(*logLevel); err != nil {
+		return usageError("toolmesh mcp: --log.level: %v", err)
+	}
+	// On stdio, stdout carries the protocol: logs go to stderr only.
+	logger := newLogger(stderr, level.Level, "text")
+	opts := serve.Options{
+		Transport: *transport,
+		Addr:      *addr,
+		Logger:    logger,
+		Stdin:     stdin,
+		Stdout:    stdout,
+		OnListen: func(a net.Addr) {
+			fmt.Fprintf(stderr, "mcp %s: SSE http://%s/sse, streamable HTTP http://%s/mcp\n", name, a, a)
+		},
+	}
+	if *origins != "" {
+		opts.AllowedOrigins = strings.Split(*origins, ",")
+	}
+	return serve.Run(ctx, newServer(), opts)
+}

@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/toolmesh/toolmesh/internal/app"
+)
+
+func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg app.Config
+	cfg.RegisterFlags(fs)
+	cfg.RegisterDemoFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: toolmesh up [flags]\n\nRuns every service in one process, plus the demo MCP servers, on loopback.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := cfg.Load(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError("toolmesh up: unexpected argument %q", fs.Arg(0))
+	}
+	cfg.Targets = []string{"executor", "api"}
+	if cfg.Demo.Enabled {
+		cfg.Targets = append([]string{"demo"}, cfg.Targets...)
+	}
+	return run(ctx, cfg, stdout, stderr)
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg app.Config
+	cfg.RegisterFlags(fs)
+	target := fs.String("target", "", "comma-separated targets to run: "+strings.Join(app.ServeTargets(), ", ")+", or all")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: toolmesh serve --target=api,executor [flags]\n\nRuns the chosen services (microservices mode).\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := cfg.Load(fs, args); err != nil {
+		return err
+	}
+	if *target == "" {
+		return usageError("toolmesh serve: --target is required (%s, or all)", strings.Join(app.ServeTargets(), ", "))
+	}
+	for _, t := range strings.Split(*target, ",") {
+		t = strings.TrimSpace(t)
+		if t == "all" {
+			cfg.Targets = append(cfg.Targets, app.ServeTargets()...)
+			continue
+		}
+		cfg.Targets = append(cfg.Targets, t)
+	}
+	return run(ctx, cfg, stdout, stderr)
+}
+
+func run(ctx context.Context, cfg app.Config, stdout, stderr io.Writer) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	logger := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	a, err := app.New(cfg, logger)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx, func() {
+		fmt.Fprintln(stdout, "toolmesh is running:")
+		for _, e := range a.Endpoints {
+			fmt.Fprintf(stdout, "  %-16s %s\n", e.Name, e.Addr)
+		}
+		fmt.Fprintln(stdout, "Press Ctrl-C to stop.")
+	})
+}
