@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeAPI is a test double of the api's REST endpoints with canned answers.
+func fakeAPI(t *testing.T) *httptest.Server {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/tools/calculator/add:call", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer s3cret" {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"code":16,"message":"missing or bad token","details":[]}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"content":[{"type":"text","text":"5"}],"is_error":false}`))
+	})
+	mux.HandleFunc("POST /v1/tools/calculator/divide:call", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"content":[{"type":"text","text":"division by zero"}],"is_error":true}`))
+	})
+	mux.HandleFunc("GET /v1/tools", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"tools":[{"id":"calculator.add","description":"Add two numbers.\nMore."}]}`))
+	})
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func TestClientCommands(t *testing.T) {
+	api := fakeAPI(t)
+	t.Setenv("TOOLMESH_API", api.URL)
+	t.Setenv("TOOLMESH_TOKEN", "s3cret")
+	tests := []struct {
+		name       string
+		args       []string
+		wantCode   int
+		wantStdout string
+		wantStderr string
+	}{
+		{"call prints the text", []string{"call", "calculator.add", `{"a":2,"b":3}`}, 0, "5\n", ""},
+		{"flags after arguments", []string{"call", "calculator.add", `{"a":2,"b":3}`, "--json"}, 0, `"is_error":false`, ""},
+		{"tool error exits 1", []string{"call", "calculator.divide", `{"a":1,"b":0}`}, 1, "", "division by zero"},
+		{"not SERVER.TOOL", []string{"call", "add", `{}`}, 2, "", `"add" is not SERVER.TOOL`},
+		{"arguments not JSON", []string{"call", "calculator.add", `{a:2}`}, 2, "", "arguments must be a JSON object"},
+		{"bad token", []string{"call", "calculator.add", `{}`, "--token", "wrong"}, 1, "", "missing or bad token (HTTP 401)"},
+		{"tools lists ids and first lines", []string{"tools"}, 0, "calculator.add  Add two numbers.\n", ""},
+		{"api down", []string{"tools", "--api", "http://127.0.0.1:1"}, 1, "", "cannot reach the toolmesh api at http://127.0.0.1:1"},
+		{"serve needs a target", []string{"serve"}, 2, "", "--target is required"},
+		{"unknown target", []string{"serve", "--target=nope"}, 1, "", `target "nope": unknown`},
+		{"unknown mcp server", []string{"mcp", "nope"}, 2, "", `unknown server "nope"`},
+		{"unknown command", []string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := Main(context.Background(), tc.args, strings.NewReader(""), &stdout, &stderr)
+			if code != tc.wantCode {
+				t.Errorf("exit code = %d, want %d; stderr %q", code, tc.wantCode, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), tc.wantStdout) {
+				t.Errorf("stdout = %q, want it to contain %q", stdout.String(), tc.wantStdout)
+			}
+			if !strings.Contains(stderr.String(), tc.wantStderr) {
+				t.Errorf("stderr = %q, want it to contain %q", stderr.String(), tc.wantStderr)
+			}
+		})
+	}
+}
