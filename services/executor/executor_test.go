@@ -194,7 +194,6 @@ func TestTransports(t *testing.T) {
 	}
 }
 
-
 func recvWithin(t *testing.T, w toolmeshv1.ExecutorService_WatchToolsClient, d time.Duration) *toolmeshv1.WatchToolsResponse {
 	t.Helper()
 	type res struct {
@@ -533,4 +532,3 @@ func TestEndpointSanitized(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
-

@@ -140,7 +140,7 @@ func newTestMCP(label string, fillers int, opts ...server.ServerOption) *testMCP
 // httpHarness serves an MCP handler on a fixed loopback address and can kill
 // it (closing every connection) and bring it back on the same address.
 type httpHarness struct {
-	t       *testing.T
+	t       testing.TB
 	addr    string
 	mu      sync.Mutex
 	hs      *http.Server
@@ -153,7 +153,7 @@ type recordedRequest struct {
 	method, session, protocol string
 }
 
-func newHTTPHarness(t *testing.T, handler func() (http.Handler, func())) *httpHarness {
+func newHTTPHarness(t testing.TB, handler func() (http.Handler, func())) *httpHarness {
 	t.Helper()
 	h := &httpHarness{t: t, handler: handler}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -272,7 +272,7 @@ type executorHarness struct {
 	client toolmeshv1.ExecutorServiceClient
 }
 
-func startExecutor(t *testing.T, cfg Config) *executorHarness {
+func startExecutor(t testing.TB, cfg Config) *executorHarness {
 	t.Helper()
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 5 * time.Second
@@ -281,7 +281,11 @@ func startExecutor(t *testing.T, cfg Config) *executorHarness {
 		cfg.ListChangedDebounce = 20 * time.Millisecond
 	}
 	logDone := &atomic.Bool{}
-	logger := slog.New(slog.NewTextHandler(testWriter{t, logDone}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	level := slog.LevelDebug
+	if _, ok := t.(*testing.B); ok {
+		level = slog.LevelWarn
+	}
+	logger := slog.New(slog.NewTextHandler(testWriter{t, logDone}, &slog.HandlerOptions{Level: level}))
 	svc, err := New(cfg, logger)
 	if err != nil {
 		t.Fatal(err)
@@ -318,7 +322,7 @@ func startExecutor(t *testing.T, cfg Config) *executorHarness {
 }
 
 // waitReady waits until every server is READY.
-func (h *executorHarness) waitReady(t *testing.T) {
+func (h *executorHarness) waitReady(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -334,7 +338,7 @@ func (h *executorHarness) waitReady(t *testing.T) {
 }
 
 type testWriter struct {
-	t    *testing.T
+	t    testing.TB
 	done *atomic.Bool
 }
 
