@@ -528,7 +528,7 @@ func TestEndpointSanitized(t *testing.T) {
 	if got != "https://example.com/sse" {
 		t.Errorf("got %q", got)
 	}
-	if got := endpointOf(mcpconfig.Server{Transport: mcpconfig.TransportStdio, Command: "npx", Args: []string{"--token", "x"}}); got != "npx" {
+	if got := endpointOf(mcpconfig.Server{Transport: mcpconfig.TransportStdio, Command: "/usr/bin/npx", Args: []string{"--token", "x"}}); got != "npx" {
 		t.Errorf("got %q", got)
 	}
 }

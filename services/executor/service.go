@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -143,23 +142,8 @@ func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct
 	return sess.call(ctx, t, m, timeout)
 }
 
-// endpointOf renders a server's endpoint without credentials or query: the
-// URL's scheme, host and path, or the command name for stdio.
-func endpointOf(srv mcpconfig.Server) string {
-	if srv.Transport == mcpconfig.TransportStdio {
-		return srv.Command
-	}
-	u, err := url.Parse(srv.URL)
-	if err != nil {
-		return ""
-	}
-	u.User = nil
-	u.RawQuery = ""
-	u.ForceQuery = false
-	u.Fragment = ""
-	u.RawFragment = ""
-	return u.String()
-}
+// endpointOf is the server's endpoint without credentials, query or command path.
+func endpointOf(srv mcpconfig.Server) string { return srv.Endpoint() }
 
 func transportEnum(t mcpconfig.Transport) toolmeshv1.Transport {
 	switch t {
