@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 )
@@ -36,7 +37,7 @@ func (f *fakeExecutor) CallTool(_ context.Context, req *toolmeshv1.ExecutorServi
 	if req.GetToolId() != "calc.add" {
 		return nil, status.Errorf(codes.NotFound, "unknown tool %q", req.GetToolId())
 	}
-	return &toolmeshv1.ExecutorServiceCallToolResponse{Content: []*toolmeshv1.Content{{Type: "text", Text: "5"}}}, nil
+	return &toolmeshv1.ExecutorServiceCallToolResponse{Content: []*toolmeshv1.Content{{Type: "text", Text: proto.String("5")}}}, nil
 }
 
 // startGRPC serves register's services on a loopback port until the test ends.

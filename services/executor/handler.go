@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
@@ -51,7 +52,7 @@ func (s *Service) CallTool(ctx context.Context, req *toolmeshv1.ExecutorServiceC
 		return nil, toStatus(err)
 	}
 	out := resultToProto(res)
-	out.DurationMs = time.Since(start).Milliseconds()
+	out.DurationMs = float64(time.Since(start).Microseconds()) / 1000
 	return out, nil
 }
 
@@ -150,9 +151,9 @@ func resultToProto(res *mcp.CallToolResult) *toolmeshv1.ExecutorServiceCallToolR
 func contentToProto(c mcp.Content) *toolmeshv1.Content {
 	switch v := c.(type) {
 	case mcp.TextContent:
-		return &toolmeshv1.Content{Type: "text", Text: v.Text}
+		return &toolmeshv1.Content{Type: "text", Text: proto.String(v.Text)}
 	case *mcp.TextContent:
-		return &toolmeshv1.Content{Type: "text", Text: v.Text}
+		return &toolmeshv1.Content{Type: "text", Text: proto.String(v.Text)}
 	case mcp.ImageContent:
 		return binaryContent("image", v.Data, v.MIMEType)
 	case *mcp.ImageContent:
@@ -162,9 +163,9 @@ func contentToProto(c mcp.Content) *toolmeshv1.Content {
 	case *mcp.AudioContent:
 		return binaryContent("audio", v.Data, v.MIMEType)
 	case mcp.ResourceLink:
-		return &toolmeshv1.Content{Type: "resource_link", Uri: v.URI, Name: v.Name, MimeType: v.MIMEType, Text: v.Description}
+		return resourceLink(&v)
 	case *mcp.ResourceLink:
-		return &toolmeshv1.Content{Type: "resource_link", Uri: v.URI, Name: v.Name, MimeType: v.MIMEType, Text: v.Description}
+		return resourceLink(v)
 	case mcp.EmbeddedResource:
 		return resourceContent(v.Resource)
 	case *mcp.EmbeddedResource:
@@ -173,27 +174,39 @@ func contentToProto(c mcp.Content) *toolmeshv1.Content {
 	return nil
 }
 
-func binaryContent(typ, data, mime string) *toolmeshv1.Content {
-	b, err := base64.StdEncoding.DecodeString(data)
-	if err != nil {
-		return &toolmeshv1.Content{Type: typ, MimeType: mime}
+// optional leaves empty strings unset, so JSON clients do not see "mime_type": "".
+func optional(s string) *string {
+	if s == "" {
+		return nil
 	}
-	return &toolmeshv1.Content{Type: typ, Data: b, MimeType: mime}
+	return &s
+}
+
+func resourceLink(v *mcp.ResourceLink) *toolmeshv1.Content {
+	return &toolmeshv1.Content{Type: "resource_link", Uri: optional(v.URI), Name: optional(v.Name), MimeType: optional(v.MIMEType), Text: optional(v.Description)}
+}
+
+func binaryContent(typ, data, mime string) *toolmeshv1.Content {
+	c := &toolmeshv1.Content{Type: typ, MimeType: optional(mime)}
+	if b, err := base64.StdEncoding.DecodeString(data); err == nil {
+		c.Data = b
+	}
+	return c
 }
 
 func resourceContent(r mcp.ResourceContents) *toolmeshv1.Content {
 	switch v := r.(type) {
 	case mcp.TextResourceContents:
-		return &toolmeshv1.Content{Type: "resource", Uri: v.URI, MimeType: v.MIMEType, Text: v.Text}
+		return &toolmeshv1.Content{Type: "resource", Uri: optional(v.URI), MimeType: optional(v.MIMEType), Text: proto.String(v.Text)}
 	case *mcp.TextResourceContents:
-		return &toolmeshv1.Content{Type: "resource", Uri: v.URI, MimeType: v.MIMEType, Text: v.Text}
+		return &toolmeshv1.Content{Type: "resource", Uri: optional(v.URI), MimeType: optional(v.MIMEType), Text: proto.String(v.Text)}
 	case mcp.BlobResourceContents:
 		c := binaryContent("resource", v.Blob, v.MIMEType)
-		c.Uri = v.URI
+		c.Uri = optional(v.URI)
 		return c
 	case *mcp.BlobResourceContents:
 		c := binaryContent("resource", v.Blob, v.MIMEType)
-		c.Uri = v.URI
+		c.Uri = optional(v.URI)
 		return c
 	}
 	return &toolmeshv1.Content{Type: "resource"}

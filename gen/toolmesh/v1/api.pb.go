@@ -339,9 +339,10 @@ type CallToolResponse struct {
 	Content           []*Content             `protobuf:"bytes,1,rep,name=content,proto3" json:"content,omitempty"`
 	StructuredContent *structpb.Struct       `protobuf:"bytes,2,opt,name=structured_content,json=structuredContent,proto3" json:"structured_content,omitempty"`
 	IsError           bool                   `protobuf:"varint,3,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
-	DurationMs        int64                  `protobuf:"varint,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// duration_ms is wall time in milliseconds, with microsecond precision.
+	DurationMs    float64 `protobuf:"fixed64,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CallToolResponse) Reset() {
@@ -395,7 +396,7 @@ func (x *CallToolResponse) GetIsError() bool {
 	return false
 }
 
-func (x *CallToolResponse) GetDurationMs() int64 {
+func (x *CallToolResponse) GetDurationMs() float64 {
 	if x != nil {
 		return x.DurationMs
 	}
@@ -951,7 +952,7 @@ const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"\acontent\x18\x01 \x03(\v2\x14.toolmesh.v1.ContentR\acontent\x12F\n" +
 	"\x12structured_content\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x11structuredContent\x12\x19\n" +
 	"\bis_error\x18\x03 \x01(\bR\aisError\x12\x1f\n" +
-	"\vduration_ms\x18\x04 \x01(\x03R\n" +
+	"\vduration_ms\x18\x04 \x01(\x01R\n" +
 	"durationMs\"\x14\n" +
 	"\x12ListServersRequest\"D\n" +
 	"\x13ListServersResponse\x12-\n" +

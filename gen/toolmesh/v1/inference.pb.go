@@ -397,13 +397,14 @@ func (x *GetModelStatusResponse) GetMessage() string {
 
 // ToolCallRecord is one executed call of a query.
 type ToolCallRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tool          string                 `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
-	Arguments     *structpb.Struct       `protobuf:"bytes,2,opt,name=arguments,proto3" json:"arguments,omitempty"`
-	Output        string                 `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
-	IsError       bool                   `protobuf:"varint,4,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
-	DurationMs    int64                  `protobuf:"varint,5,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
-	Step          int32                  `protobuf:"varint,6,opt,name=step,proto3" json:"step,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Tool      string                 `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
+	Arguments *structpb.Struct       `protobuf:"bytes,2,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	Output    string                 `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	IsError   bool                   `protobuf:"varint,4,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
+	// duration_ms is wall time in milliseconds, with microsecond precision.
+	DurationMs    float64 `protobuf:"fixed64,5,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	Step          int32   `protobuf:"varint,6,opt,name=step,proto3" json:"step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -466,7 +467,7 @@ func (x *ToolCallRecord) GetIsError() bool {
 	return false
 }
 
-func (x *ToolCallRecord) GetDurationMs() int64 {
+func (x *ToolCallRecord) GetDurationMs() float64 {
 	if x != nil {
 		return x.DurationMs
 	}
@@ -518,7 +519,7 @@ const file_toolmesh_v1_inference_proto_rawDesc = "" +
 	"\targuments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\targuments\x12\x16\n" +
 	"\x06output\x18\x03 \x01(\tR\x06output\x12\x19\n" +
 	"\bis_error\x18\x04 \x01(\bR\aisError\x12\x1f\n" +
-	"\vduration_ms\x18\x05 \x01(\x03R\n" +
+	"\vduration_ms\x18\x05 \x01(\x01R\n" +
 	"durationMs\x12\x12\n" +
 	"\x04step\x18\x06 \x01(\x05R\x04step2\xb6\x01\n" +
 	"\x10InferenceService\x12G\n" +

@@ -372,13 +372,14 @@ func (x *ScoredTool) GetScore() float64 {
 type Content struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// type is "text", "image", "audio", "resource_link" or "resource".
-	Type     string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
-	Text     string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
-	MimeType string `protobuf:"bytes,3,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
-	// data holds image or audio bytes.
-	Data          []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
-	Uri           string `protobuf:"bytes,5,opt,name=uri,proto3" json:"uri,omitempty"`
-	Name          string `protobuf:"bytes,6,opt,name=name,proto3" json:"name,omitempty"`
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// text is set for text blocks, embedded text resources and (as its description) resource links.
+	Text     *string `protobuf:"bytes,2,opt,name=text,proto3,oneof" json:"text,omitempty"`
+	MimeType *string `protobuf:"bytes,3,opt,name=mime_type,json=mimeType,proto3,oneof" json:"mime_type,omitempty"`
+	// data holds image or audio bytes (base64 in JSON).
+	Data          []byte  `protobuf:"bytes,4,opt,name=data,proto3,oneof" json:"data,omitempty"`
+	Uri           *string `protobuf:"bytes,5,opt,name=uri,proto3,oneof" json:"uri,omitempty"`
+	Name          *string `protobuf:"bytes,6,opt,name=name,proto3,oneof" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -421,15 +422,15 @@ func (x *Content) GetType() string {
 }
 
 func (x *Content) GetText() string {
-	if x != nil {
-		return x.Text
+	if x != nil && x.Text != nil {
+		return *x.Text
 	}
 	return ""
 }
 
 func (x *Content) GetMimeType() string {
-	if x != nil {
-		return x.MimeType
+	if x != nil && x.MimeType != nil {
+		return *x.MimeType
 	}
 	return ""
 }
@@ -442,15 +443,15 @@ func (x *Content) GetData() []byte {
 }
 
 func (x *Content) GetUri() string {
-	if x != nil {
-		return x.Uri
+	if x != nil && x.Uri != nil {
+		return *x.Uri
 	}
 	return ""
 }
 
 func (x *Content) GetName() string {
-	if x != nil {
-		return x.Name
+	if x != nil && x.Name != nil {
+		return *x.Name
 	}
 	return ""
 }
@@ -600,14 +601,20 @@ const file_toolmesh_v1_tool_proto_rawDesc = "" +
 	"\n" +
 	"ScoredTool\x12%\n" +
 	"\x04tool\x18\x01 \x01(\v2\x11.toolmesh.v1.ToolR\x04tool\x12\x14\n" +
-	"\x05score\x18\x02 \x01(\x01R\x05score\"\x88\x01\n" +
+	"\x05score\x18\x02 \x01(\x01R\x05score\"\xd2\x01\n" +
 	"\aContent\x12\x12\n" +
-	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
-	"\x04text\x18\x02 \x01(\tR\x04text\x12\x1b\n" +
-	"\tmime_type\x18\x03 \x01(\tR\bmimeType\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data\x12\x10\n" +
-	"\x03uri\x18\x05 \x01(\tR\x03uri\x12\x12\n" +
-	"\x04name\x18\x06 \x01(\tR\x04name\"\x8e\x03\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x17\n" +
+	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x88\x01\x01\x12 \n" +
+	"\tmime_type\x18\x03 \x01(\tH\x01R\bmimeType\x88\x01\x01\x12\x17\n" +
+	"\x04data\x18\x04 \x01(\fH\x02R\x04data\x88\x01\x01\x12\x15\n" +
+	"\x03uri\x18\x05 \x01(\tH\x03R\x03uri\x88\x01\x01\x12\x17\n" +
+	"\x04name\x18\x06 \x01(\tH\x04R\x04name\x88\x01\x01B\a\n" +
+	"\x05_textB\f\n" +
+	"\n" +
+	"_mime_typeB\a\n" +
+	"\x05_dataB\x06\n" +
+	"\x04_uriB\a\n" +
+	"\x05_name\"\x8e\x03\n" +
 	"\x06Server\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\ttransport\x18\x02 \x01(\x0e2\x16.toolmesh.v1.TransportR\ttransport\x12\x1a\n" +
@@ -681,6 +688,7 @@ func file_toolmesh_v1_tool_proto_init() {
 		return
 	}
 	file_toolmesh_v1_tool_proto_msgTypes[1].OneofWrappers = []any{}
+	file_toolmesh_v1_tool_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
