@@ -37,13 +37,13 @@ type Config struct {
 // RegisterFlags registers the executor flags on fs and sets the defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CallTimeout, "executor.call-timeout", DefaultCallTimeout,
-		"Default timeout of one MCP tool call; a server's timeout overrides it.")
+		"default timeout of one MCP tool call; a server's timeout overrides it")
 	fs.IntVar(&c.MaxConcurrency, "executor.max-concurrency", DefaultMaxConcurrency,
-		"Default limit of in-flight tool calls per MCP server.")
+		"default limit of in-flight tool calls per MCP server")
 	fs.DurationVar(&c.ListChangedDebounce, "executor.list-changed-debounce", DefaultListChangedDebounce,
-		"How long to coalesce tools/list_changed notifications before re-listing a server's tools.")
+		"how long to coalesce tools/list_changed notifications before listing a server's tools again")
 	fs.DurationVar(&c.ConnectTimeout, "executor.connect-timeout", DefaultConnectTimeout,
-		"Bound of one connection attempt to an MCP server (connect, initialize, first tools/list).")
+		"bound of one connection attempt to an MCP server (connect, initialize, first tools/list)")
 }
 
 var serverNameRE = regexp.MustCompile(`^[a-z0-9_-]+$`)
