@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/services/executor"
+)
+
+type executorScenario struct {
+	scenario *scenario
+	health   *scenario // bare grpc.health.v1 Check on the same gRPC server
+	close    func()
+}
+
+// newExecutorScenario runs the executor in-process with the calculator configured over tr,
+// serves it on a loopback gRPC listener and calls it through the generated client.
+func newExecutorScenario(ctx context.Context, tr, url string, o options) (*executorScenario, error) {
+	var cfg executor.Config
+	cfg.RegisterFlags(flag.NewFlagSet("executor", flag.ContinueOnError))
+	transport := mcpconfig.TransportSSE
+	if tr == "streamable-http" {
+		transport = mcpconfig.TransportStreamableHTTP
+	}
+	cfg.Servers = map[string]mcpconfig.Server{"calculator": {
+		Name:            "calculator",
+		Transport:       transport,
+		URL:             url,
+		ProtocolVersion: o.protocol,
+	}}
+	// The per-server limit must not throttle the concurrent phase.
+	cfg.MaxConcurrency = max(cfg.MaxConcurrency, o.concurrency)
+	svc, err := executor.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return nil, err
+	}
+
+	runCtx, cancelRun := context.WithCancel(ctx)
+	runDone := make(chan struct{})
+	go func() {
+		defer close(runDone)
+		_ = svc.Run(runCtx)
+	}()
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cancelRun()
+		<-runDone
+		return nil, err
+	}
+	var sopts []grpc.ServerOption
+	if o.workers > 0 {
+		sopts = append(sopts, grpc.NumStreamWorkers(uint32(o.workers)))
+	}
+	gs := grpc.NewServer(sopts...)
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	svc.Register(gs)
+	go func() { _ = gs.Serve(lis) }()
+
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		gs.Stop()
+		cancelRun()
+		<-runDone
+		return nil, err
+	}
+	closeAll := func() {
+		conn.Close()
+		gs.Stop()
+		cancelRun()
+		select {
+		case <-runDone:
+		case <-time.After(5 * time.Second):
+		}
+	}
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok, why := svc.Ready()
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			closeAll()
+			return nil, fmt.Errorf("executor not ready after 20s: %s", why)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	ex := toolmeshv1.NewExecutorServiceClient(conn)
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	servers, err := ex.ListServers(lctx, &toolmeshv1.ExecutorServiceListServersRequest{})
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("list servers: %w", err)
+	}
+	var protocol string
+	for _, s := range servers.GetServers() {
+		if s.GetName() == "calculator" {
+			protocol = s.GetProtocolVersion()
+		}
+	}
+
+	args := map[string]any{"a": 2, "b": 3}
+	s := &scenario{
+		transport: tr,
+		name:      "executor-grpc",
+		protocol:  protocol,
+		note:      "generated gRPC client → executor → held mcp-go session",
+		call: func(ctx context.Context) error {
+			st, err := structpb.NewStruct(args)
+			if err != nil {
+				return err
+			}
+			resp, err := ex.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: "calculator.add", Arguments: st})
+			if err != nil {
+				return err
+			}
+			if resp.GetIsError() {
+				return fmt.Errorf("tool error: %v", resp.GetContent())
+			}
+			if c := resp.GetContent(); len(c) == 0 || c[0].GetText() != "5" {
+				return fmt.Errorf("unexpected result %v", c)
+			}
+			return nil
+		},
+	}
+	hc := healthpb.NewHealthClient(conn)
+	h := &scenario{
+		name: "grpc-health",
+		note: "bare grpc.health.v1 Check, same gRPC server and connection",
+		call: func(ctx context.Context) error {
+			_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+			return err
+		},
+	}
+	return &executorScenario{scenario: s, health: h, close: closeAll}, nil
+}
