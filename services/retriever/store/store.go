@@ -1,0 +1,65 @@
+// Package store holds the tool index's storage contract. Implementations: the in-process
+// memory store (package store/memory) and Qdrant (package store/qdrant).
+package store
+
+import (
+	"context"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+)
+
+// SparseVector is a lexical vector: Indices are hashed terms, sorted ascending and unique;
+// Values are the term weights. Scoring is Σ idf(i)·query(i)·doc(i): the store supplies the
+// IDF (Qdrant's Modifier_Idf formula, ln(1 + (N − df + 0.5)/(df + 0.5))), so weights here
+// are term-frequency parts only.
+type SparseVector struct {
+	Indices []uint32
+	Values  []float32
+}
+
+// Doc is one tool in the index.
+type Doc struct {
+	// ID is the tool id, SERVER.TOOL.
+	ID     string
+	Server string
+	// Hash is the tool definition's hash; a tool whose hash did not change is not re-indexed.
+	Hash string
+	Tool *toolmeshv1.Tool
+	// Dense is nil when no dense embedder is configured.
+	Dense []float32
+	// Sparse holds the named lexical vectors (for example "words", "chars").
+	Sparse map[string]SparseVector
+}
+
+// Query asks for the best Limit tools.
+type Query struct {
+	Dense  []float32
+	Sparse map[string]SparseVector
+	// Weights gives each named vector's share in the fused score ("dense" names the dense one);
+	// a missing name weighs 1. Stores that fuse by rank may use them as rank weights or ignore them.
+	Weights map[string]float64
+	Limit   int
+	// Servers limits the search to these servers; empty searches all.
+	Servers []string
+}
+
+// Hit is one result, best first.
+type Hit struct {
+	ID    string
+	Tool  *toolmeshv1.Tool
+	Score float64
+}
+
+// Store keeps docs and searches them. Every method is safe for concurrent use.
+// Upserts and deletes are idempotent; a failed batch leaves the earlier state serving.
+type Store interface {
+	Upsert(ctx context.Context, docs []Doc) error
+	Delete(ctx context.Context, ids []string) error
+	// Search fuses the query's vectors into one ranking and returns at most q.Limit hits.
+	Search(ctx context.Context, q Query) ([]Hit, error)
+	// Hashes returns every stored id with its hash, to reconcile with the catalog after a restart.
+	Hashes(ctx context.Context) (map[string]string, error)
+	// Ready reports whether the store can serve, and why not.
+	Ready(ctx context.Context) error
+	Close() error
+}
