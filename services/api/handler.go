@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"regexp"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/invalid"
 )
 
 // executorClient is the part of the executor the tools API needs.
@@ -42,7 +42,7 @@ type toolHandler struct {
 
 func (h *toolHandler) ListTools(ctx context.Context, req *toolmeshv1.ListToolsRequest) (*toolmeshv1.ListToolsResponse, error) {
 	if req.GetServer() != "" && !serverName.MatchString(req.GetServer()) {
-		return nil, badRequest("server", "must match [a-z0-9_-]+")
+		return nil, invalid.Field("server", "must match [a-z0-9_-]+")
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
 	defer cancel()
@@ -65,13 +65,13 @@ func (h *toolHandler) ListServers(ctx context.Context, _ *toolmeshv1.ListServers
 
 func (h *toolHandler) CallTool(ctx context.Context, req *toolmeshv1.CallToolRequest) (*toolmeshv1.CallToolResponse, error) {
 	if req.GetServer() == "" {
-		return nil, badRequest("server", "is required")
+		return nil, invalid.Field("server", "is required")
 	}
 	if !serverName.MatchString(req.GetServer()) {
-		return nil, badRequest("server", "must match [a-z0-9_-]+")
+		return nil, invalid.Field("server", "must match [a-z0-9_-]+")
 	}
 	if req.GetName() == "" {
-		return nil, badRequest("name", "is required")
+		return nil, invalid.Field("name", "is required")
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.CallTimeout)
 	defer cancel()
@@ -93,11 +93,11 @@ func (h *toolHandler) CallTool(ctx context.Context, req *toolmeshv1.CallToolRequ
 func (h *toolHandler) SearchTools(ctx context.Context, req *toolmeshv1.SearchToolsRequest) (*toolmeshv1.SearchToolsResponse, error) {
 	switch {
 	case req.GetQ() == "":
-		return nil, badRequest("q", "is required")
+		return nil, invalid.Field("q", "is required")
 	case len(req.GetQ()) > maxQueryLen:
-		return nil, badRequest("q", fmt.Sprintf("is %d bytes, more than the %d allowed", len(req.GetQ()), maxQueryLen))
+		return nil, invalid.Field("q", fmt.Sprintf("is %d bytes, more than the %d allowed", len(req.GetQ()), maxQueryLen))
 	case req.GetK() < 0 || req.GetK() > maxK:
-		return nil, badRequest("k", fmt.Sprintf("must be between 1 and %d", maxK))
+		return nil, invalid.Field("k", fmt.Sprintf("must be between 1 and %d", maxK))
 	}
 	if h.retriever == nil {
 		return nil, status.Error(codes.Unavailable, "tool search needs a retriever: none is configured (set --api.retriever-addr)")
@@ -113,15 +113,6 @@ func (h *toolHandler) SearchTools(ctx context.Context, req *toolmeshv1.SearchToo
 		return nil, dependencyError("retriever", h.cfg.RetrieverAddr, err)
 	}
 	return &toolmeshv1.SearchToolsResponse{Results: resp.GetResults()}, nil
-}
-
-// badRequest is INVALID_ARGUMENT naming the field, with a BadRequest detail for clients that read it.
-func badRequest(field, why string) error {
-	st := status.New(codes.InvalidArgument, field+": "+why)
-	if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: why}}}); err == nil {
-		return d.Err()
-	}
-	return st.Err()
 }
 
 // dependencyError passes a dependency's own status through and explains transport failures,

@@ -1,0 +1,18 @@
+// Package invalid builds the INVALID_ARGUMENT status every service returns for bad input:
+// a message that names the field, and a google.rpc.BadRequest detail for clients that read it.
+package invalid
+
+import (
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Field is INVALID_ARGUMENT with the message "FIELD: WHY".
+func Field(field, why string) error {
+	st := status.New(codes.InvalidArgument, field+": "+why)
+	if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: why}}}); err == nil {
+		return d.Err()
+	}
+	return st.Err()
+}

@@ -1,0 +1,98 @@
+package retriever
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"time"
+)
+
+// Config is the retriever target's configuration.
+type Config struct {
+	GRPCAddr     string
+	ExecutorAddr string
+	// Store is "memory" (in-process, the default) or "qdrant".
+	Store string
+	// DataDir, when set, keeps the memory store on disk so a restart does not re-embed.
+	DataDir string
+	// Embedder is "lexical" (no model needed) or "http" (an OpenAI-compatible /v1/embeddings
+	// server, fused with lexical search).
+	Embedder string
+
+	EmbedURL       string
+	EmbedModel     string
+	EmbedBatchSize int
+	EmbedTimeout   time.Duration
+
+	QdrantAddr       string
+	QdrantCollection string
+	QdrantTLS        bool
+	QdrantTimeout    time.Duration
+
+	// ResyncBackoffMax caps the wait between attempts to resubscribe to the executor.
+	ResyncBackoffMax time.Duration
+}
+
+// Secrets come from the environment only, never from flags (flags show in ps and logs).
+const (
+	envEmbedAPIKey  = "TOOLMESH_EMBED_API_KEY"
+	envQdrantAPIKey = "TOOLMESH_QDRANT_API_KEY"
+)
+
+// RegisterFlags sets the defaults and binds them to flags prefixed "retriever.".
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.GRPCAddr, "retriever.grpc-addr", "127.0.0.1:7702", "retriever gRPC listen address (host:port)")
+	fs.StringVar(&c.ExecutorAddr, "retriever.executor-addr", "127.0.0.1:7704", "executor gRPC address whose tools the retriever indexes")
+	fs.StringVar(&c.Store, "retriever.store", "memory", "tool index store: memory (in-process) or qdrant")
+	fs.StringVar(&c.DataDir, "retriever.data-dir", "", "folder where the memory store keeps its index across restarts; empty: in memory only")
+	fs.StringVar(&c.Embedder, "retriever.embedder", "lexical", "lexical (built in, no model) or http (an OpenAI-compatible /v1/embeddings server, fused with lexical)")
+	fs.StringVar(&c.EmbedURL, "retriever.embed.url", "", "base URL of the embeddings server, e.g. http://127.0.0.1:8081 (API key from env "+envEmbedAPIKey+")")
+	fs.StringVar(&c.EmbedModel, "retriever.embed.model", "all-MiniLM-L6-v2", "embedding model name sent to the server and used in index names")
+	fs.IntVar(&c.EmbedBatchSize, "retriever.embed.batch-size", 32, "texts per embeddings request")
+	fs.DurationVar(&c.EmbedTimeout, "retriever.embed.timeout", 30*time.Second, "timeout of one embeddings request")
+	fs.StringVar(&c.QdrantAddr, "retriever.qdrant.addr", "127.0.0.1:6334", "Qdrant gRPC address (API key from env "+envQdrantAPIKey+")")
+	fs.StringVar(&c.QdrantCollection, "retriever.qdrant.collection", "toolmesh_tools", "Qdrant collection name prefix; the embedder's model and dimension are appended")
+	fs.BoolVar(&c.QdrantTLS, "retriever.qdrant.tls", false, "use TLS to Qdrant")
+	fs.DurationVar(&c.QdrantTimeout, "retriever.qdrant.timeout", 5*time.Second, "timeout of one Qdrant call")
+	fs.DurationVar(&c.ResyncBackoffMax, "retriever.resync-backoff-max", 10*time.Second, "longest wait between attempts to resubscribe to the executor's tool changes")
+}
+
+// Validate reports the first bad value, naming its flag.
+func (c *Config) Validate() error {
+	for _, a := range []struct{ flag, v string }{
+		{"retriever.grpc-addr", c.GRPCAddr}, {"retriever.executor-addr", c.ExecutorAddr},
+	} {
+		if _, _, err := net.SplitHostPort(a.v); err != nil {
+			return fmt.Errorf("%s: %q is not host:port: %w", a.flag, a.v, err)
+		}
+	}
+	switch c.Store {
+	case "memory":
+	case "qdrant":
+		if _, _, err := net.SplitHostPort(c.QdrantAddr); err != nil {
+			return fmt.Errorf("retriever.qdrant.addr: %q is not host:port: %w", c.QdrantAddr, err)
+		}
+		if c.QdrantTimeout <= 0 {
+			return errors.New("retriever.qdrant.timeout: must be positive")
+		}
+	default:
+		return fmt.Errorf("retriever.store: %q is not memory or qdrant", c.Store)
+	}
+	switch c.Embedder {
+	case "lexical":
+	case "http":
+		if c.EmbedURL == "" {
+			return errors.New("retriever.embed.url: required when retriever.embedder is http")
+		}
+		if c.EmbedModel == "" {
+			return errors.New("retriever.embed.model: required when retriever.embedder is http")
+		}
+	default:
+		return fmt.Errorf("retriever.embedder: %q is not lexical or http", c.Embedder)
+	}
+	if c.ResyncBackoffMax <= 0 {
+		return errors.New("retriever.resync-backoff-max: must be positive")
+	}
+	return nil
+}

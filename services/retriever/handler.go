@@ -1,0 +1,88 @@
+package retriever
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/invalid"
+)
+
+const (
+	defaultK    = 4
+	maxK        = 50
+	maxQueryLen = 4096
+)
+
+var serverName = regexp.MustCompile(`^[a-z0-9_-]+$`)
+
+// SearchTools returns the top-k tools for a query.
+func (s *Service) SearchTools(ctx context.Context, req *toolmeshv1.RetrieverServiceSearchToolsRequest) (*toolmeshv1.RetrieverServiceSearchToolsResponse, error) {
+	q := req.GetQuery()
+	switch {
+	case q == "":
+		return nil, invalid.Field("query", "is required")
+	case len(q) > maxQueryLen:
+		return nil, invalid.Field("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), maxQueryLen))
+	case !utf8.ValidString(q):
+		return nil, invalid.Field("query", "is not valid UTF-8")
+	case req.GetK() < 0 || req.GetK() > maxK:
+		return nil, invalid.Field("k", fmt.Sprintf("is %d; it must be between 1 and %d", req.GetK(), maxK))
+	}
+	for i, srv := range req.GetServers() {
+		if !serverName.MatchString(srv) {
+			return nil, invalid.Field(fmt.Sprintf("servers[%d]", i), fmt.Sprintf("%q must match [a-z0-9_-]+", srv))
+		}
+	}
+	k := int(req.GetK())
+	if k == 0 {
+		k = defaultK
+	}
+	s.mu.Lock()
+	empty := !s.synced && len(s.known) == 0
+	s.mu.Unlock()
+	if empty {
+		return nil, status.Error(codes.Unavailable, errNotSynced.Error())
+	}
+	results, err := s.idx.Search(ctx, q, k, req.GetServers())
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("search: %w", err))
+	}
+	return &toolmeshv1.RetrieverServiceSearchToolsResponse{Results: results}, nil
+}
+
+// GetIndexStatus reports what the index holds and whether it is in step with the executor.
+func (s *Service) GetIndexStatus(ctx context.Context, _ *toolmeshv1.GetIndexStatusRequest) (*toolmeshv1.GetIndexStatusResponse, error) {
+	ready, why := s.Ready(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lastErr := s.lastErr
+	if lastErr == "" && !ready {
+		lastErr = why
+	}
+	return &toolmeshv1.GetIndexStatusResponse{
+		Ready:     ready,
+		ToolCount: int32(len(s.known)),
+		Embedder:  s.idx.Name(),
+		Store:     s.cfg.Store,
+		Revision:  s.revision.Load(),
+		LastError: lastErr,
+	}, nil
+}
+
+// toStatus maps index errors to gRPC codes at the edge.
+func toStatus(err error) error {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}

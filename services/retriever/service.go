@@ -1,0 +1,238 @@
+// Package retriever keeps an index of every tool the executor knows and returns the top-k
+// tools for a question. It follows the executor's WatchTools stream, so the index is always
+// the tools that can actually be called.
+package retriever
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+)
+
+// toolIndex is what the service needs of the index: encode-and-store, delete, search.
+type toolIndex interface {
+	Upsert(ctx context.Context, tools []*toolmeshv1.Tool) error
+	Delete(ctx context.Context, ids []string) error
+	Search(ctx context.Context, query string, k int, servers []string) ([]*toolmeshv1.ScoredTool, error)
+	// Hashes returns every indexed id with its definition hash.
+	Hashes(ctx context.Context) (map[string]string, error)
+	// Name says which embedder and model the index uses.
+	Name() string
+}
+
+// upsertBatch bounds one index write, so a large catalog shows progress and a failure
+// loses little work.
+const upsertBatch = 256
+
+// Service is the retriever.
+type Service struct {
+	toolmeshv1.UnimplementedRetrieverServiceServer
+
+	cfg    Config
+	log    *slog.Logger
+	idx    toolIndex
+	ready  func(context.Context) error // the store's own readiness
+	closer func() error
+
+	mu      sync.Mutex
+	known   map[string]string // indexed id → hash, as last written
+	synced  bool              // a snapshot has been applied since start
+	lastErr string
+
+	revision atomic.Uint64
+}
+
+func newService(cfg Config, idx toolIndex, ready func(context.Context) error, closer func() error, logger *slog.Logger) *Service {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if ready == nil {
+		ready = func(context.Context) error { return nil }
+	}
+	if closer == nil {
+		closer = func() error { return nil }
+	}
+	return &Service{cfg: cfg, log: logger, idx: idx, ready: ready, closer: closer}
+}
+
+// Register adds the RetrieverService.
+func (s *Service) Register(g grpc.ServiceRegistrar) {
+	toolmeshv1.RegisterRetrieverServiceServer(g, s)
+}
+
+// Run follows the executor's tool changes until ctx ends: it subscribes, reconciles the index
+// with the snapshot, applies each change, and on any failure resubscribes with backoff (the
+// next snapshot repairs whatever a failed write left out). Then it closes the store.
+func (s *Service) Run(ctx context.Context) error {
+	defer func() {
+		if err := s.closer(); err != nil {
+			s.log.Warn("close tool index store", "err", err)
+		}
+	}()
+	conn, err := grpc.NewClient(s.cfg.ExecutorAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("executor client: %w", err)
+	}
+	defer conn.Close()
+	client := toolmeshv1.NewExecutorServiceClient(conn)
+
+	backoff := 100 * time.Millisecond
+	for {
+		start := time.Now()
+		err := s.follow(ctx, client)
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.setErr(err)
+		s.log.Warn("tool sync with the executor stopped; resubscribing", "executor", s.cfg.ExecutorAddr, "err", err, "retry_in", backoff)
+		if time.Since(start) > time.Minute {
+			backoff = 100 * time.Millisecond
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, s.cfg.ResyncBackoffMax)
+	}
+}
+
+// follow runs one WatchTools subscription until it fails.
+func (s *Service) follow(ctx context.Context, client toolmeshv1.ExecutorServiceClient) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := client.WatchTools(sctx, &toolmeshv1.WatchToolsRequest{})
+	if err != nil {
+		return fmt.Errorf("watch tools of executor at %s: %w", s.cfg.ExecutorAddr, err)
+	}
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			return fmt.Errorf("watch tools of executor at %s: %w", s.cfg.ExecutorAddr, err)
+		}
+		switch ev.GetType() {
+		case toolmeshv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT:
+			err = s.reconcile(ctx, ev.GetUpserted())
+		case toolmeshv1.WatchEventType_WATCH_EVENT_TYPE_CHANGED:
+			err = s.apply(ctx, ev.GetUpserted(), ev.GetRemovedIds())
+		default:
+			err = fmt.Errorf("executor sent a watch event of unknown type %v", ev.GetType())
+		}
+		if err != nil {
+			return err
+		}
+		s.revision.Store(ev.GetRevision())
+		s.mu.Lock()
+		s.synced, s.lastErr = true, ""
+		s.mu.Unlock()
+	}
+}
+
+// reconcile makes the index equal to the snapshot, writing only what differs.
+func (s *Service) reconcile(ctx context.Context, tools []*toolmeshv1.Tool) error {
+	indexed, err := s.idx.Hashes(ctx)
+	if err != nil {
+		return fmt.Errorf("read index: %w", err)
+	}
+	s.mu.Lock()
+	s.known = indexed
+	s.mu.Unlock()
+	inSnapshot := make(map[string]bool, len(tools))
+	for _, t := range tools {
+		inSnapshot[t.GetId()] = true
+	}
+	var gone []string
+	for id := range indexed {
+		if !inSnapshot[id] {
+			gone = append(gone, id)
+		}
+	}
+	return s.apply(ctx, tools, gone)
+}
+
+// apply indexes the tools whose hash changed and deletes the removed ids.
+func (s *Service) apply(ctx context.Context, upserted []*toolmeshv1.Tool, removed []string) error {
+	s.mu.Lock()
+	var changed []*toolmeshv1.Tool
+	for _, t := range upserted {
+		if h, ok := s.known[t.GetId()]; !ok || h != t.GetHash() || t.GetHash() == "" {
+			changed = append(changed, t)
+		}
+	}
+	var deleted []string
+	for _, id := range removed {
+		if _, ok := s.known[id]; ok {
+			deleted = append(deleted, id)
+		}
+	}
+	s.mu.Unlock()
+
+	if len(deleted) > 0 {
+		if err := s.idx.Delete(ctx, deleted); err != nil {
+			return fmt.Errorf("delete %d tools from the index: %w", len(deleted), err)
+		}
+		s.mu.Lock()
+		for _, id := range deleted {
+			delete(s.known, id)
+		}
+		s.mu.Unlock()
+	}
+	start := time.Now()
+	for i := 0; i < len(changed); i += upsertBatch {
+		batch := changed[i:min(i+upsertBatch, len(changed))]
+		if err := s.idx.Upsert(ctx, batch); err != nil {
+			return fmt.Errorf("index %d tools: %w", len(batch), err)
+		}
+		s.mu.Lock()
+		if s.known == nil {
+			s.known = map[string]string{}
+		}
+		for _, t := range batch {
+			s.known[t.GetId()] = t.GetHash()
+		}
+		s.mu.Unlock()
+		if len(changed) > upsertBatch {
+			s.log.Info("indexing tools", "done", i+len(batch), "of", len(changed))
+		}
+	}
+	if len(changed)+len(deleted) > 0 {
+		s.log.Info("tool index updated", "indexed", len(changed), "deleted", len(deleted), "took", time.Since(start))
+	}
+	return nil
+}
+
+func (s *Service) setErr(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastErr = err.Error()
+}
+
+// Ready is true once the index has been synced with the executor and the store answers.
+func (s *Service) Ready(ctx context.Context) (bool, string) {
+	s.mu.Lock()
+	synced, lastErr := s.synced, s.lastErr
+	s.mu.Unlock()
+	if err := s.ready(ctx); err != nil {
+		return false, "store: " + err.Error()
+	}
+	if !synced {
+		if lastErr == "" {
+			lastErr = "waiting for the executor's tool list"
+		}
+		return false, "not synced yet: " + lastErr
+	}
+	return true, ""
+}
+
+var errNotSynced = errors.New("the tool index has not been synced with the executor yet")
