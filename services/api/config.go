@@ -26,7 +26,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HTTPAddr, "api.http-addr", "127.0.0.1:7700", "REST listen address (host:port)")
 	fs.StringVar(&c.GRPCAddr, "api.grpc-addr", "127.0.0.1:7701", "api gRPC listen address (host:port)")
 	fs.StringVar(&c.ExecutorAddr, "api.executor-addr", "127.0.0.1:7704", "executor gRPC address the api calls")
-	fs.StringVar(&c.RetrieverAddr, "api.retriever-addr", "", "retriever gRPC address the api calls; empty: tool search is unavailable")
+	fs.StringVar(&c.RetrieverAddr, "api.retriever-addr", "127.0.0.1:7702", "retriever gRPC address the api calls for tool search; empty turns search off")
 	fs.DurationVar(&c.CallTimeout, "api.call-timeout", 2*time.Minute, "upper bound on one tool call made through the api")
 	fs.DurationVar(&c.RPCTimeout, "api.rpc-timeout", 10*time.Second, "timeout of every other call from the api to a dependency")
 	fs.Int64Var(&c.MaxBodyBytes, "api.max-body-bytes", 1<<20, "largest REST request body accepted, in bytes")

@@ -52,18 +52,20 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 	return checkBody(s.cfg.MaxBodyBytes, mux), func() { _ = conn.Close() }, nil
 }
 
-// readyz is 200 when the executor answers and every MCP server is connected; otherwise 503
-// with the servers that are not, and why.
+// readyz is 200 when the executor answers, every MCP server is connected and (when one is
+// configured) the retriever's index is in step; otherwise 503 saying what is not ready and why.
 func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 	type notReady struct {
 		Name  string `json:"name"`
 		State string `json:"state"`
 		Error string `json:"error,omitempty"`
 	}
+	body := map[string]any{}
+	ready := true
 	resp, err := s.tools.ListServers(r.Context(), &toolmeshv1.ListServersRequest{})
 	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "error": err.Error()})
-		return
+		ready = false
+		body["executor"] = err.Error()
 	}
 	var bad []notReady
 	for _, srv := range resp.GetServers() {
@@ -72,11 +74,33 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(bad) > 0 {
+		ready = false
 		sort.Slice(bad, func(i, j int) bool { return bad[i].Name < bad[j].Name })
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "servers_not_connected": bad})
+		body["servers_not_connected"] = bad
+	}
+	body["servers"] = len(resp.GetServers())
+	if s.tools.retriever != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RPCTimeout)
+		st, err := s.tools.retriever.GetIndexStatus(ctx, &toolmeshv1.GetIndexStatusRequest{})
+		cancel()
+		switch {
+		case err != nil:
+			ready = false
+			body["retriever"] = dependencyError("retriever", s.cfg.RetrieverAddr, err).Error()
+		case !st.GetReady():
+			ready = false
+			body["retriever"] = "index not ready: " + st.GetLastError()
+		default:
+			body["indexed_tools"] = st.GetToolCount()
+		}
+	}
+	if !ready {
+		body["status"] = "not ready"
+		writeJSON(w, http.StatusServiceUnavailable, body)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "servers": len(resp.GetServers())})
+	body["status"] = "ready"
+	writeJSON(w, http.StatusOK, body)
 }
 
 // routingError names the path that matched no route; other routing errors keep the gateway's mapping.

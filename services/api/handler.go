@@ -23,6 +23,7 @@ type executorClient interface {
 // retrieverClient is the part of the retriever the tools API needs.
 type retrieverClient interface {
 	SearchTools(ctx context.Context, in *toolmeshv1.RetrieverServiceSearchToolsRequest, opts ...grpc.CallOption) (*toolmeshv1.RetrieverServiceSearchToolsResponse, error)
+	GetIndexStatus(ctx context.Context, in *toolmeshv1.GetIndexStatusRequest, opts ...grpc.CallOption) (*toolmeshv1.GetIndexStatusResponse, error)
 }
 
 var serverName = regexp.MustCompile(`^[a-z0-9_-]+$`)
