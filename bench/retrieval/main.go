@@ -1,0 +1,396 @@
+// Command retrieval measures tool-retrieval quality on the BFCL retrieval benchmark (recall@k and
+// MRR@10, per category and overall, for several methods) and, with -speed, the memory store's
+// search latency, index build time and memory per tool on synthetic pools.
+//
+//	go run ./bench/retrieval [-pool POOL.jsonl] [-queries QUERIES.jsonl] [-k 10] [-methods a,b]
+//	go run ./bench/retrieval -speed [-sizes 1000,10000,100000]
+//
+// Metrics (strict ids): for each query, recall@k = |relevant ∩ top k| / |relevant| and
+// MRR@10 = 1/rank of the first relevant tool within the top 10 (0 if none); both are averaged
+// over queries. Tools are ranked by the index's Search with k = max(-k, 10).
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/services/retriever/index"
+	"github.com/toolmesh/toolmesh/services/retriever/lexical"
+	"github.com/toolmesh/toolmesh/services/retriever/store/memory"
+)
+
+const server = "bfcl"
+
+func main() {
+	dataDir := filepath.Join("..", "shared", "data", "bfcl-retrieval")
+	poolPath := flag.String("pool", filepath.Join(dataDir, "pool.jsonl"), "tool pool (JSONL: id, name, description, parameters)")
+	queriesPath := flag.String("queries", filepath.Join(dataDir, "queries-dev.jsonl"), "queries (JSONL: qid, category, query, relevant)")
+	heldout := flag.String("heldout", "", "held-out queries; default: a queries-heldout/test/live*.jsonl beside -queries, if any")
+	k := flag.Int("k", 10, "largest cut-off reported")
+	methodsFlag := flag.String("methods", strings.Join(defaultMethods, ","), "methods to run (see -list)")
+	list := flag.Bool("list", false, "list the methods and exit")
+	speed := flag.Bool("speed", false, "run the speed benchmark instead of the quality one")
+	sizes := flag.String("sizes", "1000,10000,100000", "pool sizes for -speed")
+	searches := flag.Int("searches", 2000, "searches per size for -speed")
+	misses := flag.String("misses", "", "print the queries this method misses at rank 5")
+	flag.Parse()
+
+	if *list {
+		for _, m := range methods {
+			fmt.Printf("%-22s %s\n", m.name, m.doc)
+		}
+		return
+	}
+	pool, err := loadPool(*poolPath)
+	if err != nil {
+		fatal(err)
+	}
+	if *speed {
+		if err := runSpeed(os.Stdout, pool, *queriesPath, *sizes, *searches); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	sets := []string{*queriesPath}
+	if *heldout == "" {
+		*heldout = findHeldout(filepath.Dir(*queriesPath))
+	}
+	if *heldout != "" {
+		sets = append(sets, *heldout)
+	} else {
+		fmt.Printf("no held-out split found beside %s (looked for queries-{heldout,test,live}*.jsonl)\n", *queriesPath)
+	}
+	var chosen []method
+	for _, name := range strings.Split(*methodsFlag, ",") {
+		m, ok := lookup(strings.TrimSpace(name))
+		if !ok {
+			fatal(fmt.Errorf("unknown method %q (see -list)", name))
+		}
+		chosen = append(chosen, m)
+	}
+	ctx := context.Background()
+	var last string
+	for si, qp := range sets {
+		qs, err := loadQueries(qp)
+		if err != nil {
+			fatal(err)
+		}
+		fmt.Printf("\n## %s: %d queries, %d tools, strict ids\n", filepath.Base(qp), len(qs), len(pool))
+		for _, m := range chosen {
+			ix, err := build(ctx, pool, m)
+			if err != nil {
+				fatal(err)
+			}
+			res, err := evaluate(ctx, ix, qs, max(*k, 10))
+			if err != nil {
+				fatal(err)
+			}
+			printResult(os.Stdout, m, res, *k)
+			if m.name == *misses {
+				printMisses(os.Stdout, res)
+			}
+			if m.name == "default" && si == 0 {
+				last = fmt.Sprintf("overall recall@5=%.3f mrr@10=%.3f", res.overall.recall[5], res.overall.mrr)
+			}
+		}
+	}
+	if last != "" {
+		fmt.Println()
+		fmt.Println(last)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "retrieval:", err)
+	os.Exit(1)
+}
+
+func findHeldout(dir string) string {
+	for _, pat := range []string{"queries-heldout*.jsonl", "queries-test*.jsonl", "queries-live*.jsonl"} {
+		if m, _ := filepath.Glob(filepath.Join(dir, pat)); len(m) > 0 {
+			return m[0]
+		}
+	}
+	return ""
+}
+
+// method is one way of building the index.
+type method struct {
+	name string
+	doc  string
+	cfg  func(p *poolStats) lexical.Config
+	opt  index.Options
+}
+
+type poolStats struct{ avgDocLen float64 }
+
+var defaultMethods = []string{"bm25", "bm25f-stem", "bm25f-stem-chars", "default"}
+
+func noSplit() index.Options { return index.Options{} }
+
+func with(f func(*lexical.Config)) func(*poolStats) lexical.Config {
+	return func(*poolStats) lexical.Config {
+		c := lexical.DefaultConfig()
+		f(&c)
+		return c
+	}
+}
+
+var methods = []method{
+	{name: "bm25", doc: "baseline: plain BM25 (k1 1.2, b 0.75) over name words + description + parameter names + descriptions; no stemming, no stop words",
+		cfg: func(p *poolStats) lexical.Config { return lexical.BaselineConfig(p.avgDocLen) }, opt: noSplit()},
+	{name: "bm25-stem-stop", doc: "bm25 + Porter2 stemming + query stop words and numbers removed",
+		cfg: func(p *poolStats) lexical.Config {
+			c := lexical.BaselineConfig(p.avgDocLen)
+			c.Stem, c.QueryStopWords, c.QueryNumbers = true, true, false
+			return c
+		}, opt: noSplit()},
+	{name: "bm25f-stem", doc: "bm25-stem-stop with BM25F field weights and per-field length normalization (default fields)",
+		cfg: with(func(c *lexical.Config) { c.CharN = 0 }), opt: noSplit()},
+	{name: "bm25f-stem-chars", doc: "bm25f-stem + character 4-gram TF-IDF cosine, score-sum fused (weight 0.35)",
+		cfg: with(func(*lexical.Config) {}), opt: noSplit()},
+	{name: "default", doc: "the embedded default: bm25f-stem-chars + request split into sentences, parts merged",
+		cfg: with(func(*lexical.Config) {}), opt: index.DefaultOptions()},
+}
+
+func lookup(name string) (method, bool) {
+	for _, m := range methods {
+		if m.name == name {
+			return m, true
+		}
+	}
+	return method{}, false
+}
+
+func build(ctx context.Context, pool []*toolmeshv1.Tool, m method) (*index.Index, error) {
+	ps := stats(pool)
+	ix := index.NewWithOptions(memory.New(), lexical.New(m.cfg(ps)), nil, m.opt)
+	return ix, ix.Upsert(ctx, pool)
+}
+
+// stats computes the pool's mean document length in baseline terms (for the plain BM25 baseline).
+func stats(pool []*toolmeshv1.Tool) *poolStats {
+	total := 0
+	for _, t := range pool {
+		total += len(lexical.Words(t.GetName()))
+		total += len(lexical.Words(t.GetDescription()))
+		if props := t.GetInputSchema().GetFields()["properties"].GetStructValue(); props != nil {
+			for n, v := range props.GetFields() {
+				total += len(lexical.Words(n))
+				total += len(lexical.Words(v.GetStructValue().GetFields()["description"].GetStringValue()))
+			}
+		}
+	}
+	return &poolStats{avgDocLen: float64(total) / float64(max(len(pool), 1))}
+}
+
+// ---- data ----
+
+type poolLine struct {
+	ID          string         `json:"id"`
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	Parameters  map[string]any `json:"parameters"`
+}
+
+type query struct {
+	QID      string   `json:"qid"`
+	Category string   `json:"category"`
+	Query    string   `json:"query"`
+	Relevant []string `json:"relevant"`
+}
+
+func loadPool(path string) ([]*toolmeshv1.Tool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []*toolmeshv1.Tool
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var p poolLine
+		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		schema, err := structpb.NewStruct(jsonSchema(p.Parameters).(map[string]any))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", path, p.ID, err)
+		}
+		out = append(out, &toolmeshv1.Tool{
+			Id: server + "." + p.ID, Server: server, Name: p.Name, Description: p.Description, InputSchema: schema,
+		})
+	}
+	return out, sc.Err()
+}
+
+// jsonSchema maps BFCL's schema types to JSON Schema: dict → object, float → number,
+// tuple → array, any → no type.
+func jsonSchema(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			if k == "type" {
+				if s, ok := e.(string); ok {
+					switch s {
+					case "dict":
+						e = "object"
+					case "float":
+						e = "number"
+					case "tuple":
+						e = "array"
+					case "any":
+						continue
+					}
+				}
+			}
+			out[k] = jsonSchema(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = jsonSchema(e)
+		}
+		return out
+	case nil:
+		return map[string]any{}
+	}
+	return v
+}
+
+func loadQueries(path string) ([]query, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []query
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var q query
+		if err := json.Unmarshal([]byte(line), &q); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, q)
+	}
+	return out, nil
+}
+
+// ---- evaluation ----
+
+var cutoffs = []int{1, 3, 5, 10}
+
+type agg struct {
+	n      int
+	recall map[int]float64
+	mrr    float64
+}
+
+func (a *agg) add(rel []string, ranked []string) {
+	if a.recall == nil {
+		a.recall = map[int]float64{}
+	}
+	a.n++
+	for _, c := range cutoffs {
+		hit := 0
+		for _, r := range rel {
+			if slices.Contains(ranked[:min(c, len(ranked))], r) {
+				hit++
+			}
+		}
+		a.recall[c] += float64(hit) / float64(len(rel))
+	}
+	for i, id := range ranked[:min(10, len(ranked))] {
+		if slices.Contains(rel, id) {
+			a.mrr += 1 / float64(i+1)
+			break
+		}
+	}
+}
+
+func (a *agg) done() {
+	for c := range a.recall {
+		a.recall[c] /= float64(a.n)
+	}
+	a.mrr /= float64(a.n)
+}
+
+type miss struct {
+	q      query
+	ranked []string
+}
+
+type result struct {
+	cats    []string
+	per     map[string]*agg
+	overall agg
+	misses  []miss
+	took    time.Duration
+}
+
+func evaluate(ctx context.Context, ix *index.Index, qs []query, k int) (*result, error) {
+	res := &result{per: map[string]*agg{}}
+	start := time.Now()
+	for _, q := range qs {
+		hits, err := ix.Search(ctx, q.Query, k, nil)
+		if err != nil && err != index.ErrEmptyQuery {
+			return nil, fmt.Errorf("%s: %w", q.QID, err)
+		}
+		ranked := make([]string, len(hits))
+		for i, h := range hits {
+			ranked[i] = strings.TrimPrefix(h.GetTool().GetId(), server+".")
+		}
+		if res.per[q.Category] == nil {
+			res.per[q.Category] = &agg{}
+			res.cats = append(res.cats, q.Category)
+		}
+		res.per[q.Category].add(q.Relevant, ranked)
+		res.overall.add(q.Relevant, ranked)
+		top5 := ranked[:min(5, len(ranked))]
+		for _, r := range q.Relevant {
+			if !slices.Contains(top5, r) {
+				res.misses = append(res.misses, miss{q: q, ranked: top5})
+				break
+			}
+		}
+	}
+	res.took = time.Since(start)
+	for _, a := range res.per {
+		a.done()
+	}
+	res.overall.done()
+	return res, nil
+}
+
+func printResult(w io.Writer, m method, r *result, k int) {
+	fmt.Fprintf(w, "\n### %s — %s\n\n", m.name, m.doc)
+	fmt.Fprintf(w, "| category | n | R@1 | R@3 | R@5 | R@10 | MRR@10 |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	row := func(name string, a *agg) {
+		fmt.Fprintf(w, "| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f |\n", name, a.n, a.recall[1], a.recall[3], a.recall[5], a.recall[10], a.mrr)
+	}
+	for _, c := range r.cats {
+		row(c, r.per[c])
+	}
+	row("**overall**", &r.overall)
+	fmt.Fprintf(w, "\n(%d queries in %s, %.0f µs/query)\n", r.overall.n, r.took.Round(time.Millisecond), float64(r.took.Microseconds())/float64(r.overall.n))
+}
+
+func printMisses(w io.Writer, r *result) {
+	fmt.Fprintf(w, "\nmisses at rank 5 (%d):\n", len(r.misses))
+	for _, m := range r.misses {
+		fmt.Fprintf(w, "- %s %q\n    want %v\n    got  %v\n", m.q.QID, m.q.Query, m.q.Relevant, m.ranked)
+	}
+}

@@ -1,0 +1,257 @@
+// Package index is the tool index the retriever service uses: it encodes tools with the lexical
+// encoder (and a dense embedder when one is configured), keeps them in a store.Store, and
+// answers searches, splitting a multi-part request into its parts so that every part gets its
+// tools into the result list.
+package index
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/services/retriever/embed"
+	"github.com/toolmesh/toolmesh/services/retriever/lexical"
+	"github.com/toolmesh/toolmesh/services/retriever/store"
+)
+
+// EmbedBatch is how many tool texts go to the dense embedder in one call.
+const EmbedBatch = 32
+
+// Split says how a request is cut into parts.
+type Split int
+
+const (
+	// SplitNone searches the whole request only.
+	SplitNone Split = iota
+	// SplitSentences cuts at sentence boundaries (Unicode UAX #29) and semicolons.
+	SplitSentences
+)
+
+// Options tunes search. The zero value searches the whole request only.
+type Options struct {
+	Split Split
+	// PartWeight is the share of the best part score in a tool's merged score: a tool scores
+	// full + PartWeight·max over parts, each list's scores divided by its best.
+	PartWeight float64
+	// Depth is how many hits each list contributes to the merge (at least k).
+	Depth int
+}
+
+// DefaultOptions are the options of the default search.
+func DefaultOptions() Options {
+	return Options{Split: SplitSentences, PartWeight: 1, Depth: 50}
+}
+
+// Index encodes, stores and searches tools.
+type Index struct {
+	st    store.Store
+	lex   *lexical.Encoder
+	dense embed.Dense
+	opt   Options
+}
+
+// New returns an index over st with the default search options. dense may be nil.
+func New(st store.Store, lex *lexical.Encoder, dense embed.Dense) *Index {
+	return NewWithOptions(st, lex, dense, DefaultOptions())
+}
+
+// NewWithOptions is New with explicit search options (benchmarks compare them).
+func NewWithOptions(st store.Store, lex *lexical.Encoder, dense embed.Dense, opt Options) *Index {
+	if opt.Depth <= 0 {
+		opt.Depth = 50
+	}
+	return &Index{st: st, lex: lex, dense: dense, opt: opt}
+}
+
+// Name identifies the encoding: the lexical encoder's ID, plus the dense model and dimension.
+func (ix *Index) Name() string {
+	if ix.dense == nil {
+		return ix.lex.ID()
+	}
+	return fmt.Sprintf("%s+%s/%d", ix.lex.ID(), ix.dense.Model(), ix.dense.Dim())
+}
+
+// Hash returns the definition hash of a tool: its Hash field, or when that is empty a SHA-256 of
+// its name, title, description and input schema.
+func Hash(t *toolmeshv1.Tool) string {
+	if t.GetHash() != "" {
+		return t.GetHash()
+	}
+	h := sha256.New()
+	schema, _ := protojson.MarshalOptions{}.Marshal(t.GetInputSchema())
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s", t.GetName(), t.GetTitle(), t.GetDescription(), schema)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Upsert encodes and stores tools (replacing earlier versions by id).
+func (ix *Index) Upsert(ctx context.Context, tools []*toolmeshv1.Tool) error {
+	docs := make([]store.Doc, len(tools))
+	for i, t := range tools {
+		if t.GetId() == "" {
+			return fmt.Errorf("index: tool %d (%q): empty id", i, t.GetName())
+		}
+		docs[i] = store.Doc{ID: t.GetId(), Server: t.GetServer(), Hash: Hash(t), Tool: t, Sparse: ix.lex.Document(t)}
+	}
+	if ix.dense != nil {
+		for lo := 0; lo < len(tools); lo += EmbedBatch {
+			hi := min(lo+EmbedBatch, len(tools))
+			texts := make([]string, 0, hi-lo)
+			for _, t := range tools[lo:hi] {
+				texts = append(texts, DenseText(t))
+			}
+			vecs, err := ix.dense.Embed(ctx, texts)
+			if err != nil {
+				return fmt.Errorf("index: embed tools: %w", err)
+			}
+			if len(vecs) != len(texts) {
+				return fmt.Errorf("index: embedder returned %d vectors for %d texts", len(vecs), len(texts))
+			}
+			for j, v := range vecs {
+				docs[lo+j].Dense = v
+			}
+		}
+	}
+	return ix.st.Upsert(ctx, docs)
+}
+
+// DenseText is the text of a tool given to the dense embedder: its name split into words, title,
+// description and parameter names.
+func DenseText(t *toolmeshv1.Tool) string {
+	var b strings.Builder
+	b.WriteString(strings.Join(lexical.Words(t.GetName()), " "))
+	if t.GetTitle() != "" {
+		b.WriteString(". " + t.GetTitle())
+	}
+	if t.GetDescription() != "" {
+		b.WriteString(". " + t.GetDescription())
+	}
+	if props := t.GetInputSchema().GetFields()["properties"].GetStructValue(); props != nil && len(props.GetFields()) > 0 {
+		b.WriteString(" Parameters:")
+		for _, n := range sortedKeys(props.GetFields()) {
+			b.WriteString(" " + strings.Join(lexical.Words(n), " ") + ",")
+		}
+	}
+	return strings.TrimSuffix(b.String(), ",")
+}
+
+// Delete removes tools by id.
+func (ix *Index) Delete(ctx context.Context, ids []string) error { return ix.st.Delete(ctx, ids) }
+
+// Hashes returns the stored tool ids with their definition hashes.
+func (ix *Index) Hashes(ctx context.Context) (map[string]string, error) { return ix.st.Hashes(ctx) }
+
+// ErrEmptyQuery is returned for a query without any searchable term.
+var ErrEmptyQuery = errors.New("index: query has no searchable terms")
+
+// Search returns the k best tools for query, optionally only from servers.
+func (ix *Index) Search(ctx context.Context, query string, k int, servers []string) ([]*toolmeshv1.ScoredTool, error) {
+	if k <= 0 {
+		return nil, nil
+	}
+	depth := max(k, ix.opt.Depth)
+	full, err := ix.searchOne(ctx, query, depth, servers, true)
+	if err != nil {
+		return nil, err
+	}
+	var parts []string
+	if ix.opt.Split != SplitNone {
+		parts = Parts(query)
+	}
+	if len(parts) < 2 || ix.opt.PartWeight == 0 {
+		return scoredTools(full, k), nil
+	}
+	lists := make([][]store.Hit, 0, len(parts))
+	for _, p := range parts {
+		hits, err := ix.searchOne(ctx, p, depth, servers, false)
+		if err != nil {
+			return nil, err
+		}
+		lists = append(lists, hits)
+	}
+	return scoredTools(merge(full, lists, ix.opt.PartWeight), k), nil
+}
+
+// searchOne runs one store search; the dense embedder is asked for the whole request only.
+func (ix *Index) searchOne(ctx context.Context, text string, limit int, servers []string, withDense bool) ([]store.Hit, error) {
+	q := store.Query{Sparse: ix.lex.Query(text), Weights: ix.lex.Weights(), Limit: limit, Servers: servers}
+	if withDense && ix.dense != nil {
+		vecs, err := ix.dense.Embed(ctx, []string{text})
+		if err != nil {
+			return nil, fmt.Errorf("index: embed query: %w", err)
+		}
+		if len(vecs) == 1 {
+			q.Dense = vecs[0]
+		}
+	}
+	if q.Dense == nil && emptySparse(q.Sparse) {
+		if withDense {
+			return nil, ErrEmptyQuery
+		}
+		return nil, nil
+	}
+	return ix.st.Search(ctx, q)
+}
+
+func emptySparse(m map[string]store.SparseVector) bool {
+	for _, v := range m {
+		if len(v.Indices) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// merge scores each tool full/max(full) + w·max_p part_p/max(part_p): the whole request still
+// ranks, and each part's best tools rise so that the list covers every part.
+func merge(full []store.Hit, parts [][]store.Hit, w float64) []store.Hit {
+	score := map[string]float64{}
+	byID := map[string]store.Hit{}
+	add := func(hits []store.Hit) map[string]float64 {
+		out := map[string]float64{}
+		if len(hits) == 0 || hits[0].Score <= 0 {
+			return out
+		}
+		for _, h := range hits {
+			out[h.ID] = h.Score / hits[0].Score
+			byID[h.ID] = h
+		}
+		return out
+	}
+	for id, s := range add(full) {
+		score[id] += s
+	}
+	best := map[string]float64{}
+	for _, p := range parts {
+		for id, s := range add(p) {
+			best[id] = max(best[id], s)
+		}
+	}
+	for id, s := range best {
+		score[id] += w * s
+	}
+	out := make([]store.Hit, 0, len(score))
+	for id, s := range score {
+		h := byID[id]
+		h.Score = s
+		out = append(out, h)
+	}
+	sortHits(out)
+	return out
+}
+
+func scoredTools(hits []store.Hit, k int) []*toolmeshv1.ScoredTool {
+	if len(hits) > k {
+		hits = hits[:k]
+	}
+	out := make([]*toolmeshv1.ScoredTool, len(hits))
+	for i, h := range hits {
+		out[i] = &toolmeshv1.ScoredTool{Tool: h.Tool, Score: h.Score}
+	}
+	return out
+}

@@ -1,0 +1,49 @@
+package index
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/rivo/uniseg"
+
+	"github.com/toolmesh/toolmesh/services/retriever/lexical"
+	"github.com/toolmesh/toolmesh/services/retriever/store"
+)
+
+// Parts cuts a request into its parts: sentences (Unicode UAX #29 sentence boundaries) and
+// semicolon-separated clauses, keeping only parts with at least one searchable term. A request
+// of one part returns one element.
+func Parts(text string) []string {
+	var out []string
+	rest := text
+	state := -1
+	var s string
+	for len(rest) > 0 {
+		s, rest, state = uniseg.FirstSentenceInString(rest, state)
+		for _, c := range strings.Split(s, ";") {
+			if c = strings.TrimSpace(c); c != "" && len(lexical.Terms(c, true)) > 0 {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+func sortHits(hs []store.Hit) {
+	slices.SortFunc(hs, func(a, b store.Hit) int {
+		if c := cmp.Compare(b.Score, a.Score); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

@@ -1,0 +1,608 @@
+// Package memory is the in-process tool store: exact scores over inverted postings (one per named
+// sparse vector), brute-force cosine for dense vectors, an optional snapshot file so restarts do
+// not re-embed. It is the default store of `toolmesh up`.
+//
+// Scoring. Each named sparse vector v scores a doc as s_v = Σ_t idf_v(t)·q(t)·d(t), with
+// idf_v(t) = ln(1 + (N − df_v(t) + 0.5)/(df_v(t) + 0.5)) over all N stored docs (Qdrant's IDF
+// modifier). The lexical score is the weighted sum of the s_v, each divided by its maximum over
+// the candidates (score-sum fusion after max normalization), so the best doc scores Σ_v w_v at
+// most. When the query has a dense vector, the dense cosine ranking and the lexical ranking are
+// fused by reciprocal rank fusion (k = 60) with weights Weights["dense"] and 1.
+package memory
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/toolmesh/toolmesh/services/retriever/store"
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+)
+
+// RRFK is the reciprocal-rank-fusion constant used between dense and lexical rankings.
+const RRFK = 60
+
+// rrfDepth is how many hits of each ranking take part in the fusion (at least Limit).
+const rrfDepth = 100
+
+var errClosed = errors.New("memory store: closed")
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithLogger sets the logger that reports snapshot problems (default: slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
+
+// WithFingerprint names the encoding of the stored vectors (for example the index's Name()).
+// A snapshot written under another fingerprint is not loaded: the store starts empty so that
+// the caller re-indexes everything with the current encoder.
+func WithFingerprint(f string) Option { return func(s *Store) { s.fingerprint = f } }
+
+type posting struct {
+	slot int32
+	w    float32
+}
+
+type slot struct {
+	live   bool
+	id     string
+	server int32
+	hash   string
+	tool   *toolmeshv1.Tool
+	dense  []float32 // L2-normalized
+	// terms lists each named vector's indices, to remove the doc's postings.
+	terms map[string][]uint32
+}
+
+// Store is the in-process store. It is safe for concurrent use; searches share a read lock, so
+// readers never block each other.
+type Store struct {
+	path        string
+	fingerprint string
+	log         *slog.Logger
+	loadErr     error
+
+	wmu sync.Mutex // serializes writers (apply, persist, roll back)
+
+	mu          sync.RWMutex
+	closed      bool
+	slots       []slot
+	free        []int32
+	byID        map[string]int32
+	serverIDs   map[string]int32
+	serverNames []string
+	vecs        map[string]map[uint32][]posting
+	live        int
+
+	scratch sync.Pool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns an empty store without persistence.
+func New(opts ...Option) *Store {
+	s := &Store{
+		log:       slog.Default(),
+		byID:      map[string]int32{},
+		serverIDs: map[string]int32{},
+		vecs:      map[string]map[uint32][]posting{},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Open returns a store persisted to path: the snapshot there is loaded if present, and every
+// Upsert or Delete batch rewrites it atomically. An empty path means no persistence. A snapshot
+// that is corrupt, of another format version or of another fingerprint is reported (logged and
+// returned by LoadError), moved aside to path+".bad", and the store starts empty so the index is
+// rebuilt; only an unusable directory is an error.
+func Open(path string, opts ...Option) (*Store, error) {
+	s := New(opts...)
+	if path == "" {
+		return s, nil
+	}
+	s.path = path
+	if err := s.load(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// LoadError reports why the snapshot found by Open was not loaded, or nil.
+func (s *Store) LoadError() error { return s.loadErr }
+
+// Len returns the number of stored docs.
+func (s *Store) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.live
+}
+
+// Upsert inserts or replaces docs by ID. With persistence, the batch is written to the snapshot
+// before Upsert returns; if that fails, the batch is rolled back and the error returned.
+func (s *Store) Upsert(ctx context.Context, docs []store.Doc) error {
+	for i := range docs {
+		if docs[i].ID == "" {
+			return fmt.Errorf("memory store: doc %d: empty id", i)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
+	undo := s.capture(docIDs(docs))
+	for i := range docs {
+		s.put(&docs[i])
+	}
+	s.mu.Unlock()
+	return s.persistOrUndo(undo)
+}
+
+// Delete removes docs by ID; unknown ids are ignored.
+func (s *Store) Delete(ctx context.Context, ids []string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
+	undo := s.capture(ids)
+	changed := false
+	for _, id := range ids {
+		if sl, ok := s.byID[id]; ok {
+			s.remove(sl)
+			changed = true
+		}
+	}
+	s.mu.Unlock()
+	if !changed {
+		return nil
+	}
+	return s.persistOrUndo(undo)
+}
+
+// Hashes returns every stored id with its hash.
+func (s *Store) Hashes(ctx context.Context) (map[string]string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	out := make(map[string]string, s.live)
+	for i := range s.slots {
+		if s.slots[i].live {
+			out[s.slots[i].id] = s.slots[i].hash
+		}
+	}
+	return out, nil
+}
+
+// Ready reports nil unless the store is closed.
+func (s *Store) Ready(ctx context.Context) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return errClosed
+	}
+	return nil
+}
+
+// Close makes every later call fail. The snapshot is already up to date.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
+
+func docIDs(docs []store.Doc) []string {
+	ids := make([]string, len(docs))
+	for i := range docs {
+		ids[i] = docs[i].ID
+	}
+	return ids
+}
+
+// undoLog holds what a batch replaced: the earlier docs of its ids (nil where there was none).
+type undoLog struct {
+	ids  []string
+	prev []*store.Doc
+}
+
+// capture records the current docs of ids, to restore them if persisting fails. Called with mu
+// held; only needed with persistence.
+func (s *Store) capture(ids []string) *undoLog {
+	if s.path == "" {
+		return nil
+	}
+	u := &undoLog{ids: ids, prev: make([]*store.Doc, len(ids))}
+	for i, id := range ids {
+		if sl, ok := s.byID[id]; ok {
+			d := s.docAt(sl)
+			u.prev[i] = &d
+		}
+	}
+	return u
+}
+
+func (s *Store) persistOrUndo(u *undoLog) error {
+	if s.path == "" {
+		return nil
+	}
+	err := s.persist()
+	if err == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(u.ids) - 1; i >= 0; i-- {
+		if sl, ok := s.byID[u.ids[i]]; ok {
+			s.remove(sl)
+		}
+	}
+	for _, d := range u.prev {
+		if d != nil {
+			s.put(d)
+		}
+	}
+	return fmt.Errorf("memory store: persist: %w", err)
+}
+
+// docAt rebuilds the stored doc of a slot (sparse vectors from the postings). Called with mu held.
+func (s *Store) docAt(sl int32) store.Doc {
+	x := &s.slots[sl]
+	d := store.Doc{ID: x.id, Server: s.serverNames[x.server], Hash: x.hash, Tool: x.tool, Dense: x.dense}
+	if len(x.terms) > 0 {
+		d.Sparse = make(map[string]store.SparseVector, len(x.terms))
+		for name, idx := range x.terms {
+			post := s.vecs[name]
+			v := store.SparseVector{Indices: idx, Values: make([]float32, len(idx))}
+			for j, t := range idx {
+				for _, p := range post[t] {
+					if p.slot == sl {
+						v.Values[j] = p.w
+						break
+					}
+				}
+			}
+			d.Sparse[name] = v
+		}
+	}
+	return d
+}
+
+func (s *Store) serverID(name string) int32 {
+	if id, ok := s.serverIDs[name]; ok {
+		return id
+	}
+	id := int32(len(s.serverNames))
+	s.serverIDs[name] = id
+	s.serverNames = append(s.serverNames, name)
+	return id
+}
+
+// put inserts or replaces one doc. Called with mu held.
+func (s *Store) put(d *store.Doc) {
+	if sl, ok := s.byID[d.ID]; ok {
+		s.remove(sl)
+	}
+	var sl int32
+	if n := len(s.free); n > 0 {
+		sl = s.free[n-1]
+		s.free = s.free[:n-1]
+	} else {
+		sl = int32(len(s.slots))
+		s.slots = append(s.slots, slot{})
+	}
+	x := slot{live: true, id: d.ID, server: s.serverID(d.Server), hash: d.Hash, tool: d.Tool, dense: normalized(d.Dense)}
+	if len(d.Sparse) > 0 {
+		x.terms = make(map[string][]uint32, len(d.Sparse))
+	}
+	for name, v := range d.Sparse {
+		post := s.vecs[name]
+		if post == nil {
+			post = map[uint32][]posting{}
+			s.vecs[name] = post
+		}
+		idx := make([]uint32, 0, len(v.Indices))
+		for j, t := range v.Indices {
+			if j >= len(v.Values) || v.Values[j] == 0 {
+				continue
+			}
+			post[t] = append(post[t], posting{slot: sl, w: v.Values[j]})
+			idx = append(idx, t)
+		}
+		x.terms[name] = idx
+	}
+	s.slots[sl] = x
+	s.byID[d.ID] = sl
+	s.live++
+}
+
+// remove deletes the doc in slot sl. Called with mu held.
+func (s *Store) remove(sl int32) {
+	x := &s.slots[sl]
+	for name, idx := range x.terms {
+		post := s.vecs[name]
+		for _, t := range idx {
+			pl := post[t]
+			for j := range pl {
+				if pl[j].slot == sl {
+					pl[j] = pl[len(pl)-1]
+					pl = pl[:len(pl)-1]
+					break
+				}
+			}
+			if len(pl) == 0 {
+				delete(post, t)
+			} else {
+				post[t] = pl
+			}
+		}
+	}
+	delete(s.byID, x.id)
+	*x = slot{}
+	s.free = append(s.free, sl)
+	s.live--
+}
+
+func normalized(v []float32) []float32 {
+	if len(v) == 0 {
+		return nil
+	}
+	ss := 0.0
+	for _, x := range v {
+		ss += float64(x) * float64(x)
+	}
+	out := make([]float32, len(v))
+	if ss == 0 {
+		return out
+	}
+	inv := 1 / math.Sqrt(ss)
+	for i, x := range v {
+		out[i] = float32(float64(x) * inv)
+	}
+	return out
+}
+
+// scratch is per-search working memory, pooled.
+type scratch struct {
+	acc     []float32 // one named vector's raw scores
+	fused   []float64 // lexical fused score
+	seen    []bool
+	touched []int32 // slots with acc != 0
+	cand    []int32 // slots with fused != 0
+}
+
+func (s *Store) getScratch(n int) *scratch {
+	sc, _ := s.scratch.Get().(*scratch)
+	if sc == nil {
+		sc = &scratch{}
+	}
+	if len(sc.acc) < n {
+		sc.acc = make([]float32, n+n/4)
+		sc.fused = make([]float64, n+n/4)
+		sc.seen = make([]bool, n+n/4)
+	}
+	sc.touched = sc.touched[:0]
+	sc.cand = sc.cand[:0]
+	return sc
+}
+
+// Search returns the best q.Limit hits.
+func (s *Store) Search(ctx context.Context, q store.Query) ([]store.Hit, error) {
+	if q.Limit <= 0 {
+		return nil, nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	var allowed []bool // by server id; nil allows all
+	if len(q.Servers) > 0 {
+		allowed = make([]bool, len(s.serverNames))
+		any := false
+		for _, name := range q.Servers {
+			if id, ok := s.serverIDs[name]; ok {
+				allowed[id] = true
+				any = true
+			}
+		}
+		if !any {
+			return nil, nil
+		}
+	}
+	ok := func(sl int32) bool { return allowed == nil || allowed[s.slots[sl].server] }
+
+	sc := s.getScratch(len(s.slots))
+	defer s.scratch.Put(sc)
+	lex := s.lexical(q, sc, ok)
+
+	if len(q.Dense) == 0 {
+		return s.hits(s.topKOf(lex, q.Limit)), nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	depth := max(q.Limit, rrfDepth)
+	dense := s.denseScores(q.Dense, ok)
+	dw := weight(q.Weights, "dense")
+	fused := map[int32]float64{}
+	for r, c := range s.topKOf(dense, depth) {
+		fused[c.slot] += dw / float64(RRFK+r+1)
+	}
+	for r, c := range s.topKOf(lex, depth) {
+		fused[c.slot] += 1 / float64(RRFK+r+1)
+	}
+	all := make([]scored, 0, len(fused))
+	for sl, v := range fused {
+		all = append(all, scored{slot: sl, score: v})
+	}
+	return s.hits(s.topKOf(all, q.Limit)), nil
+}
+
+type scored struct {
+	slot  int32
+	score float64
+}
+
+func weight(w map[string]float64, name string) float64 {
+	if x, ok := w[name]; ok {
+		return x
+	}
+	return 1
+}
+
+// lexical scores the sparse vectors: per named vector, Σ idf·q·d accumulated over postings,
+// divided by its maximum, weighted and summed.
+func (s *Store) lexical(q store.Query, sc *scratch, ok func(int32) bool) []scored {
+	n := float64(s.live)
+	names := make([]string, 0, len(q.Sparse))
+	for name := range q.Sparse {
+		names = append(names, name)
+	}
+	slices.Sort(names) // deterministic float summation order
+	for _, name := range names {
+		qv := q.Sparse[name]
+		w := weight(q.Weights, name)
+		post := s.vecs[name]
+		if w == 0 || post == nil {
+			continue
+		}
+		for i, t := range qv.Indices {
+			pl := post[t]
+			if len(pl) == 0 || i >= len(qv.Values) {
+				continue
+			}
+			df := float64(len(pl))
+			qw := float32(math.Log(1+(n-df+0.5)/(df+0.5)) * float64(qv.Values[i]))
+			for _, p := range pl {
+				if sc.acc[p.slot] == 0 {
+					if !ok(p.slot) {
+						continue
+					}
+					sc.touched = append(sc.touched, p.slot)
+				}
+				sc.acc[p.slot] += qw * p.w
+			}
+		}
+		var mx float32
+		for _, sl := range sc.touched {
+			mx = max(mx, sc.acc[sl])
+		}
+		for _, sl := range sc.touched {
+			if mx > 0 && sc.acc[sl] > 0 {
+				if !sc.seen[sl] {
+					sc.seen[sl] = true
+					sc.cand = append(sc.cand, sl)
+				}
+				sc.fused[sl] += w * float64(sc.acc[sl]/mx)
+			}
+			sc.acc[sl] = 0
+		}
+		sc.touched = sc.touched[:0]
+	}
+	out := make([]scored, 0, len(sc.cand))
+	for _, sl := range sc.cand {
+		out = append(out, scored{slot: sl, score: sc.fused[sl]})
+		sc.fused[sl] = 0
+		sc.seen[sl] = false
+	}
+	return out
+}
+
+func (s *Store) denseScores(qd []float32, ok func(int32) bool) []scored {
+	q := normalized(qd)
+	out := make([]scored, 0, s.live)
+	for i := range s.slots {
+		x := &s.slots[i]
+		if !x.live || len(x.dense) != len(q) || !ok(int32(i)) {
+			continue
+		}
+		var dot float32
+		for j, v := range x.dense {
+			dot += v * q[j]
+		}
+		out = append(out, scored{slot: int32(i), score: float64(dot)})
+	}
+	return out
+}
+
+func (s *Store) hits(top []scored) []store.Hit {
+	out := make([]store.Hit, len(top))
+	for i, c := range top {
+		x := &s.slots[c.slot]
+		out[i] = store.Hit{ID: x.id, Tool: x.tool, Score: c.score}
+	}
+	return out
+}
+
+// better orders by score, then id for determinism.
+func (s *Store) better(a, b scored) bool {
+	if a.score != b.score {
+		return a.score > b.score
+	}
+	return s.slots[a.slot].id < s.slots[b.slot].id
+}
+
+// minHeap keeps the k best seen so far, worst on top.
+type minHeap struct {
+	s  *Store
+	xs []scored
+}
+
+func (h *minHeap) Len() int           { return len(h.xs) }
+func (h *minHeap) Less(i, j int) bool { return h.s.better(h.xs[j], h.xs[i]) }
+func (h *minHeap) Swap(i, j int)      { h.xs[i], h.xs[j] = h.xs[j], h.xs[i] }
+func (h *minHeap) Push(x any)         { h.xs = append(h.xs, x.(scored)) }
+func (h *minHeap) Pop() any {
+	x := h.xs[len(h.xs)-1]
+	h.xs = h.xs[:len(h.xs)-1]
+	return x
+}
+
+// topKOf returns the k best of all, best first; it needs the store for tie-breaking.
+func (s *Store) topKOf(all []scored, k int) []scored {
+	if k <= 0 {
+		return nil
+	}
+	h := &minHeap{s: s, xs: make([]scored, 0, min(k, len(all))+1)}
+	for _, c := range all {
+		if h.Len() < k {
+			heap.Push(h, c)
+		} else if s.better(c, h.xs[0]) {
+			h.xs[0] = c
+			heap.Fix(h, 0)
+		}
+	}
+	out := h.xs
+	slices.SortFunc(out, func(a, b scored) int {
+		if s.better(a, b) {
+			return -1
+		}
+		if s.better(b, a) {
+			return 1
+		}
+		return cmp.Compare(a.slot, b.slot)
+	})
+	return out
+}

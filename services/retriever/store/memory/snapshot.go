@@ -1,0 +1,234 @@
+package memory
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/services/retriever/store"
+)
+
+// Snapshot file layout: magic, format version (uint32), CRC-32 (IEEE) of the payload (uint32),
+// payload length (uint64), payload (gob of snapshotV1). Integers are little-endian.
+const (
+	magic         = "TOOLMESH-MEMSTORE\n"
+	formatVersion = 1
+	headerLen     = len(magic) + 4 + 4 + 8
+)
+
+type snapDoc struct {
+	ID, Server, Hash string
+	Tool             []byte
+	Dense            []float32
+}
+
+// snapVec stores one named vector's postings column-wise: the postings of Terms[i] are
+// Docs/Weights[Offsets[i]:Offsets[i+1]], Docs indexing snapshotV1.Docs.
+type snapVec struct {
+	Terms   []uint32
+	Offsets []uint32
+	Docs    []uint32
+	Weights []float32
+}
+
+type snapshotV1 struct {
+	Fingerprint string
+	Docs        []snapDoc
+	Vectors     map[string]snapVec
+}
+
+// snapshot captures the current state. Called with mu held (read).
+func (s *Store) snapshot() (*snapshotV1, error) {
+	snap := &snapshotV1{Fingerprint: s.fingerprint, Vectors: map[string]snapVec{}}
+	pos := make([]uint32, len(s.slots))
+	for i := range s.slots {
+		x := &s.slots[i]
+		if !x.live {
+			continue
+		}
+		b, err := proto.Marshal(x.tool)
+		if err != nil {
+			return nil, fmt.Errorf("marshal tool %s: %w", x.id, err)
+		}
+		pos[i] = uint32(len(snap.Docs))
+		snap.Docs = append(snap.Docs, snapDoc{ID: x.id, Server: s.serverNames[x.server], Hash: x.hash, Tool: b, Dense: x.dense})
+	}
+	for name, post := range s.vecs {
+		v := snapVec{Terms: make([]uint32, 0, len(post))}
+		for t := range post {
+			v.Terms = append(v.Terms, t)
+		}
+		slices.Sort(v.Terms)
+		v.Offsets = make([]uint32, 0, len(v.Terms)+1)
+		v.Offsets = append(v.Offsets, 0)
+		for _, t := range v.Terms {
+			for _, p := range post[t] {
+				v.Docs = append(v.Docs, pos[p.slot])
+				v.Weights = append(v.Weights, p.w)
+			}
+			v.Offsets = append(v.Offsets, uint32(len(v.Docs)))
+		}
+		snap.Vectors[name] = v
+	}
+	return snap, nil
+}
+
+// persist writes the current state to the snapshot file atomically: a temp file in the same
+// directory, fsync, rename over the old file, fsync of the directory. Called with wmu held.
+func (s *Store) persist() error {
+	s.mu.RLock()
+	snap, err := s.snapshot()
+	s.mu.RUnlock()
+	if err != nil {
+		return err
+	}
+	var payload bytes.Buffer
+	if err := gob.NewEncoder(&payload).Encode(snap); err != nil {
+		return fmt.Errorf("encode snapshot: %w", err)
+	}
+	hdr := make([]byte, 0, headerLen)
+	hdr = append(hdr, magic...)
+	hdr = binary.LittleEndian.AppendUint32(hdr, formatVersion)
+	hdr = binary.LittleEndian.AppendUint32(hdr, crc32.ChecksumIEEE(payload.Bytes()))
+	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(payload.Len()))
+
+	dir := filepath.Dir(s.path)
+	f, err := os.CreateTemp(dir, filepath.Base(s.path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(hdr); err != nil {
+		return err
+	}
+	if _, err := f.Write(payload.Bytes()); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, s.path); err != nil {
+		return err
+	}
+	ok = true
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}
+
+// errSnapshot marks a snapshot that exists but cannot be used.
+var errSnapshot = errors.New("memory store: unusable snapshot")
+
+// load reads the snapshot at s.path if there is one. An unusable one is reported, moved aside
+// and ignored; only a directory that cannot be created is an error.
+func (s *Store) load() error {
+	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
+		return fmt.Errorf("memory store: %w", err)
+	}
+	b, err := os.ReadFile(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err == nil {
+		err = s.restore(b)
+	}
+	if err == nil {
+		return nil
+	}
+	s.loadErr = fmt.Errorf("%w %s: %w", errSnapshot, s.path, err)
+	s.log.Warn("memory store: snapshot not loaded; starting empty, the index will be rebuilt",
+		"path", s.path, "err", err)
+	if rerr := os.Rename(s.path, s.path+".bad"); rerr != nil {
+		s.log.Warn("memory store: cannot move the unusable snapshot aside", "path", s.path, "err", rerr)
+	}
+	return nil
+}
+
+func (s *Store) restore(b []byte) error {
+	if len(b) < headerLen || string(b[:len(magic)]) != magic {
+		return errors.New("not a snapshot file (bad magic)")
+	}
+	h := b[len(magic):]
+	if v := binary.LittleEndian.Uint32(h); v != formatVersion {
+		return fmt.Errorf("format version %d, want %d", v, formatVersion)
+	}
+	sum := binary.LittleEndian.Uint32(h[4:])
+	n := binary.LittleEndian.Uint64(h[8:])
+	payload := b[headerLen:]
+	if uint64(len(payload)) != n {
+		return fmt.Errorf("truncated: payload %d bytes, header says %d", len(payload), n)
+	}
+	if crc32.ChecksumIEEE(payload) != sum {
+		return errors.New("checksum mismatch")
+	}
+	var snap snapshotV1
+	if err := gob.NewDecoder(bytes.NewReader(payload)).Decode(&snap); err != nil {
+		return fmt.Errorf("decode: %w", err)
+	}
+	if snap.Fingerprint != s.fingerprint {
+		return fmt.Errorf("written by encoder %q, current is %q", snap.Fingerprint, s.fingerprint)
+	}
+	docs := make([]store.Doc, len(snap.Docs))
+	for i, d := range snap.Docs {
+		t := &toolmeshv1.Tool{}
+		if err := proto.Unmarshal(d.Tool, t); err != nil {
+			return fmt.Errorf("tool %s: %w", d.ID, err)
+		}
+		docs[i] = store.Doc{ID: d.ID, Server: d.Server, Hash: d.Hash, Tool: t, Dense: d.Dense, Sparse: map[string]store.SparseVector{}}
+	}
+	names := make([]string, 0, len(snap.Vectors))
+	for name := range snap.Vectors {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		v := snap.Vectors[name]
+		if len(v.Offsets) != len(v.Terms)+1 || len(v.Docs) != len(v.Weights) {
+			return fmt.Errorf("vector %s: inconsistent postings", name)
+		}
+		for i, t := range v.Terms {
+			lo, hi := v.Offsets[i], v.Offsets[i+1]
+			if lo > hi || int(hi) > len(v.Docs) {
+				return fmt.Errorf("vector %s: bad offsets", name)
+			}
+			for j := lo; j < hi; j++ {
+				di := v.Docs[j]
+				if int(di) >= len(docs) {
+					return fmt.Errorf("vector %s: bad doc index", name)
+				}
+				sv := docs[di].Sparse[name]
+				sv.Indices = append(sv.Indices, t) // terms ascend, so indices stay sorted
+				sv.Values = append(sv.Values, v.Weights[j])
+				docs[di].Sparse[name] = sv
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range docs {
+		s.put(&docs[i])
+	}
+	return nil
+}
