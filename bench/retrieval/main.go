@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,7 +40,7 @@ func main() {
 	queriesPath := flag.String("queries", filepath.Join(dataDir, "queries-dev.jsonl"), "queries (JSONL: qid, category, query, relevant)")
 	heldout := flag.String("heldout", "", "held-out queries; default: a queries-heldout/test/live*.jsonl beside -queries, if any")
 	k := flag.Int("k", 10, "largest cut-off reported")
-	methodsFlag := flag.String("methods", strings.Join(defaultMethods, ","), "methods to run (see -list)")
+	methodsFlag := flag.String("methods", strings.Join(defaultMethods, " "), "space-separated methods to run (see -list; NAME:key=val+key=val overrides knobs)")
 	list := flag.Bool("list", false, "list the methods and exit")
 	speed := flag.Bool("speed", false, "run the speed benchmark instead of the quality one")
 	sizes := flag.String("sizes", "1000,10000,100000", "pool sizes for -speed")
@@ -73,7 +74,7 @@ func main() {
 		fmt.Printf("no held-out split found beside %s (looked for queries-{heldout,test,live}*.jsonl)\n", *queriesPath)
 	}
 	var chosen []method
-	for _, name := range strings.Split(*methodsFlag, ",") {
+	for _, name := range strings.Fields(*methodsFlag) {
 		m, ok := lookup(strings.TrimSpace(name))
 		if !ok {
 			fatal(fmt.Errorf("unknown method %q (see -list)", name))
@@ -165,11 +166,77 @@ var methods = []method{
 		cfg: with(func(*lexical.Config) {}), opt: index.DefaultOptions()},
 }
 
-func lookup(name string) (method, bool) {
+// lookup finds a method by name; "NAME:key=val,key=val" overrides knobs of a method (for
+// sweeps): charw, charn, charparams, k1, b, w.name, w.desc, w.pname, w.pdesc, w.enum, w.server,
+// partw, split, depth.
+func lookup(spec string) (method, bool) {
+	name, over, _ := strings.Cut(spec, ":")
 	for _, m := range methods {
-		if m.name == name {
+		if m.name != name {
+			continue
+		}
+		if over == "" {
 			return m, true
 		}
+		base := m.cfg
+		var sets [][2]string
+		for _, kv := range strings.Split(over, "+") {
+			k, v, _ := strings.Cut(kv, "=")
+			sets = append(sets, [2]string{k, v})
+		}
+		m.name = spec
+		m.doc = "override of " + name
+		m.cfg = func(p *poolStats) lexical.Config {
+			c := base(p)
+			for _, kv := range sets {
+				f, _ := strconv.ParseFloat(kv[1], 64)
+				switch kv[0] {
+				case "charw":
+					c.CharWeight = f
+				case "charn":
+					c.CharN = int(f)
+				case "charparams":
+					c.CharParams = f != 0
+				case "k1":
+					c.K1 = f
+				case "b":
+					c.B = f
+				case "w.name":
+					c.Weights[lexical.FieldName] = f
+				case "w.desc":
+					c.Weights[lexical.FieldDescription] = f
+				case "w.pname":
+					c.Weights[lexical.FieldParamName] = f
+				case "w.pdesc":
+					c.Weights[lexical.FieldParamDesc] = f
+				case "w.enum":
+					c.Weights[lexical.FieldEnum] = f
+				case "w.server":
+					c.Weights[lexical.FieldServer] = f
+				case "pairw":
+					c.PairWeight = f
+				case "perfield":
+					c.PerFieldNorm = f != 0
+				}
+			}
+			return c
+		}
+		for _, kv := range sets {
+			f, _ := strconv.ParseFloat(kv[1], 64)
+			switch kv[0] {
+			case "partw":
+				m.opt.PartWeight = f
+			case "split":
+				m.opt.Split = index.Split(f)
+			case "merge":
+				m.opt.Merge = index.Merge(f)
+			case "depth":
+				m.opt.Depth = int(f)
+			case "prf":
+				m.opt.PRF, m.opt.PRFDocs = f, 3
+			}
+		}
+		return m, true
 	}
 	return method{}, false
 }
@@ -210,6 +277,7 @@ type query struct {
 	Category string   `json:"category"`
 	Query    string   `json:"query"`
 	Relevant []string `json:"relevant"`
+	Names    []string `json:"relevant_names"`
 }
 
 func loadPool(path string) ([]*toolmeshv1.Tool, error) {
@@ -337,6 +405,7 @@ type result struct {
 	cats    []string
 	per     map[string]*agg
 	overall agg
+	names   agg // name-level: a tool counts when its name is a relevant name
 	misses  []miss
 	took    time.Duration
 }
@@ -350,8 +419,13 @@ func evaluate(ctx context.Context, ix *index.Index, qs []query, k int) (*result,
 			return nil, fmt.Errorf("%s: %w", q.QID, err)
 		}
 		ranked := make([]string, len(hits))
+		rankedNames := make([]string, len(hits))
 		for i, h := range hits {
 			ranked[i] = strings.TrimPrefix(h.GetTool().GetId(), server+".")
+			rankedNames[i] = h.GetTool().GetName()
+		}
+		if len(q.Names) > 0 {
+			res.names.add(slices.Compact(slices.Sorted(slices.Values(q.Names))), firstOccurrences(rankedNames))
 		}
 		if res.per[q.Category] == nil {
 			res.per[q.Category] = &agg{}
@@ -372,7 +446,24 @@ func evaluate(ctx context.Context, ix *index.Index, qs []query, k int) (*result,
 		a.done()
 	}
 	res.overall.done()
+	if res.names.n > 0 {
+		res.names.done()
+	}
 	return res, nil
+}
+
+// firstOccurrences keeps each name's first position only, so that name-level recall counts a
+// name once.
+func firstOccurrences(names []string) []string {
+	seen := map[string]bool{}
+	out := make([]string, len(names))
+	for i, n := range names {
+		if !seen[n] {
+			seen[n] = true
+			out[i] = n
+		}
+	}
+	return out
 }
 
 func printResult(w io.Writer, m method, r *result, k int) {
@@ -385,6 +476,9 @@ func printResult(w io.Writer, m method, r *result, k int) {
 		row(c, r.per[c])
 	}
 	row("**overall**", &r.overall)
+	if r.names.n > 0 {
+		row("overall, name-level", &r.names)
+	}
 	fmt.Fprintf(w, "\n(%d queries in %s, %.0f µs/query)\n", r.overall.n, r.took.Round(time.Millisecond), float64(r.took.Microseconds())/float64(r.overall.n))
 }
 

@@ -31,16 +31,36 @@ const (
 	SplitNone Split = iota
 	// SplitSentences cuts at sentence boundaries (Unicode UAX #29) and semicolons.
 	SplitSentences
+	// SplitClauses also cuts sentences at commas and at the coordinating words "and", "then",
+	// "also" (English clause boundaries).
+	SplitClauses
+)
+
+// Merge says how the per-part lists join the whole request's list.
+type Merge int
+
+const (
+	// MergeScore ranks by full + PartWeight·max over parts (each list divided by its best).
+	MergeScore Merge = iota
+	// MergeInterleave keeps the whole request's best tool first, then takes the parts' lists in
+	// turns (rank 1 of every part, then rank 2…), then the rest of the whole request's list.
+	MergeInterleave
 )
 
 // Options tunes search. The zero value searches the whole request only.
 type Options struct {
 	Split Split
+	Merge Merge
 	// PartWeight is the share of the best part score in a tool's merged score: a tool scores
 	// full + PartWeight·max over parts, each list's scores divided by its best.
 	PartWeight float64
 	// Depth is how many hits each list contributes to the merge (at least k).
 	Depth int
+	// PRF, when positive, is the weight of pseudo-relevance feedback: the "words" vectors of the
+	// first search's top PRFDocs tools (each divided by its largest weight, then averaged) are
+	// added to the query at this weight and the search is run again.
+	PRF     float64
+	PRFDocs int
 }
 
 // DefaultOptions are the options of the default search.
@@ -159,9 +179,14 @@ func (ix *Index) Search(ctx context.Context, query string, k int, servers []stri
 	if err != nil {
 		return nil, err
 	}
+	if ix.opt.PRF > 0 && len(full) > 0 {
+		if full, err = ix.feedback(ctx, query, full, depth, servers); err != nil {
+			return nil, err
+		}
+	}
 	var parts []string
 	if ix.opt.Split != SplitNone {
-		parts = Parts(query)
+		parts = splitQuery(query, ix.opt.Split)
 	}
 	if len(parts) < 2 || ix.opt.PartWeight == 0 {
 		return scoredTools(full, k), nil
@@ -173,6 +198,9 @@ func (ix *Index) Search(ctx context.Context, query string, k int, servers []stri
 			return nil, err
 		}
 		lists = append(lists, hits)
+	}
+	if ix.opt.Merge == MergeInterleave {
+		return scoredTools(interleave(full, lists), k), nil
 	}
 	return scoredTools(merge(full, lists, ix.opt.PartWeight), k), nil
 }
@@ -196,6 +224,37 @@ func (ix *Index) searchOne(ctx context.Context, text string, limit int, servers 
 		return nil, nil
 	}
 	return ix.st.Search(ctx, q)
+}
+
+// feedback reruns the search with the query's "words" vector expanded by the top tools' ones.
+func (ix *Index) feedback(ctx context.Context, text string, top []store.Hit, limit int, servers []string) ([]store.Hit, error) {
+	sparse := ix.lex.Query(text)
+	words := map[uint32]float64{}
+	qv := sparse[lexical.VectorWords]
+	for i, t := range qv.Indices {
+		words[t] += float64(qv.Values[i])
+	}
+	n := min(max(ix.opt.PRFDocs, 1), len(top))
+	for _, h := range top[:n] {
+		dv := ix.lex.Document(h.Tool)[lexical.VectorWords]
+		var mx float32
+		for _, v := range dv.Values {
+			mx = max(mx, v)
+		}
+		if mx == 0 {
+			continue
+		}
+		for i, t := range dv.Indices {
+			words[t] += ix.opt.PRF * float64(dv.Values[i]/mx) / float64(n)
+		}
+	}
+	idx := sortedKeys32(words)
+	ev := store.SparseVector{Indices: idx, Values: make([]float32, len(idx))}
+	for i, t := range idx {
+		ev.Values[i] = float32(words[t])
+	}
+	sparse[lexical.VectorWords] = ev
+	return ix.st.Search(ctx, store.Query{Sparse: sparse, Weights: ix.lex.Weights(), Limit: limit, Servers: servers})
 }
 
 func emptySparse(m map[string]store.SparseVector) bool {
@@ -242,6 +301,37 @@ func merge(full []store.Hit, parts [][]store.Hit, w float64) []store.Hit {
 		out = append(out, h)
 	}
 	sortHits(out)
+	return out
+}
+
+func interleave(full []store.Hit, parts [][]store.Hit) []store.Hit {
+	seen := map[string]bool{}
+	var out []store.Hit
+	add := func(h store.Hit) {
+		if !seen[h.ID] {
+			seen[h.ID] = true
+			h.Score = 1 / float64(len(out)+1)
+			out = append(out, h)
+		}
+	}
+	if len(full) > 0 {
+		add(full[0])
+	}
+	for r := 0; ; r++ {
+		more := false
+		for _, p := range parts {
+			if r < len(p) {
+				add(p[r])
+				more = true
+			}
+		}
+		if !more || len(out) >= len(full) {
+			break
+		}
+	}
+	for _, h := range full {
+		add(h)
+	}
 	return out
 }
 

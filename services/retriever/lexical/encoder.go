@@ -40,6 +40,7 @@ import (
 const (
 	VectorWords = "words"
 	VectorChars = "chars"
+	VectorPairs = "pairs"
 )
 
 // version is bumped whenever the encoding changes in a way Config does not capture.
@@ -86,6 +87,11 @@ type Config struct {
 	// CharParams adds parameter names to the text the n-grams are taken from (name and
 	// description always are).
 	CharParams bool
+	// PairWeight, when positive, adds the "pairs" vector at this fusion weight: unordered pairs
+	// of adjacent content words (stop words skipped, stemmed) from the name, title and
+	// description, so that phrase matches ("greatest common divisor") count more than scattered
+	// words.
+	PairWeight float64
 }
 
 // DefaultConfig is the configuration of the embedded default scorer.
@@ -147,6 +153,9 @@ func (e *Encoder) Weights() map[string]float64 {
 	if e.cfg.CharN > 0 {
 		w[VectorChars] = e.cfg.CharWeight
 	}
+	if e.cfg.PairWeight > 0 {
+		w[VectorPairs] = e.cfg.PairWeight
+	}
 	return w
 }
 
@@ -175,7 +184,38 @@ func (e *Encoder) Document(t *toolmeshv1.Tool) map[string]store.SparseVector {
 		}
 		out[VectorChars] = e.chars(Words(text), false)
 	}
+	if e.cfg.PairWeight > 0 {
+		tf := map[string]float64{}
+		for _, text := range []string{t.GetName(), t.GetTitle(), t.GetDescription()} {
+			e.pairs(text, tf)
+		}
+		for p, x := range tf {
+			tf[p] = x * (e.cfg.K1 + 1) / (x + e.cfg.K1)
+		}
+		out[VectorPairs] = hashed(tf)
+	}
 	return out
+}
+
+// pairs adds the unordered pairs of adjacent content words of text to tf.
+func (e *Encoder) pairs(text string, tf map[string]float64) {
+	prev := ""
+	for _, w := range Words(text) {
+		if !e.keepQueryWord(w) || isDigits(w) {
+			continue
+		}
+		if e.cfg.Stem {
+			w = stem(w)
+		}
+		if prev != "" && prev != w {
+			a, b := prev, w
+			if b < a {
+				a, b = b, a
+			}
+			tf[a+" "+b]++
+		}
+		prev = w
+	}
 }
 
 // Query encodes a search request. Both vectors are empty when the text has no usable term.
@@ -193,6 +233,11 @@ func (e *Encoder) Query(text string) map[string]store.SparseVector {
 			}
 		}
 		out[VectorChars] = e.chars(ws, true)
+	}
+	if e.cfg.PairWeight > 0 {
+		tf := map[string]float64{}
+		e.pairs(text, tf)
+		out[VectorPairs] = hashed(tf)
 	}
 	return out
 }
