@@ -273,7 +273,10 @@ func (s *Store) health(ctx context.Context) (string, error) {
 	defer cancel()
 	reply, err := s.client.HealthCheck(cctx)
 	if err != nil {
-		return "", fmt.Errorf("qdrant at %s is not reachable: health check: %w", s.addr, err)
+		if unreachable(ctx, err) {
+			return "", fmt.Errorf("qdrant at %s is not reachable: %w", s.addr, err)
+		}
+		return "", fmt.Errorf("qdrant at %s: health check: %w", s.addr, err)
 	}
 	return reply.GetVersion(), nil
 }

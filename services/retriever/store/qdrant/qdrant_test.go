@@ -560,6 +560,7 @@ func TestReadyWhenQdrantIsDown(t *testing.T) {
 			start := time.Now()
 			err = s.Ready(t.Context())
 			elapsed := time.Since(start)
+			t.Logf("Ready after %v: %v", elapsed.Round(time.Millisecond), err)
 			if err == nil || !strings.Contains(err.Error(), addr) {
 				t.Errorf("Ready: got %v, want an error naming %s", err, addr)
 			}
