@@ -228,6 +228,8 @@ func lookup(spec string) (method, bool) {
 				m.opt.PartWeight = f
 			case "split":
 				m.opt.Split = index.Split(f)
+			case "pwo":
+				m.opt.PartsWordsOnly = f != 0
 			case "merge":
 				m.opt.Merge = index.Merge(f)
 			case "depth":

@@ -1,11 +1,129 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"io"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/services/retriever/index"
+	"github.com/toolmesh/toolmesh/services/retriever/lexical"
+	"github.com/toolmesh/toolmesh/services/retriever/store"
+	"github.com/toolmesh/toolmesh/services/retriever/store/memory"
 )
 
+// synthetic returns n tools derived from the pool deterministically: tool i is pool tool
+// i mod len(pool); copies after the first get a server name of their own, a name with two extra
+// words and a description with four extra words, the words drawn (seeded) from the pool's
+// vocabulary, so that vocabulary and posting lengths grow as in a real, larger catalog.
+func synthetic(pool []*toolmeshv1.Tool, n int) []*toolmeshv1.Tool {
+	vocab := map[string]bool{}
+	for _, t := range pool {
+		for _, w := range lexical.Words(t.GetDescription()) {
+			if len(w) > 3 {
+				vocab[w] = true
+			}
+		}
+	}
+	words := make([]string, 0, len(vocab))
+	for w := range vocab {
+		words = append(words, w)
+	}
+	slices.Sort(words)
+	rng := rand.New(rand.NewPCG(1, 2))
+	out := make([]*toolmeshv1.Tool, n)
+	for i := range out {
+		base := pool[i%len(pool)]
+		copyNo := i / len(pool)
+		t := proto.Clone(base).(*toolmeshv1.Tool)
+		if copyNo > 0 {
+			pick := func() string { return words[rng.IntN(len(words))] }
+			t.Server = "syn" + strconv.Itoa(copyNo)
+			t.Name = base.GetName() + "_" + pick() + "_" + pick()
+			t.Description = base.GetDescription() + " " + strings.Join([]string{pick(), pick(), pick(), pick()}, " ")
+		}
+		t.Id = t.GetServer() + "." + t.GetName() + "#" + strconv.Itoa(i)
+		out[i] = t
+	}
+	return out
+}
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
 func runSpeed(w io.Writer, pool []*toolmeshv1.Tool, queriesPath, sizes string, searches int) error {
+	qs, err := loadQueries(queriesPath)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	fmt.Fprintf(w, "speed: memory store, default encoder and search (k=10, sentence split), %d searches per size over the dev queries; GOMAXPROCS %d\n\n", searches, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(w, "| tools | build s | tools/s | search p50 µs | search p99 µs | store-only p50 µs | store-only p99 µs | heap B/tool (index) | heap B/tool (index+tools) |\n")
+	fmt.Fprintf(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("bad size %q", s)
+		}
+		h0 := heapAlloc()
+		tools := synthetic(pool, n)
+		h1 := heapAlloc()
+		lex := lexical.Default()
+		st := memory.New()
+		ix := index.New(st, lex, nil)
+		start := time.Now()
+		for lo := 0; lo < n; lo += 1000 { // batches, as the sync loop sends them
+			if err := ix.Upsert(ctx, tools[lo:min(lo+1000, n)]); err != nil {
+				return err
+			}
+		}
+		build := time.Since(start)
+		h2 := heapAlloc()
+
+		lat := make([]time.Duration, 0, searches)
+		for i := 0; i < searches; i++ {
+			q := qs[i%len(qs)].Query
+			t0 := time.Now()
+			if _, err := ix.Search(ctx, q, 10, nil); err != nil && err != index.ErrEmptyQuery {
+				return err
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		// The store alone: one pre-encoded query, no splitting.
+		slat := make([]time.Duration, 0, searches)
+		for i := 0; i < searches; i++ {
+			q := storeQuery(lex, qs[i%len(qs)].Query)
+			t0 := time.Now()
+			if _, err := st.Search(ctx, q); err != nil {
+				return err
+			}
+			slat = append(slat, time.Since(t0))
+		}
+		p := func(d []time.Duration, f float64) float64 {
+			slices.Sort(d)
+			return float64(d[min(len(d)-1, int(f*float64(len(d))))].Nanoseconds()) / 1e3
+		}
+		fmt.Fprintf(w, "| %d | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %d | %d |\n", n, build.Seconds(), float64(n)/build.Seconds(),
+			p(lat, 0.5), p(lat, 0.99), p(slat, 0.5), p(slat, 0.99), int64(h2-h1)/int64(n), int64(h2-h0)/int64(n))
+		runtime.KeepAlive(tools)
+		runtime.KeepAlive(ix)
+	}
 	return nil
+}
+
+func storeQuery(lex *lexical.Encoder, text string) store.Query {
+	return store.Query{Sparse: lex.Query(text), Weights: lex.Weights(), Limit: 10}
 }

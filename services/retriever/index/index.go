@@ -56,6 +56,9 @@ type Options struct {
 	PartWeight float64
 	// Depth is how many hits each list contributes to the merge (at least k).
 	Depth int
+	// PartsWordsOnly searches the parts with the "words" vector only (the whole request uses
+	// every vector): parts are short, and this halves the cost of a multi-part search.
+	PartsWordsOnly bool
 	// PRF, when positive, is the weight of pseudo-relevance feedback: the "words" vectors of the
 	// first search's top PRFDocs tools (each divided by its largest weight, then averaged) are
 	// added to the query at this weight and the search is run again.
@@ -175,29 +178,46 @@ func (ix *Index) Search(ctx context.Context, query string, k int, servers []stri
 		return nil, nil
 	}
 	depth := max(k, ix.opt.Depth)
-	full, err := ix.searchOne(ctx, query, depth, servers, true)
+	var parts []string
+	if ix.opt.Split != SplitNone && ix.opt.PartWeight != 0 {
+		if parts = splitQuery(query, ix.opt.Split); len(parts) < 2 {
+			parts = nil
+		}
+	}
+	q0, err := ix.query(ctx, query, depth, servers, true)
 	if err != nil {
 		return nil, err
 	}
-	if ix.opt.PRF > 0 && len(full) > 0 {
-		if full, err = ix.feedback(ctx, query, full, depth, servers); err != nil {
-			return nil, err
-		}
-	}
-	var parts []string
-	if ix.opt.Split != SplitNone {
-		parts = splitQuery(query, ix.opt.Split)
-	}
-	if len(parts) < 2 || ix.opt.PartWeight == 0 {
-		return scoredTools(full, k), nil
-	}
-	lists := make([][]store.Hit, 0, len(parts))
+	qs := []store.Query{q0}
 	for _, p := range parts {
-		hits, err := ix.searchOne(ctx, p, depth, servers, false)
+		q, err := ix.query(ctx, p, depth, servers, false)
 		if err != nil {
 			return nil, err
 		}
-		lists = append(lists, hits)
+		qs = append(qs, q)
+	}
+	var lists [][]store.Hit
+	if m, ok := ix.st.(multiSearcher); ok && ix.opt.PRF == 0 {
+		if lists, err = m.SearchMulti(ctx, qs); err != nil {
+			return nil, err
+		}
+	} else {
+		for i, q := range qs {
+			hits, err := ix.st.Search(ctx, q)
+			if err != nil {
+				return nil, err
+			}
+			if i == 0 && ix.opt.PRF > 0 && len(hits) > 0 {
+				if hits, err = ix.feedback(ctx, query, hits, depth, servers); err != nil {
+					return nil, err
+				}
+			}
+			lists = append(lists, hits)
+		}
+	}
+	full, lists := lists[0], lists[1:]
+	if len(lists) == 0 {
+		return scoredTools(full, k), nil
 	}
 	if ix.opt.Merge == MergeInterleave {
 		return scoredTools(interleave(full, lists), k), nil
@@ -205,25 +225,31 @@ func (ix *Index) Search(ctx context.Context, query string, k int, servers []stri
 	return scoredTools(merge(full, lists, ix.opt.PartWeight), k), nil
 }
 
-// searchOne runs one store search; the dense embedder is asked for the whole request only.
-func (ix *Index) searchOne(ctx context.Context, text string, limit int, servers []string, withDense bool) ([]store.Hit, error) {
+// multiSearcher is implemented by stores that run several searches in one pass
+// (memory.Store.SearchMulti).
+type multiSearcher interface {
+	SearchMulti(ctx context.Context, qs []store.Query) ([][]store.Hit, error)
+}
+
+// query encodes one search; the dense embedder is asked for the whole request only.
+func (ix *Index) query(ctx context.Context, text string, limit int, servers []string, whole bool) (store.Query, error) {
 	q := store.Query{Sparse: ix.lex.Query(text), Weights: ix.lex.Weights(), Limit: limit, Servers: servers}
-	if withDense && ix.dense != nil {
+	if !whole && ix.opt.PartsWordsOnly {
+		q.Sparse = map[string]store.SparseVector{lexical.VectorWords: q.Sparse[lexical.VectorWords]}
+	}
+	if whole && ix.dense != nil {
 		vecs, err := ix.dense.Embed(ctx, []string{text})
 		if err != nil {
-			return nil, fmt.Errorf("index: embed query: %w", err)
+			return q, fmt.Errorf("index: embed query: %w", err)
 		}
 		if len(vecs) == 1 {
 			q.Dense = vecs[0]
 		}
 	}
-	if q.Dense == nil && emptySparse(q.Sparse) {
-		if withDense {
-			return nil, ErrEmptyQuery
-		}
-		return nil, nil
+	if whole && q.Dense == nil && emptySparse(q.Sparse) {
+		return q, ErrEmptyQuery
 	}
-	return ix.st.Search(ctx, q)
+	return q, nil
 }
 
 // feedback reruns the search with the query's "words" vector expanded by the top tools' ones.

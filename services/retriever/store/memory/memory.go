@@ -21,8 +21,8 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/toolmesh/toolmesh/services/retriever/store"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/services/retriever/store"
 )
 
 // RRFK is the reciprocal-rank-fusion constant used between dense and lexical rankings.
@@ -383,7 +383,7 @@ func normalized(v []float32) []float32 {
 	return out
 }
 
-// scratch is per-search working memory, pooled.
+// scratch is one query's working memory, pooled.
 type scratch struct {
 	acc     []float32 // one named vector's raw scores
 	fused   []float64 // lexical fused score
@@ -409,55 +409,85 @@ func (s *Store) getScratch(n int) *scratch {
 
 // Search returns the best q.Limit hits.
 func (s *Store) Search(ctx context.Context, q store.Query) ([]store.Hit, error) {
-	if q.Limit <= 0 {
-		return nil, nil
+	out, err := s.SearchMulti(ctx, []store.Query{q})
+	if err != nil || len(out) == 0 {
+		return nil, err
 	}
+	return out[0], nil
+}
+
+// SearchMulti runs several searches under one read lock, walking each posting list once for all
+// the queries that contain its term (the index searches a request and its parts this way).
+// Results are the same as from Search, one list per query.
+func (s *Store) SearchMulti(ctx context.Context, qs []store.Query) ([][]store.Hit, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return nil, errClosed
 	}
-	var allowed []bool // by server id; nil allows all
-	if len(q.Servers) > 0 {
-		allowed = make([]bool, len(s.serverNames))
-		any := false
-		for _, name := range q.Servers {
-			if id, ok := s.serverIDs[name]; ok {
-				allowed[id] = true
-				any = true
-			}
+	out := make([][]store.Hit, len(qs))
+	scs := make([]*scratch, len(qs))
+	oks := make([]func(int32) bool, len(qs))
+	active := make([]bool, len(qs))
+	for i := range qs {
+		if qs[i].Limit <= 0 {
+			continue
 		}
+		ok, any := s.filter(qs[i].Servers)
 		if !any {
-			return nil, nil
+			continue
+		}
+		active[i] = true
+		oks[i] = ok
+		scs[i] = s.getScratch(len(s.slots))
+		defer s.scratch.Put(scs[i])
+	}
+	lex := s.lexical(qs, active, scs, oks)
+	for i, q := range qs {
+		if !active[i] {
+			continue
+		}
+		if len(q.Dense) == 0 {
+			out[i] = s.hits(s.topKOf(lex[i], q.Limit))
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		depth := max(q.Limit, rrfDepth)
+		dense := s.denseScores(q.Dense, oks[i])
+		dw := weight(q.Weights, "dense")
+		fused := map[int32]float64{}
+		for r, c := range s.topKOf(dense, depth) {
+			fused[c.slot] += dw / float64(RRFK+r+1)
+		}
+		for r, c := range s.topKOf(lex[i], depth) {
+			fused[c.slot] += 1 / float64(RRFK+r+1)
+		}
+		all := make([]scored, 0, len(fused))
+		for sl, v := range fused {
+			all = append(all, scored{slot: sl, score: v})
+		}
+		out[i] = s.hits(s.topKOf(all, q.Limit))
+	}
+	return out, nil
+}
+
+// filter returns the slot filter for servers (nil: all) and whether any slot can pass.
+// Called with mu held.
+func (s *Store) filter(servers []string) (func(int32) bool, bool) {
+	if len(servers) == 0 {
+		return nil, true
+	}
+	allowed := make([]bool, len(s.serverNames))
+	any := false
+	for _, name := range servers {
+		if id, ok := s.serverIDs[name]; ok {
+			allowed[id] = true
+			any = true
 		}
 	}
-	ok := func(sl int32) bool { return allowed == nil || allowed[s.slots[sl].server] }
-
-	sc := s.getScratch(len(s.slots))
-	defer s.scratch.Put(sc)
-	lex := s.lexical(q, sc, ok)
-
-	if len(q.Dense) == 0 {
-		return s.hits(s.topKOf(lex, q.Limit)), nil
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	depth := max(q.Limit, rrfDepth)
-	dense := s.denseScores(q.Dense, ok)
-	dw := weight(q.Weights, "dense")
-	fused := map[int32]float64{}
-	for r, c := range s.topKOf(dense, depth) {
-		fused[c.slot] += dw / float64(RRFK+r+1)
-	}
-	for r, c := range s.topKOf(lex, depth) {
-		fused[c.slot] += 1 / float64(RRFK+r+1)
-	}
-	all := make([]scored, 0, len(fused))
-	for sl, v := range fused {
-		all = append(all, scored{slot: sl, score: v})
-	}
-	return s.hits(s.topKOf(all, q.Limit)), nil
+	return func(sl int32) bool { return allowed[s.slots[sl].server] }, any
 }
 
 type scored struct {
@@ -472,60 +502,114 @@ func weight(w map[string]float64, name string) float64 {
 	return 1
 }
 
-// lexical scores the sparse vectors: per named vector, Σ idf·q·d accumulated over postings,
-// divided by its maximum, weighted and summed.
-func (s *Store) lexical(q store.Query, sc *scratch, ok func(int32) bool) []scored {
+// termQuery is one query's weight for a term.
+type termQuery struct {
+	q  int
+	qw float32 // idf · query weight
+}
+
+// lexical scores the sparse vectors of every active query: per named vector, Σ idf·q·d
+// accumulated over postings (each posting list walked once for all queries), divided by its
+// maximum, weighted and summed.
+func (s *Store) lexical(qs []store.Query, active []bool, scs []*scratch, oks []func(int32) bool) [][]scored {
 	n := float64(s.live)
-	names := make([]string, 0, len(q.Sparse))
-	for name := range q.Sparse {
+	nameSet := map[string]bool{}
+	for i, q := range qs {
+		if active[i] {
+			for name := range q.Sparse {
+				nameSet[name] = true
+			}
+		}
+	}
+	names := make([]string, 0, len(nameSet))
+	for name := range nameSet {
 		names = append(names, name)
 	}
 	slices.Sort(names) // deterministic float summation order
 	for _, name := range names {
-		qv := q.Sparse[name]
-		w := weight(q.Weights, name)
 		post := s.vecs[name]
-		if w == 0 || post == nil {
+		if post == nil {
 			continue
 		}
-		for i, t := range qv.Indices {
-			pl := post[t]
-			if len(pl) == 0 || i >= len(qv.Values) {
+		// term → the queries that contain it, in query order.
+		terms := map[uint32][]termQuery{}
+		var order []uint32
+		for i, q := range qs {
+			if !active[i] || weight(q.Weights, name) == 0 {
 				continue
 			}
-			df := float64(len(pl))
-			qw := float32(math.Log(1+(n-df+0.5)/(df+0.5)) * float64(qv.Values[i]))
-			for _, p := range pl {
-				if sc.acc[p.slot] == 0 {
-					if !ok(p.slot) {
-						continue
+			qv := q.Sparse[name]
+			for j, t := range qv.Indices {
+				pl := post[t]
+				if len(pl) == 0 || j >= len(qv.Values) {
+					continue
+				}
+				df := float64(len(pl))
+				if _, ok := terms[t]; !ok {
+					order = append(order, t)
+				}
+				terms[t] = append(terms[t], termQuery{q: i, qw: float32(math.Log(1+(n-df+0.5)/(df+0.5)) * float64(qv.Values[j]))})
+			}
+		}
+		for _, t := range order {
+			pl := post[t]
+			for _, tq := range terms[t] {
+				sc, ok, qw := scs[tq.q], oks[tq.q], tq.qw
+				acc := sc.acc
+				if ok == nil {
+					for _, p := range pl {
+						if acc[p.slot] == 0 {
+							sc.touched = append(sc.touched, p.slot)
+						}
+						acc[p.slot] += qw * p.w
 					}
-					sc.touched = append(sc.touched, p.slot)
+					continue
 				}
-				sc.acc[p.slot] += qw * p.w
+				for _, p := range pl {
+					if acc[p.slot] == 0 {
+						if !ok(p.slot) {
+							continue
+						}
+						sc.touched = append(sc.touched, p.slot)
+					}
+					acc[p.slot] += qw * p.w
+				}
 			}
 		}
-		var mx float32
-		for _, sl := range sc.touched {
-			mx = max(mx, sc.acc[sl])
-		}
-		for _, sl := range sc.touched {
-			if mx > 0 && sc.acc[sl] > 0 {
-				if !sc.seen[sl] {
-					sc.seen[sl] = true
-					sc.cand = append(sc.cand, sl)
-				}
-				sc.fused[sl] += w * float64(sc.acc[sl]/mx)
+		for i, q := range qs {
+			if !active[i] {
+				continue
 			}
-			sc.acc[sl] = 0
+			sc, w := scs[i], weight(q.Weights, name)
+			var mx float32
+			for _, sl := range sc.touched {
+				mx = max(mx, sc.acc[sl])
+			}
+			for _, sl := range sc.touched {
+				if mx > 0 && sc.acc[sl] > 0 {
+					if !sc.seen[sl] {
+						sc.seen[sl] = true
+						sc.cand = append(sc.cand, sl)
+					}
+					sc.fused[sl] += w * float64(sc.acc[sl]/mx)
+				}
+				sc.acc[sl] = 0
+			}
+			sc.touched = sc.touched[:0]
 		}
-		sc.touched = sc.touched[:0]
 	}
-	out := make([]scored, 0, len(sc.cand))
-	for _, sl := range sc.cand {
-		out = append(out, scored{slot: sl, score: sc.fused[sl]})
-		sc.fused[sl] = 0
-		sc.seen[sl] = false
+	out := make([][]scored, len(qs))
+	for i := range qs {
+		if !active[i] {
+			continue
+		}
+		sc := scs[i]
+		out[i] = make([]scored, 0, len(sc.cand))
+		for _, sl := range sc.cand {
+			out[i] = append(out[i], scored{slot: sl, score: sc.fused[sl]})
+			sc.fused[sl] = 0
+			sc.seen[sl] = false
+		}
 	}
 	return out
 }
@@ -535,7 +619,7 @@ func (s *Store) denseScores(qd []float32, ok func(int32) bool) []scored {
 	out := make([]scored, 0, s.live)
 	for i := range s.slots {
 		x := &s.slots[i]
-		if !x.live || len(x.dense) != len(q) || !ok(int32(i)) {
+		if !x.live || len(x.dense) != len(q) || (ok != nil && !ok(int32(i))) {
 			continue
 		}
 		var dot float32
