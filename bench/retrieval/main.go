@@ -137,7 +137,7 @@ type method struct {
 
 type poolStats struct{ avgDocLen float64 }
 
-var defaultMethods = []string{"bm25", "bm25f-stem", "bm25f-stem-chars", "default"}
+var defaultMethods = []string{"bm25", "bm25-stem-stop", "bm25f-stem", "bm25f-stem-chars", "default"}
 
 func noSplit() index.Options { return index.Options{} }
 
@@ -159,10 +159,10 @@ var methods = []method{
 			return c
 		}, opt: noSplit()},
 	{name: "bm25f-stem", doc: "bm25-stem-stop with BM25F field weights and per-field length normalization (default fields)",
-		cfg: with(func(c *lexical.Config) { c.CharN = 0 }), opt: noSplit()},
+		cfg: with(func(c *lexical.Config) { c.CharN, c.PairWeight = 0, 0 }), opt: noSplit()},
 	{name: "bm25f-stem-chars", doc: "bm25f-stem + character 4-gram TF-IDF cosine, score-sum fused (weight 0.35)",
-		cfg: with(func(*lexical.Config) {}), opt: noSplit()},
-	{name: "default", doc: "the embedded default: bm25f-stem-chars + request split into sentences, parts merged",
+		cfg: with(func(c *lexical.Config) { c.PairWeight = 0 }), opt: noSplit()},
+	{name: "default", doc: "the embedded default: bm25f-stem-chars + ordered adjacent word pairs (weight 0.2) + request split into sentences, parts merged",
 		cfg: with(func(*lexical.Config) {}), opt: index.DefaultOptions()},
 }
 

@@ -87,7 +87,7 @@ type Config struct {
 	// CharParams adds parameter names to the text the n-grams are taken from (name and
 	// description always are).
 	CharParams bool
-	// PairWeight, when positive, adds the "pairs" vector at this fusion weight: unordered pairs
+	// PairWeight, when positive, adds the "pairs" vector at this fusion weight: ordered pairs
 	// of adjacent content words (stop words skipped, stemmed) from the name, title and
 	// description, so that phrase matches ("greatest common divisor") count more than scattered
 	// words.
@@ -108,6 +108,7 @@ func DefaultConfig() Config {
 		AvgDocLen:    55,
 		CharN:        4,
 		CharWeight:   0.35,
+		PairWeight:   0.2,
 	}
 }
 
@@ -197,7 +198,7 @@ func (e *Encoder) Document(t *toolmeshv1.Tool) map[string]store.SparseVector {
 	return out
 }
 
-// pairs adds the unordered pairs of adjacent content words of text to tf.
+// pairs adds the ordered pairs of adjacent content words of text to tf.
 func (e *Encoder) pairs(text string, tf map[string]float64) {
 	prev := ""
 	for _, w := range Words(text) {
@@ -208,11 +209,7 @@ func (e *Encoder) pairs(text string, tf map[string]float64) {
 			w = stem(w)
 		}
 		if prev != "" && prev != w {
-			a, b := prev, w
-			if b < a {
-				a, b = b, a
-			}
-			tf[a+" "+b]++
+			tf[prev+" "+w]++
 		}
 		prev = w
 	}
