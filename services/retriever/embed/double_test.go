@@ -20,9 +20,11 @@ import (
 // embeddingsDouble is a test double of an OpenAI-compatible embeddings server, reproducing
 // the wire behaviour of llama-server (tools/server, `--embedding`) and the OpenAI API:
 // llama-server's 503 "Loading model" while the model loads, its error JSON
-// {"error":{"code","message","type"}} (exceed_context_size_error with n_prompt_tokens and
-// n_ctx; the 500 server_error for an input over the physical batch), OpenAI's 401
-// invalid_request_error shape, 429 with Retry-After, and "data" items carrying an "index".
+// {"error":{"code","message","type"}} (the 400 exceed_context_size_error with n_prompt_tokens
+// and n_ctx; the 500 server_error "input (N tokens) is too large to process. increase the
+// physical batch size (current batch size: B)", which is what llama-server build 11669 answers
+// on /v1/embeddings for an over-long input, checked by hand against the real server), OpenAI's
+// 401 invalid_request_error shape, 429 with Retry-After, and "data" items carrying an "index".
 // Vectors are deterministic (seeded by a hash of the text) and not normalized, so callers can
 // check both the order and the normalization.
 type embeddingsDouble struct {
@@ -214,7 +216,7 @@ func (d *embeddingsDouble) serve(w http.ResponseWriter, r *http.Request) {
 		inputs = []string{one}
 	}
 	if len(inputs) == 0 {
-		writeJSON(w, http.StatusBadRequest, llamaError(400, "invalid_request_error", "Input content cannot be empty", nil))
+		writeJSON(w, http.StatusBadRequest, llamaError(400, "invalid_request_error", "\"input\" must not be empty", nil))
 		return
 	}
 	if req.EncodingFormat != "" && req.EncodingFormat != "float" && req.EncodingFormat != "base64" {

@@ -512,6 +512,7 @@ func TestParseErrorBody(t *testing.T) {
 		body          string
 		wantMsg, want string // want: the Type
 	}{
+		{"llama.cpp 401", 401, `{"error":{"message":"Invalid API Key","type":"authentication_error","code":401}}`, "Invalid API Key", "authentication_error"},
 		{"llama.cpp", 503, `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`, "Loading model", "unavailable_error"},
 		{"llama.cpp exceed context", 400, `{"error":{"code":400,"message":"request (600 tokens) exceeds the available context size (512 tokens)","type":"exceed_context_size_error","n_prompt_tokens":600,"n_ctx":512}}`,
 			"request (600 tokens) exceeds the available context size (512 tokens)", "exceed_context_size_error"},
@@ -738,6 +739,37 @@ func TestIntegrationRealServer(t *testing.T) {
 	}
 	t.Logf("model %s dim %d; cos(celsius, celsius')=%.3f cos(celsius, add)=%.3f",
 		model, h.Dim(), cosine(got[0], got[1]), cosine(got[0], got[2]))
+
+	// An input far beyond any embedding model's context is either truncated by the server
+	// (Ollama) or refused at once with the server's message (llama-server: 500 "input (N
+	// tokens) is too large to process…"; TEI: 413), never hangs in retries.
+	huge := strings.Repeat("celsius fahrenheit kelvin ", 20000)
+	start := time.Now()
+	if _, err := h.Embed(ctx, []string{huge}); err != nil {
+		var se *StatusError
+		if !errors.As(err, &se) || se.Retryable() || se.Message == "" {
+			t.Fatalf("Embed(huge): %v; want a non-retryable *StatusError with the server's message", err)
+		}
+		t.Logf("huge input refused in %s: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+
+	if key := os.Getenv("TOOLMESH_TEST_EMBEDDINGS_API_KEY"); key != "" {
+		bad := "sk-wrong-" + key
+		hb, err := NewHTTP(HTTPConfig{URL: base, Model: model, APIKey: bad}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hb.Close()
+		err = hb.Probe(ctx)
+		var se *StatusError
+		if !errors.As(err, &se) || se.Status != http.StatusUnauthorized {
+			t.Fatalf("Probe with a wrong key: %v; want a 401 *StatusError", err)
+		}
+		if strings.Contains(err.Error(), bad) {
+			t.Fatalf("API key leaked: %q", err)
+		}
+		t.Logf("wrong key: %v", err)
+	}
 }
 
 func cosine(a, b []float32) float64 {
