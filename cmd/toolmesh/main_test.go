@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -17,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/goleak"
 )
 
@@ -26,35 +31,8 @@ func TestUpBlackBox(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
 	}
-	bin := filepath.Join(t.TempDir(), "toolmesh")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-
-	up := exec.Command(bin, "up",
-		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
-		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0")
-	stdout, err := up.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	up.Stderr = &stderr
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- up.Wait() }()
-	t.Cleanup(func() {
-		_ = up.Process.Kill()
-		if t.Failed() {
-			t.Logf("toolmesh up stderr:\n%s", stderr.String())
-		}
-	})
-
-	base := restURL(t, stdout)
-	waitReady(t, base)
+	bin := buildBinary(t)
+	up, base := startUp(t, bin)
 
 	t.Run("list tools", func(t *testing.T) {
 		var got struct {
@@ -123,19 +101,84 @@ func TestUpBlackBox(t *testing.T) {
 		}
 	})
 
+	t.Run("search", func(t *testing.T) {
+		var got struct {
+			Results []struct {
+				Tool  struct{ ID string }
+				Score float64
+			}
+		}
+		getJSON(t, base+"/v1/tools:search?k=1&q="+url.QueryEscape("convert 30 degrees celsius to fahrenheit"), http.StatusOK, &got)
+		if len(got.Results) != 1 || got.Results[0].Tool.ID != "converter.celsius_to_fahrenheit" {
+			t.Errorf("search results = %+v, want just converter.celsius_to_fahrenheit", got.Results)
+		}
+		out, err := exec.Command(bin, "tools", "search", "convert 30 degrees celsius to fahrenheit", "-k", "1", "--api", base).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "converter.celsius_to_fahrenheit") {
+			t.Errorf("toolmesh tools search: %v\n%s", err, out)
+		}
+	})
+
 	t.Run("stops on SIGINT", func(t *testing.T) {
-		if err := up.Process.Signal(syscall.SIGINT); err != nil {
+		if err := up.cmd.Process.Signal(syscall.SIGINT); err != nil {
 			t.Fatal(err)
 		}
 		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("toolmesh up exited with %v after SIGINT, want 0", err)
+		case <-up.done:
+			if up.err != nil {
+				t.Errorf("toolmesh up exited with %v after SIGINT, want 0", up.err)
 			}
 		case <-time.After(15 * time.Second):
 			t.Fatal("toolmesh up did not stop within 15s of SIGINT")
 		}
 	})
+}
+
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "toolmesh")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startUp runs `toolmesh up` on free ports and waits until /readyz says ready.
+// upProcess is a running `toolmesh up`; done closes when it has exited, err is its exit.
+type upProcess struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+func startUp(t *testing.T, bin string, extra ...string) (*upProcess, string) {
+	t.Helper()
+	args := append([]string{"up",
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
+		"--retriever.grpc-addr=127.0.0.1:0",
+		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0"}, extra...)
+	up := exec.Command(bin, args...)
+	stdout, err := up.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	up.Stderr = &stderr
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &upProcess{cmd: up, done: make(chan struct{})}
+	go func() { p.err = up.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = up.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("toolmesh up stderr:\n%s", stderr.String())
+		}
+	})
+	base := restURL(t, stdout)
+	waitReady(t, base)
+	return p, base
 }
 
 var restLine = regexp.MustCompile(`REST\s+(http://\S+)`)
@@ -230,3 +273,59 @@ func firstText(b map[string]any) string {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestUpSearchFollowsToolChanges adds a tool to a running MCP server and removes it again:
+// list_changed reaches the executor, the retriever re-indexes, and search follows.
+func TestUpSearchFollowsToolChanges(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	mcpSrv := server.NewMCPServer("dyn", "0.1.0", server.WithToolCapabilities(true))
+	mcpSrv.AddTool(mcp.NewTool("echo", mcp.WithDescription("Echo the message back."), mcp.WithString("message", mcp.Required())),
+		func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(r.GetString("message", "")), nil
+		})
+	httpSrv := httptest.NewServer(server.NewStreamableHTTPServer(mcpSrv))
+	// Registered first, so it runs after toolmesh up (which holds a stream open) is stopped.
+	t.Cleanup(func() { httpSrv.CloseClientConnections(); httpSrv.Close() })
+
+	cfg := filepath.Join(t.TempDir(), "mcp.json")
+	doc := fmt.Sprintf(`{"mcpServers": {"dyn": {"url": %q}}}`, httpSrv.URL+"/mcp")
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, base := startUp(t, buildBinary(t), "--mcp-config", cfg, "--demo=false")
+
+	query := base + "/v1/tools:search?k=1&q=" + url.QueryEscape("reverse the letters of a word")
+	top := func() string {
+		var got struct {
+			Results []struct{ Tool struct{ ID string } }
+		}
+		getJSON(t, query, http.StatusOK, &got)
+		if len(got.Results) == 0 {
+			return ""
+		}
+		return got.Results[0].Tool.ID
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if cond() {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("not within 10s: %s", what)
+	}
+	if got := top(); got == "dyn.reverse_text" {
+		t.Fatalf("dyn.reverse_text found before it exists")
+	}
+	mcpSrv.AddTool(mcp.NewTool("reverse_text", mcp.WithDescription("Reverse the letters of a word or text."), mcp.WithString("text", mcp.Required())),
+		func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("olleh"), nil
+		})
+	waitFor("the added tool is found by search", func() bool { return top() == "dyn.reverse_text" })
+	mcpSrv.DeleteTools("reverse_text")
+	waitFor("the removed tool is gone from search", func() bool { return top() != "dyn.reverse_text" })
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/services/api"
 	"github.com/toolmesh/toolmesh/services/executor"
+	"github.com/toolmesh/toolmesh/services/retriever"
 )
 
 // runner is one long-running part of a target: it runs until ctx ends, then stops cleanly.
@@ -29,13 +30,14 @@ type target struct {
 
 // targets is the one table of what exists and what starts before what.
 var targets = map[string]target{
-	"demo":     {init: initDemo},
-	"executor": {deps: []string{"demo"}, init: initExecutor},
-	"api":      {deps: []string{"executor"}, init: initAPI},
+	"demo":      {init: initDemo},
+	"executor":  {deps: []string{"demo"}, init: initExecutor},
+	"retriever": {deps: []string{"executor"}, init: initRetriever},
+	"api":       {deps: []string{"executor", "retriever"}, init: initAPI},
 }
 
 // serveTargets are the names `serve --target` accepts; "all" means every one of them.
-var serveTargets = []string{"executor", "api"}
+var serveTargets = []string{"executor", "retriever", "api"}
 
 // App runs a set of targets in one process.
 type App struct {
@@ -155,9 +157,32 @@ func initExecutor(a *App) ([]runner, error) {
 	svc.Register(g.Server)
 	g.Health.SetServingStatus("toolmesh.v1.ExecutorService", healthpb.HealthCheckResponse_SERVING)
 	a.endpoint("executor gRPC", g.Addr())
+	// In one process the api and the retriever use this executor, wherever it bound.
 	if slices.Contains(a.cfg.Targets, "api") {
-		// In one process the api calls this executor, wherever it bound.
 		a.cfg.API.ExecutorAddr = g.Addr()
+	}
+	if slices.Contains(a.cfg.Targets, "retriever") {
+		a.cfg.Retriever.ExecutorAddr = g.Addr()
+	}
+	return []runner{svc.Run, g.Run}, nil
+}
+
+func initRetriever(a *App) ([]runner, error) {
+	logger := a.logger.With("target", "retriever")
+	svc, err := retriever.New(context.Background(), a.cfg.Retriever, logger)
+	if err != nil {
+		return nil, err
+	}
+	g, err := server.NewGRPC(a.cfg.Retriever.GRPCAddr, logger, a.cfg.DrainTimeout)
+	if err != nil {
+		svc.Close()
+		return nil, err
+	}
+	svc.Register(g.Server)
+	g.Health.SetServingStatus("toolmesh.v1.RetrieverService", healthpb.HealthCheckResponse_SERVING)
+	a.endpoint("retriever gRPC", g.Addr())
+	if slices.Contains(a.cfg.Targets, "api") {
+		a.cfg.API.RetrieverAddr = g.Addr()
 	}
 	return []runner{svc.Run, g.Run}, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/services/api"
 	"github.com/toolmesh/toolmesh/services/executor"
+	"github.com/toolmesh/toolmesh/services/retriever"
 )
 
 // Config is everything a toolmesh process needs. Flags set the defaults, the YAML file named by
@@ -29,6 +30,7 @@ type Config struct {
 
 	ExecutorAddr string
 	Executor     executor.Config
+	Retriever    retriever.Config
 	API          api.Config
 	Demo         DemoConfig
 
@@ -53,6 +55,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogFormat, "log.format", "text", "log format: text or json")
 	fs.StringVar(&c.ExecutorAddr, "executor.grpc-addr", "127.0.0.1:7704", "executor gRPC listen address (host:port)")
 	c.Executor.RegisterFlags(fs)
+	c.Retriever.RegisterFlags(fs)
 	c.API.RegisterFlags(fs)
 }
 
@@ -192,6 +195,11 @@ func (c *Config) Validate() error {
 	for _, t := range c.Targets {
 		if t == "executor" || t == "all" {
 			if err := c.Executor.Validate(); err != nil {
+				return err
+			}
+		}
+		if t == "retriever" || t == "all" {
+			if err := c.Retriever.Validate(); err != nil {
 				return err
 			}
 		}

@@ -91,6 +91,7 @@ func TestOrder(t *testing.T) {
 		requested, want []string
 	}{
 		{[]string{"api", "executor", "demo"}, []string{"demo", "executor", "api"}},
+		{[]string{"api", "retriever", "executor", "demo"}, []string{"demo", "executor", "retriever", "api"}},
 		{[]string{"api"}, []string{"api"}},
 		{[]string{"api", "executor"}, []string{"executor", "api"}},
 	}

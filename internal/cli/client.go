@@ -140,14 +140,15 @@ func runToolsSearch(ctx context.Context, args []string, stdout, stderr io.Writer
 	var c client
 	c.register(fs)
 	k := fs.Int("k", 4, "how many tools (1-50)")
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if len(pos) != 1 {
 		return usageError(`usage: toolmesh tools search "TEXT" [-k N]`)
 	}
 	c.init()
-	q := url.Values{"q": {fs.Arg(0)}, "k": {strconv.Itoa(*k)}}
+	q := url.Values{"q": {pos[0]}, "k": {strconv.Itoa(*k)}}
 	data, err := c.do(ctx, http.MethodGet, "/v1/tools:search?"+q.Encode(), nil)
 	if err != nil {
 		return err
@@ -181,18 +182,9 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, "Usage: toolmesh call SERVER.TOOL ['{\"arg\":value}'] [flags]\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	// Accept flags after the positional arguments too.
-	var pos []string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		rest = fs.Args()[1:]
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
 	}
 	if len(pos) < 1 || len(pos) > 2 {
 		fs.Usage()
@@ -251,6 +243,22 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return exitError{code: 1, msg: "toolmesh call: the tool reported an error"}
 	}
 	return nil
+}
+
+// parseInterspersed parses flags that come before, between or after the positional
+// arguments, and returns the positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }
 
 func firstLine(s string, max int) string {
