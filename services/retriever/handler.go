@@ -12,6 +12,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/services/retriever/index"
 )
 
 const (
@@ -51,6 +52,9 @@ func (s *Service) SearchTools(ctx context.Context, req *toolmeshv1.RetrieverServ
 		return nil, status.Error(codes.Unavailable, errNotSynced.Error())
 	}
 	results, err := s.idx.Search(ctx, q, k, req.GetServers())
+	if errors.Is(err, index.ErrEmptyQuery) {
+		return nil, invalid.Field("query", "has no searchable words (only stop words, numbers or punctuation)")
+	}
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("search: %w", err))
 	}
