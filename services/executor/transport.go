@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"sync"
@@ -19,7 +20,9 @@ import (
 //     struct that drops keywords it does not model (anyOf, $schema, ...), and
 //     the catalog must carry the schema as the server declared it;
 //   - send notifications/cancelled for a cancelled tools/call over HTTP, which
-//     mcp-go's client only does for non-HTTP transports.
+//     mcp-go's client only does for non-HTTP transports;
+//   - hand mcp-go a slimmed tools/list page (see slimToolsPage), so that it
+//     does not re-read every tool's input schema on every tools/call.
 
 type rawPagesKey struct{}
 
@@ -47,7 +50,7 @@ type hooks struct {
 	wg               sync.WaitGroup
 }
 
-func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *transport.JSONRPCResponse, err error) {
+func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *transport.JSONRPCResponse, err error) *transport.JSONRPCResponse {
 	switch req.Method {
 	case string(mcp.MethodToolsList):
 		if err == nil && resp != nil && resp.Error == nil {
@@ -55,6 +58,11 @@ func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *t
 				p.mu.Lock()
 				p.pages = append(p.pages, resp.Result)
 				p.mu.Unlock()
+			}
+			if slim, ok := slimToolsPage(resp.Result); ok {
+				out := *resp
+				out.Result = slim
+				return &out
 			}
 		}
 	case string(mcp.MethodToolsCall), string(mcp.MethodSubscriptionsListen):
@@ -64,6 +72,64 @@ func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *t
 			h.sendCancelled(ctx, req.ID)
 		}
 	}
+	return resp
+}
+
+// slimSchema is the input schema mcp-go is given for a tool whose schema has no
+// x-mcp-header annotation.
+var slimSchema = json.RawMessage(`{"type":"object"}`)
+
+// slimToolsPage returns a tools/list result in which every tool whose input
+// schema cannot carry an x-mcp-header annotation has the input schema
+// {"type":"object"}; tools that may carry one, and every other field, are left
+// as they are. ok is false when nothing was replaced or the page is not the
+// expected shape (mcp-go then gets the page unchanged).
+//
+// Why: on protocol 2026-07-28, mcp-go caches the listed tools and, on every
+// tools/call, re-encodes and re-decodes the called tool's whole input schema
+// to look for x-mcp-header parameters to mirror into Mcp-Param-* headers
+// (SEP-2243); that was ~12 µs of CPU per call for a two-parameter tool, ~5%
+// of a whole call through the executor. The cache is only used for that
+// mirroring, and the executor's catalog and validation use the raw pages
+// captured above, so a tool without annotations loses nothing; a tool with
+// them keeps its full schema and mcp-go mirrors (and validates) them as before.
+func slimToolsPage(result json.RawMessage) (json.RawMessage, bool) {
+	var page map[string]json.RawMessage
+	if json.Unmarshal(result, &page) != nil {
+		return nil, false
+	}
+	var tools []map[string]json.RawMessage
+	if json.Unmarshal(page["tools"], &tools) != nil {
+		return nil, false
+	}
+	changed := false
+	for _, t := range tools {
+		in, ok := t["inputSchema"]
+		if !ok || mayCarryHeaderAnnotation(in) || bytes.Equal(in, slimSchema) {
+			continue
+		}
+		t["inputSchema"] = slimSchema
+		changed = true
+	}
+	if !changed {
+		return nil, false
+	}
+	b, err := json.Marshal(tools)
+	if err != nil {
+		return nil, false
+	}
+	page["tools"] = b
+	out, err := json.Marshal(page)
+	if err != nil {
+		return nil, false
+	}
+	return out, true
+}
+
+// mayCarryHeaderAnnotation is deliberately coarse: any mention of the keyword,
+// or any \u escape that could spell it, keeps the schema as it is.
+func mayCarryHeaderAnnotation(schema json.RawMessage) bool {
+	return bytes.Contains(schema, []byte("x-mcp-header")) || bytes.Contains(schema, []byte(`\u`))
 }
 
 // sendCancelled tells the server to stop working on request id, off the caller's path.
@@ -93,8 +159,7 @@ type sseTransport struct {
 
 func (t *sseTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
 	resp, err := t.SSE.SendRequest(ctx, req)
-	t.h.after(ctx, req, resp, err)
-	return resp, err
+	return t.h.after(ctx, req, resp, err), err
 }
 
 type streamableTransport struct {
@@ -104,8 +169,7 @@ type streamableTransport struct {
 
 func (t *streamableTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
 	resp, err := t.StreamableHTTP.SendRequest(ctx, req)
-	t.h.after(ctx, req, resp, err)
-	return resp, err
+	return t.h.after(ctx, req, resp, err), err
 }
 
 type stdioTransport struct {
@@ -115,8 +179,7 @@ type stdioTransport struct {
 
 func (t *stdioTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
 	resp, err := t.Stdio.SendRequest(ctx, req)
-	t.h.after(ctx, req, resp, err)
-	return resp, err
+	return t.h.after(ctx, req, resp, err), err
 }
 
 // ctxEnded reports whether ctx is done or (nearly) past its deadline: mcp-go's
