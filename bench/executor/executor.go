@@ -22,12 +22,26 @@ import (
 type executorScenario struct {
 	scenario *scenario
 	health   *scenario // bare grpc.health.v1 Check on the same gRPC server
+	inproc   *scenario // the same Service's CallTool called in-process, without gRPC
 	close    func()
+}
+
+// grpcTuning is the gRPC server and client configuration of an executor scenario.
+type grpcTuning struct {
+	// workers: grpc.NumStreamWorkers (0: a new goroutine per RPC).
+	workers uint32
+	// staticWindow: fixed 1 MiB stream and connection windows on both sides, which turns
+	// off grpc-go's BDP estimator (a PING/ACK exchange on a connection that receives data).
+	staticWindow bool
 }
 
 // newExecutorScenario runs the executor in-process with the calculator configured over tr,
 // serves it on a loopback gRPC listener and calls it through the generated client.
 func newExecutorScenario(ctx context.Context, tr, url string, o options) (*executorScenario, error) {
+	return newExecutorScenarioTuned(ctx, tr, url, o, "executor-grpc", grpcTuning{workers: uint32(o.workers)})
+}
+
+func newExecutorScenarioTuned(ctx context.Context, tr, url string, o options, name string, tune grpcTuning) (*executorScenario, error) {
 	var cfg executor.Config
 	cfg.RegisterFlags(flag.NewFlagSet("executor", flag.ContinueOnError))
 	transport := mcpconfig.TransportSSE
@@ -61,15 +75,20 @@ func newExecutorScenario(ctx context.Context, tr, url string, o options) (*execu
 		return nil, err
 	}
 	var sopts []grpc.ServerOption
-	if o.workers > 0 {
-		sopts = append(sopts, grpc.NumStreamWorkers(uint32(o.workers)))
+	copts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if tune.workers > 0 {
+		sopts = append(sopts, grpc.NumStreamWorkers(tune.workers))
+	}
+	if tune.staticWindow {
+		sopts = append(sopts, grpc.StaticStreamWindowSize(1<<20), grpc.StaticConnWindowSize(1<<20))
+		copts = append(copts, grpc.WithStaticStreamWindowSize(1<<20), grpc.WithStaticConnWindowSize(1<<20))
 	}
 	gs := grpc.NewServer(sopts...)
 	healthpb.RegisterHealthServer(gs, health.NewServer())
 	svc.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(lis.Addr().String(), copts...)
 	if err != nil {
 		gs.Stop()
 		cancelRun()
@@ -114,18 +133,15 @@ func newExecutorScenario(ctx context.Context, tr, url string, o options) (*execu
 		}
 	}
 
+	// Both callers build the request the same way, so the only difference is the gRPC hop.
 	args := map[string]any{"a": 2, "b": 3}
-	s := &scenario{
-		transport: tr,
-		name:      "executor-grpc",
-		protocol:  protocol,
-		note:      "generated gRPC client → executor → held mcp-go session",
-		call: func(ctx context.Context) error {
+	callWith := func(call func(context.Context, *toolmeshv1.ExecutorServiceCallToolRequest) (*toolmeshv1.ExecutorServiceCallToolResponse, error)) func(context.Context) error {
+		return func(ctx context.Context) error {
 			st, err := structpb.NewStruct(args)
 			if err != nil {
 				return err
 			}
-			resp, err := ex.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: "calculator.add", Arguments: st})
+			resp, err := call(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: "calculator.add", Arguments: st})
 			if err != nil {
 				return err
 			}
@@ -136,7 +152,27 @@ func newExecutorScenario(ctx context.Context, tr, url string, o options) (*execu
 				return fmt.Errorf("unexpected result %v", c)
 			}
 			return nil
-		},
+		}
+	}
+	note := "generated gRPC client → executor → held mcp-go session"
+	if tune.workers > 0 || tune.staticWindow {
+		note += fmt.Sprintf(" (gRPC NumStreamWorkers %d, static windows %v)", tune.workers, tune.staticWindow)
+	}
+	s := &scenario{
+		transport: tr,
+		name:      name,
+		protocol:  protocol,
+		note:      note,
+		call: callWith(func(ctx context.Context, req *toolmeshv1.ExecutorServiceCallToolRequest) (*toolmeshv1.ExecutorServiceCallToolResponse, error) {
+			return ex.CallTool(ctx, req)
+		}),
+	}
+	inproc := &scenario{
+		transport: tr,
+		name:      "executor-inproc",
+		protocol:  protocol,
+		note:      "the same executor's CallTool handler called in-process: everything but the gRPC hop",
+		call:      callWith(svc.CallTool),
 	}
 	hc := healthpb.NewHealthClient(conn)
 	h := &scenario{
@@ -147,5 +183,5 @@ func newExecutorScenario(ctx context.Context, tr, url string, o options) (*execu
 			return err
 		},
 	}
-	return &executorScenario{scenario: s, health: h, close: closeAll}, nil
+	return &executorScenario{scenario: s, health: h, inproc: inproc, close: closeAll}, nil
 }

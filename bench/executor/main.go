@@ -10,6 +10,14 @@
 //   - new-session:   a new mcp-go client per call (start, initialize, call, close), the way
 //     the tutorials do it.
 //
+// Two more isolate where the executor's overhead goes:
+//
+//   - executor-inproc:     the executor-grpc scenario's own Service.CallTool called in-process,
+//     the same request built the same way: everything the executor does except the gRPC hop;
+//   - executor-grpc-tuned: a second executor behind a gRPC server and client configured the
+//     way internal/server does not (yet): grpc.NumStreamWorkers(GOMAXPROCS) and static 1 MiB
+//     windows (which turn off the BDP estimator's PING/ACK per call).
+//
 // A bare grpc.health.v1 Check on the executor's gRPC server is the floor of a gRPC hop.
 //
 // Each scenario is warmed up, then timed with 1 caller (N sequential calls: p50, p99) and with
@@ -75,7 +83,7 @@ func main() {
 	fs.BoolVar(&o.markdown, "markdown", false, "print Markdown tables")
 	fs.StringVar(&o.protocol, "protocol", "", "MCP protocol version for the direct client and the executor alike; empty: mcp-go's default negotiation")
 	fs.StringVar(&o.transports, "transports", "sse,streamable-http", "comma-separated transports to measure")
-	fs.StringVar(&o.scenarios, "scenarios", "grpc-health,direct-held,executor-grpc,new-session", "comma-separated scenarios to measure (for profiling one of them)")
+	fs.StringVar(&o.scenarios, "scenarios", "grpc-health,direct-held,executor-inproc,executor-grpc,executor-grpc-tuned,new-session", "comma-separated scenarios to measure (for profiling one of them)")
 	fs.UintVar(&o.workers, "grpc-stream-workers", 0, "grpc.NumStreamWorkers for the executor's gRPC server; 0: grpc's default (a new goroutine per RPC), as toolmesh ships")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the timed phases to this file")
 	fs.DurationVar(&o.callTimeout, "call-timeout", 10*time.Second, "bound of one call; a call that exceeds it counts as an error")
@@ -144,6 +152,10 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	pooled := &http.Client{Transport: pooledTransport(2 * o.concurrency)}
 	cleanups = append(cleanups, pooled.CloseIdleConnections)
 
+	want := map[string]bool{}
+	for _, n := range strings.Split(o.scenarios, ",") {
+		want[strings.TrimSpace(n)] = true
+	}
 	var baseline *scenario
 	for _, tr := range strings.Split(o.transports, ",") {
 		tr = strings.TrimSpace(tr)
@@ -169,7 +181,16 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s executor-grpc: %w", tr, err)
 		}
 		cleanups = append(cleanups, ex.close)
-		scenarios = append(scenarios, ex.scenario)
+		scenarios = append(scenarios, ex.inproc, ex.scenario)
+		if want["executor-grpc-tuned"] {
+			tuned, err := newExecutorScenarioTuned(ctx, tr, url, o, "executor-grpc-tuned",
+				grpcTuning{workers: uint32(runtime.GOMAXPROCS(0)), staticWindow: true})
+			if err != nil {
+				return fmt.Errorf("%s executor-grpc-tuned: %w", tr, err)
+			}
+			cleanups = append(cleanups, tuned.close)
+			scenarios = append(scenarios, tuned.scenario)
+		}
 		if baseline == nil {
 			baseline = ex.health
 			scenarios = append([]*scenario{baseline}, scenarios...)
@@ -182,10 +203,6 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		scenarios = append(scenarios, newSessionScenario(tr, url, o))
 	}
 
-	want := map[string]bool{}
-	for _, n := range strings.Split(o.scenarios, ",") {
-		want[strings.TrimSpace(n)] = true
-	}
 	scenarios = slices.DeleteFunc(scenarios, func(s *scenario) bool { return !want[s.name] })
 	if len(scenarios) == 0 {
 		return fmt.Errorf("no scenario left after -scenarios %q", o.scenarios)
@@ -664,7 +681,9 @@ func report(w io.Writer, o options, scenarios []*scenario, results map[string][]
 		fmt.Sprintf("load average (1/5/15 min) before %s, after %s: other processes on this machine share the %d CPUs", o.loadBefore, o.loadAfter, runtime.NumCPU()),
 		fmt.Sprintf("direct-held: one mcp-go client, initialized and tools/list'ed once (as the executor does), http.Transport with MaxIdleConnsPerHost %d; "+
 			"executor-grpc: services/executor in-process (its own pooled mcp-go client, per-server limit %d) behind grpc.NewServer() without interceptors on a loopback listener, one grpc.ClientConn shared by all callers; "+
-			"new-session: start, initialize, call, close per call with mcp-go's default http.Client", 2*o.concurrency, o.concurrency),
+			"new-session: start, initialize, call, close per call with mcp-go's default http.Client; "+
+			"executor-inproc: the executor-grpc scenario's Service.CallTool called in-process (no gRPC); "+
+			"executor-grpc-tuned: another executor behind gRPC with NumStreamWorkers(GOMAXPROCS) and static 1 MiB windows on server and client (BDP estimator off)", 2*o.concurrency, o.concurrency),
 	}
 	if md {
 		for _, l := range info {
@@ -735,6 +754,14 @@ func report(w io.Writer, o options, scenarios []*scenario, results map[string][]
 		ns := n.p50 / e.p50
 		c.add(tr, "new-session p50 ÷ executor p50", fmt.Sprintf("%.2f×", ns), fmt.Sprintf("≥ %.1f×", minNewSessionRat), passFail(ns >= minNewSessionRat))
 		c.add(tr, fmt.Sprintf("executor CPU − direct CPU per call @%d", o.concurrency), fmt.Sprintf("%.0f µs", e.cpuPerCall-d.cpuPerCall), "—", "info")
+		if i, ok := sums[tr+"/executor-inproc"]; ok {
+			c.add(tr, "executor-inproc p50 − direct p50 (executor without gRPC)", fmt.Sprintf("%.0f µs", i.p50-d.p50), "—", "info")
+			c.add(tr, fmt.Sprintf("executor-inproc CPU − direct CPU per call @%d", o.concurrency), fmt.Sprintf("%.0f µs", i.cpuPerCall-d.cpuPerCall), "—", "info")
+		}
+		if t, ok := sums[tr+"/executor-grpc-tuned"]; ok {
+			c.add(tr, "executor-grpc-tuned p50 − direct p50", fmt.Sprintf("%.0f µs", t.p50-d.p50), "—", "info")
+			c.add(tr, fmt.Sprintf("executor-grpc-tuned ÷ direct calls/s @%d", o.concurrency), fmt.Sprintf("%.2f×", t.callsPerSec/d.callsPerSec), "—", "info")
+		}
 		errs := d.errors + e.errors + n.errors
 		c.add(tr, "errors", fmt.Sprintf("%d", errs), "0", passFail(errs == 0))
 	}
