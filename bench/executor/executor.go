@@ -16,6 +16,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/services/executor"
 )
 
@@ -33,12 +34,15 @@ type grpcTuning struct {
 	// staticWindow: fixed 1 MiB stream and connection windows on both sides, which turns
 	// off grpc-go's BDP estimator (a PING/ACK exchange on a connection that receives data).
 	staticWindow bool
+	// shipped: the gRPC server and client exactly as toolmesh runs them (internal/server:
+	// interceptors, stream workers, static windows); the fields above are then ignored.
+	shipped bool
 }
 
 // newExecutorScenario runs the executor in-process with the calculator configured over tr,
 // serves it on a loopback gRPC listener and calls it through the generated client.
 func newExecutorScenario(ctx context.Context, tr, url string, o options) (*executorScenario, error) {
-	return newExecutorScenarioTuned(ctx, tr, url, o, "executor-grpc", grpcTuning{workers: uint32(o.workers)})
+	return newExecutorScenarioTuned(ctx, tr, url, o, "executor-grpc", grpcTuning{shipped: o.workers == 0, workers: uint32(o.workers)})
 }
 
 func newExecutorScenarioTuned(ctx context.Context, tr, url string, o options, name string, tune grpcTuning) (*executorScenario, error) {
@@ -68,36 +72,55 @@ func newExecutorScenarioTuned(ctx context.Context, tr, url string, o options, na
 		_ = svc.Run(runCtx)
 	}()
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		cancelRun()
-		<-runDone
-		return nil, err
+	var addr string
+	var copts []grpc.DialOption
+	var stopServer func()
+	if tune.shipped {
+		g, err := server.NewGRPC("127.0.0.1:0", slog.New(slog.DiscardHandler), 5*time.Second)
+		if err != nil {
+			cancelRun()
+			<-runDone
+			return nil, err
+		}
+		svc.Register(g.Server)
+		gctx, stopG := context.WithCancel(context.Background())
+		gdone := make(chan struct{})
+		go func() { defer close(gdone); _ = g.Run(gctx) }()
+		addr, copts = g.Addr(), server.DialOptions()
+		stopServer = func() { stopG(); <-gdone }
+	} else {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			cancelRun()
+			<-runDone
+			return nil, err
+		}
+		var sopts []grpc.ServerOption
+		copts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if tune.workers > 0 {
+			sopts = append(sopts, grpc.NumStreamWorkers(tune.workers))
+		}
+		if tune.staticWindow {
+			sopts = append(sopts, grpc.StaticStreamWindowSize(1<<20), grpc.StaticConnWindowSize(1<<20))
+			copts = append(copts, grpc.WithStaticStreamWindowSize(1<<20), grpc.WithStaticConnWindowSize(1<<20))
+		}
+		gs := grpc.NewServer(sopts...)
+		healthpb.RegisterHealthServer(gs, health.NewServer())
+		svc.Register(gs)
+		go func() { _ = gs.Serve(lis) }()
+		addr, stopServer = lis.Addr().String(), gs.Stop
 	}
-	var sopts []grpc.ServerOption
-	copts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if tune.workers > 0 {
-		sopts = append(sopts, grpc.NumStreamWorkers(tune.workers))
-	}
-	if tune.staticWindow {
-		sopts = append(sopts, grpc.StaticStreamWindowSize(1<<20), grpc.StaticConnWindowSize(1<<20))
-		copts = append(copts, grpc.WithStaticStreamWindowSize(1<<20), grpc.WithStaticConnWindowSize(1<<20))
-	}
-	gs := grpc.NewServer(sopts...)
-	healthpb.RegisterHealthServer(gs, health.NewServer())
-	svc.Register(gs)
-	go func() { _ = gs.Serve(lis) }()
 
-	conn, err := grpc.NewClient(lis.Addr().String(), copts...)
+	conn, err := grpc.NewClient(addr, copts...)
 	if err != nil {
-		gs.Stop()
+		stopServer()
 		cancelRun()
 		<-runDone
 		return nil, err
 	}
 	closeAll := func() {
 		conn.Close()
-		gs.Stop()
+		stopServer()
 		cancelRun()
 		select {
 		case <-runDone:
@@ -155,7 +178,9 @@ func newExecutorScenarioTuned(ctx context.Context, tr, url string, o options, na
 		}
 	}
 	note := "generated gRPC client → executor → held mcp-go session"
-	if tune.workers > 0 || tune.staticWindow {
+	if tune.shipped {
+		note += " (gRPC server and client as toolmesh ships them: internal/server)"
+	} else if tune.workers > 0 || tune.staticWindow {
 		note += fmt.Sprintf(" (gRPC NumStreamWorkers %d, static windows %v)", tune.workers, tune.staticWindow)
 	}
 	s := &scenario{

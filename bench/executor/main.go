@@ -83,7 +83,7 @@ func main() {
 	fs.BoolVar(&o.markdown, "markdown", false, "print Markdown tables")
 	fs.StringVar(&o.protocol, "protocol", "", "MCP protocol version for the direct client and the executor alike; empty: mcp-go's default negotiation")
 	fs.StringVar(&o.transports, "transports", "sse,streamable-http", "comma-separated transports to measure")
-	fs.StringVar(&o.scenarios, "scenarios", "grpc-health,direct-held,executor-inproc,executor-grpc,executor-grpc-tuned,new-session", "comma-separated scenarios to measure (for profiling one of them)")
+	fs.StringVar(&o.scenarios, "scenarios", "grpc-health,direct-held,executor-inproc,executor-grpc,new-session", "comma-separated scenarios to measure (also executor-grpc-tuned: plain grpc.NewServer with -grpc-stream-workers and static windows)")
 	fs.UintVar(&o.workers, "grpc-stream-workers", 0, "grpc.NumStreamWorkers for the executor's gRPC server; 0: grpc's default (a new goroutine per RPC), as toolmesh ships")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the timed phases to this file")
 	fs.DurationVar(&o.callTimeout, "call-timeout", 10*time.Second, "bound of one call; a call that exceeds it counts as an error")
@@ -680,10 +680,10 @@ func report(w io.Writer, o options, scenarios []*scenario, results map[string][]
 			o.runs, o.calls, o.concurrency, o.duration),
 		fmt.Sprintf("load average (1/5/15 min) before %s, after %s: other processes on this machine share the %d CPUs", o.loadBefore, o.loadAfter, runtime.NumCPU()),
 		fmt.Sprintf("direct-held: one mcp-go client, initialized and tools/list'ed once (as the executor does), http.Transport with MaxIdleConnsPerHost %d; "+
-			"executor-grpc: services/executor in-process (its own pooled mcp-go client, per-server limit %d) behind grpc.NewServer() without interceptors on a loopback listener, one grpc.ClientConn shared by all callers; "+
+			"executor-grpc: services/executor in-process (its own pooled mcp-go client, per-server limit %d) behind the gRPC server toolmesh ships (internal/server: interceptors, stream workers, static windows) on a loopback listener, one grpc.ClientConn with internal/server's DialOptions shared by all callers; "+
 			"new-session: start, initialize, call, close per call with mcp-go's default http.Client; "+
 			"executor-inproc: the executor-grpc scenario's Service.CallTool called in-process (no gRPC); "+
-			"executor-grpc-tuned: another executor behind gRPC with NumStreamWorkers(GOMAXPROCS) and static 1 MiB windows on server and client (BDP estimator off)", 2*o.concurrency, o.concurrency),
+			"executor-grpc-tuned (only with -scenarios): plain grpc.NewServer with -grpc-stream-workers and static 1 MiB windows", 2*o.concurrency, o.concurrency),
 	}
 	if md {
 		for _, l := range info {

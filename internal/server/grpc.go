@@ -8,16 +8,29 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"runtime/debug"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 )
+
+const window = 1 << 20
+
+// DialOptions are the client options for calls between toolmesh services: plaintext over a
+// trusted network or loopback, with the same fixed windows as the servers.
+func DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStaticStreamWindowSize(window), grpc.WithStaticConnWindowSize(window),
+	}
+}
 
 // GRPC is one gRPC listener with grpc.health.v1 and reflection registered.
 type GRPC struct {
@@ -39,6 +52,12 @@ func NewGRPC(addr string, logger *slog.Logger, drain time.Duration, opts ...grpc
 	opts = append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unaryRecover(logger), unaryLog(logger)),
 		grpc.ChainStreamInterceptor(streamRecover(logger)),
+		// A pool of workers instead of a new goroutine per RPC: a tool call runs deep mcp-go
+		// stacks, and a fresh goroutine grows its stack on every call.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		// Fixed windows turn off the BDP estimator, whose PING/ACK lands in the middle of
+		// every short call; our messages are small, so 1 MiB never limits them.
+		grpc.StaticStreamWindowSize(window), grpc.StaticConnWindowSize(window),
 	}, opts...)
 	s := grpc.NewServer(opts...)
 	h := health.NewServer()

@@ -11,11 +11,11 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/server"
 )
 
 //go:embed openapi.swagger.json
@@ -24,7 +24,7 @@ var openAPI []byte
 // Gateway is the REST front of the api. It calls the api's own gRPC server over loopback so
 // REST and gRPC requests pass the same interceptors. The returned func closes its connection.
 func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, func(), error) {
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(grpcAddr, server.DialOptions()...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gateway client: %w", err)
 	}

@@ -7,9 +7,9 @@ import (
 	"log/slog"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/server"
 )
 
 // Service is the api target. It holds client connections to its dependencies.
@@ -40,7 +40,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 }
 
 func (s *Service) dial(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, server.DialOptions()...)
 	if err != nil {
 		return nil, err
 	}

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/server"
 )
 
 // toolIndex is what the service needs of the index: encode-and-store, delete, search.
@@ -79,7 +79,7 @@ func (s *Service) Run(ctx context.Context) error {
 			s.log.Warn("close tool index store", "err", err)
 		}
 	}()
-	conn, err := grpc.NewClient(s.cfg.ExecutorAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(s.cfg.ExecutorAddr, server.DialOptions()...)
 	if err != nil {
 		return fmt.Errorf("executor client: %w", err)
 	}
