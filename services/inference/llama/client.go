@@ -7,6 +7,7 @@ package llama
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -216,37 +217,45 @@ func (c *Client) Health(ctx context.Context) error {
 // most ReadyTimeout. It returns the last probe's error when time runs out. Only "not ready"
 // and "unreachable" are waited out: any other answer (401, 404…) is returned at once.
 func (c *Client) WaitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReadyTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, c.cfg.ReadyTimeout, errTimeout{c.cfg.ReadyTimeout})
 	defer cancel()
+	var last error
 	for attempt := 0; ; attempt++ {
 		err := c.Health(ctx)
 		if err == nil {
 			return nil
 		}
+		if ctx.Err() != nil {
+			return c.readyTimeout(ctx, cmp.Or(last, err))
+		}
 		if Code(err) != codes.Unavailable && Code(err) != codes.DeadlineExceeded {
 			return err
 		}
-		if ctx.Err() != nil {
-			return c.readyTimeout(ctx, err)
-		}
+		last = err
 		c.log.DebugContext(ctx, "llama-server not ready", "attempt", attempt+1, "err", err)
 		t := time.NewTimer(c.backoff(attempt))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return c.readyTimeout(ctx, err)
+			return c.readyTimeout(ctx, last)
 		case <-t.C:
 		}
 	}
 }
 
 func (c *Client) readyTimeout(ctx context.Context, last error) error {
-	code, sentinel := codes.DeadlineExceeded, context.DeadlineExceeded
-	if errors.Is(context.Cause(ctx), context.Canceled) {
-		code, sentinel = codes.Canceled, context.Canceled
+	cause := context.Cause(ctx)
+	if errors.Is(cause, context.Canceled) {
+		return &Error{Op: "health", Code: codes.Canceled, sentinel: context.Canceled,
+			Message: fmt.Sprintf("canceled while waiting for the server to be ready (last: %v)", last), err: last}
 	}
-	return &Error{Op: "health", Code: code, sentinel: sentinel,
-		Message: fmt.Sprintf("not ready after waiting (last: %v)", last), err: last}
+	what := "deadline exceeded"
+	var te errTimeout
+	if errors.As(cause, &te) {
+		what = te.Error()
+	}
+	return &Error{Op: "health", Code: codes.DeadlineExceeded, sentinel: context.DeadlineExceeded,
+		Message: fmt.Sprintf("not ready: %s (last: %v)", what, last), err: last}
 }
 
 // readyBackoff is 50 ms doubling to 2 s, with ±20% jitter.
