@@ -178,6 +178,10 @@ func (c *Client) CompleteStream(ctx context.Context, req CompletionRequest, fn f
 			}
 			return nil, c.transportError(ctx, "completion", err)
 		}
+		if ctx.Err() != nil {
+			// Cancelled (or timed out) while events were already buffered: deliver no more.
+			return nil, c.transportError(ctx, "completion", ctx.Err())
+		}
 		if errField != nil {
 			// Before llama.cpp PR #16109 (Sept 2025): `error: {"code","message","type"}`.
 			b, _, ok := parseErrorObject(errField)
