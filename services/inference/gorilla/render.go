@@ -203,10 +203,12 @@ func (c *Catalog) appendCall(b []byte, toolID string, args map[string]any) ([]by
 	var order []string // argument names as the schema has them
 	name := dottedName(toolID)
 	byOrig := map[string]string{}
+	schemas := map[string]any{}
 	if f != nil {
 		name = f.name
 		for _, p := range f.params {
 			byOrig[p.orig] = p.name
+			schemas[p.orig] = p.schema
 			if _, ok := args[p.orig]; ok {
 				order = append(order, p.orig)
 			}
@@ -233,9 +235,63 @@ func (c *Catalog) appendCall(b []byte, toolID string, args map[string]any) ([]by
 			b = append(b, identifier(k)...)
 		}
 		b = append(b, '=')
-		if b, err = AppendLiteral(b, args[k]); err != nil {
+		if b, err = appendSchemaLiteral(b, args[k], schemas[k], 0); err != nil {
 			return b, fmt.Errorf("argument %q: %w", k, err)
 		}
 	}
 	return append(b, ')'), nil
+}
+
+// appendSchemaLiteral is AppendLiteral with dict keys in schema order where the schema
+// declares properties (as the grammar asks for them), for lists item by item.
+func appendSchemaLiteral(b []byte, v any, schema any, depth int) ([]byte, error) {
+	m, _ := schema.(map[string]any)
+	if m == nil || depth > maxSchemaDepth {
+		return AppendLiteral(b, v)
+	}
+	var err error
+	switch v := v.(type) {
+	case map[string]any:
+		if _, ok := m["properties"].(map[string]any); !ok {
+			return AppendLiteral(b, v)
+		}
+		props := m["properties"].(map[string]any)
+		var order []string
+		for _, k := range propertyOrder(m) {
+			if _, ok := v[k]; ok {
+				order = append(order, k)
+			}
+		}
+		var extra []string
+		for k := range v {
+			if _, ok := props[k]; !ok {
+				extra = append(extra, k)
+			}
+		}
+		sort.Strings(extra)
+		b = append(b, '{')
+		for i, k := range append(order, extra...) {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = appendPyString(b, k)
+			b = append(b, ": "...)
+			if b, err = appendSchemaLiteral(b, v[k], props[k], depth+1); err != nil {
+				return b, err
+			}
+		}
+		return append(b, '}'), nil
+	case []any:
+		b = append(b, '[')
+		for i, e := range v {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			if b, err = appendSchemaLiteral(b, e, m["items"], depth+1); err != nil {
+				return b, err
+			}
+		}
+		return append(b, ']'), nil
+	}
+	return AppendLiteral(b, v)
 }
