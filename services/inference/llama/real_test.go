@@ -241,10 +241,51 @@ func TestRealServer(t *testing.T) {
 	t.Logf("real-server tests took %v", time.Since(start))
 }
 
+// TestRealServerLoading watches a real llama-server load a model big enough (about 40 MB)
+// for the load to be seen: refused connections, then 503 "Loading model", then ready.
+func TestRealServerLoading(t *testing.T) {
+	srv := llamatest.StartServer(t, llamatest.ServerOptions{NoWait: true,
+		Model: llamatest.TinyModel{Embedding: 512, Blocks: 4, FeedForward: 1024}})
+	c, _ := newClient(t, srv.URL, Config{HealthTimeout: time.Second})
+	ctx := t.Context()
+	seen := map[string]int{}
+	start := time.Now()
+	for {
+		err := c.Health(ctx)
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrNotReady):
+			seen["loading"]++
+			if e := wantCode(t, err, codes.Unavailable); e.HTTPStatus != 503 || e.Message != "Loading model" || e.Type != "unavailable_error" {
+				t.Errorf("loading: %+v", e)
+			}
+		case Code(err) == codes.Unavailable:
+			seen["unreachable"]++
+		default:
+			t.Fatalf("Health while starting: %v", err)
+		}
+		if err == nil {
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("not ready after 20 s (seen %v)", seen)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Logf("ready after %v; probes before: %v", time.Since(start), seen)
+	if seen["loading"] == 0 {
+		t.Errorf("never saw 503 Loading model (probes: %v)", seen)
+	}
+	if err := c.WaitReady(ctx); err != nil {
+		t.Errorf("WaitReady when ready: %v", err)
+	}
+}
+
 // slotIdle reads /slots (enabled by default) and reports whether no slot is processing.
 func slotIdle(t *testing.T, url string) bool {
 	t.Helper()
-	resp, err := http.Get(url + "/slots")
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	resp, err := hc.Get(url + "/slots")
 	if err != nil {
 		t.Fatalf("/slots: %v", err)
 	}

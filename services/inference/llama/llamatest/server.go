@@ -40,6 +40,8 @@ type ServerOptions struct {
 	Args []string
 	// ReadyTimeout bounds the wait for /health to answer 200 (default 30s).
 	ReadyTimeout time.Duration
+	// NoWait returns as soon as the process has started, to watch it load.
+	NoWait bool
 }
 
 // Server is a running llama-server on a loopback port.
@@ -48,7 +50,7 @@ type Server struct {
 	URL string
 	// ModelPath is the GGUF file it loaded.
 	ModelPath string
-	// Started is how long it took from start to the first 200 from /health.
+	// Started is how long it took from start to the first 200 from /health (0 with NoWait).
 	Started time.Duration
 
 	cmd  *exec.Cmd
@@ -134,6 +136,9 @@ func startServer(bin, model string, opts ServerOptions) (*Server, error) {
 		return nil, err
 	}
 	go func() { _ = s.cmd.Wait(); close(s.done) }()
+	if opts.NoWait {
+		return s, nil
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), opts.ReadyTimeout)
 	defer cancel()
