@@ -188,7 +188,7 @@ func New(cfg Config, httpClient *http.Client, logger *slog.Logger) (*Client, err
 	}
 	return &Client{
 		cfg: cfg, base: base, hc: httpClient, ownHC: own,
-		log:     logger.With("component", "llama", "server", base.Redacted()),
+		log:     logger.With("component", "llama", "server", base.Redacted(), "model", cfg.Model),
 		tokens:  newTokenCache(cfg.TokenCacheSize),
 		backoff: readyBackoff,
 	}, nil
