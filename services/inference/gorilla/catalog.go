@@ -113,8 +113,18 @@ func BuildWith(tools []*toolmeshv1.Tool, opts Options) (*Catalog, error) {
 		ids = append(ids, f.id)
 	}
 	sort.Strings(ids)
+	// Ids that are already names keep them; the others follow in sorted order.
+	for _, id := range ids {
+		if dottedName(id) == id {
+			c.byName[id] = c.byID[id]
+			c.byID[id].name = id
+		}
+	}
 	for _, id := range ids {
 		f := c.byID[id]
+		if f.name != "" {
+			continue
+		}
 		f.name = unique(dottedName(id), func(n string) bool { _, taken := c.byName[n]; return taken })
 		c.byName[f.name] = f
 	}

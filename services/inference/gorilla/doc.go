@@ -14,10 +14,11 @@
 //
 // A tool id is "SERVER.TOOL". The model sees it as a dotted Python name: every dot-separated
 // segment is made a Python identifier (characters outside [A-Za-z0-9_] become "_", a leading
-// digit or an empty segment gets a "_" prefix, a Python keyword gets a "_" suffix). When two ids
-// map to the same name, the ids are taken in sorted order and the later ones get "_2", "_3", ...
-// so "a.b-c" and "a.b_c" become "a.b_c" and "a.b_c_2". Parse maps names back to the exact id.
-// Argument names that are not Python identifiers are mapped the same way (within one tool).
+// digit or an empty segment gets a "_" prefix, a Python keyword gets a "_" suffix). An id that
+// is already such a name keeps it; when other ids map to a taken name they get "_2", "_3", ...
+// in sorted id order, so "a.b_c" stays "a.b_c" and "a.b-c" becomes "a.b_c_2". Parse maps names
+// back to the exact id. Argument names that are not Python identifiers (or are keywords) are
+// mapped the same way within one tool: "class" is shown as "class_", "user-id" as "user_id".
 //
 // # Function JSON and argument order
 //
