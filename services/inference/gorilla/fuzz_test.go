@@ -1,0 +1,318 @@
+package gorilla
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/toolmesh/toolmesh/bench/calls/gbnf"
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+)
+
+type sampleCase struct {
+	QID       string            `json:"qid"`
+	Functions []json.RawMessage `json:"functions"`
+	Output    string            `json:"output"`
+	Calls     []struct {
+		Name      string         `json:"name"`
+		Arguments map[string]any `json:"arguments"`
+	} `json:"calls"`
+}
+
+func readSample(t testing.TB) []sampleCase {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", "bfcl-sample.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []sampleCase
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var c sampleCase
+		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// sampleTools turns BFCL functions into tools as they are (BFCL's "dict"/"float" types are
+// understood by the grammar builder).
+func sampleTools(t testing.TB, fns []json.RawMessage) []*toolmeshv1.Tool {
+	t.Helper()
+	var tools []*toolmeshv1.Tool
+	for _, raw := range fns {
+		var f struct {
+			Name        string         `json:"name"`
+			Description string         `json:"description"`
+			Parameters  map[string]any `json:"parameters"`
+		}
+		if err := json.Unmarshal(raw, &f); err != nil {
+			t.Fatal(err)
+		}
+		st, err := structpb.NewStruct(f.Parameters)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tools = append(tools, &toolmeshv1.Tool{Id: f.Name, Description: f.Description, InputSchema: st})
+	}
+	return tools
+}
+
+// TestBFCLSample parses ground-truth calls rendered by Python's repr (an independent renderer)
+// and checks the grammar takes them.
+func TestBFCLSample(t *testing.T) {
+	for _, c := range readSample(t) {
+		cat := mustBuild(t, sampleTools(t, c.Functions))
+		got, _, err := cat.Parse(c.Output)
+		if err != nil {
+			t.Errorf("%s: %v", c.QID, err)
+			continue
+		}
+		if len(got) != len(c.Calls) {
+			t.Errorf("%s: %d calls, want %d", c.QID, len(got), len(c.Calls))
+			continue
+		}
+		for i, w := range c.Calls {
+			if got[i].ToolID != w.Name || !sameJSON(got[i].Arguments, w.Arguments) {
+				t.Errorf("%s: call %d = %v %v, want %v %v", c.QID, i, got[i].ToolID, got[i].Arguments, w.Name, w.Arguments)
+			}
+		}
+		// The grammar wants keyword arguments in schema order: re-render ours.
+		var out strings.Builder
+		for _, call := range got {
+			s, err := cat.Render(call)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out.WriteString(s)
+		}
+		g, err := gbnf.Parse(cat.Grammar())
+		if err != nil {
+			t.Fatalf("%s: grammar: %v", c.QID, err)
+		}
+		if ok, at, _ := g.Match(out.String()); !ok {
+			t.Errorf("%s: grammar refuses %q at byte %d", c.QID, out.String(), at)
+		}
+	}
+}
+
+// sameJSON compares after a JSON round trip (numbers by value).
+func sameJSON(a, b any) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	var x, y any
+	_ = json.Unmarshal(ja, &x)
+	_ = json.Unmarshal(jb, &y)
+	xs, _ := json.Marshal(x)
+	ys, _ := json.Marshal(y)
+	return string(xs) == string(ys)
+}
+
+func FuzzParse(f *testing.F) {
+	for _, c := range readSample(f) {
+		f.Add(c.Output)
+	}
+	for _, s := range []string{
+		"", "plain answer", "<<function>>", "<<function>>calculator.add(a=1, b=2)",
+		`<<function>>weather.get(location="it's \"here\"\n\t\\ \x41\u00e9\U0001F600\101", unit='<<function>>')`,
+		`<<function>>calculator.add(a=[1, -2.5, True, None, (1,), {1, 2}, {'k': [{}]}], b=(0x1F, 0o17, 0b101, 1_000, .5, 5., 1E-3))`,
+		"<<function>>calculator.add(a=math.pi, b=float('inf'))", "<<function>>x(''' ", `<<function>>weather.get(r'\`,
+	} {
+		f.Add(s)
+	}
+	tools := parserTools(f)
+	for _, c := range readSample(f) {
+		tools = append(tools, sampleTools(f, c.Functions)...)
+	}
+	// Drop duplicate ids (the same BFCL function appears in several cases).
+	seen := map[string]bool{}
+	uniq := tools[:0]
+	for _, t := range tools {
+		if !seen[t.Id] {
+			seen[t.Id] = true
+			uniq = append(uniq, t)
+		}
+	}
+	cat := mustBuild(f, uniq)
+	f.Fuzz(func(t *testing.T, out string) {
+		calls, answer, err := cat.Parse(out)
+		if err != nil {
+			var se *SyntaxError
+			if !errors.As(err, &se) || se.Offset < 0 || se.Offset > len(out) {
+				t.Fatalf("error %v is not a SyntaxError within the output (len %d)", err, len(out))
+			}
+			return
+		}
+		if len(calls) == 0 && strings.Contains(out, fnDelim) {
+			t.Fatalf("calls expected from %q", out)
+		}
+		if len(calls) > 0 && answer != "" {
+			t.Fatalf("both calls and an answer from %q", out)
+		}
+		for _, c := range calls {
+			if _, ok := cat.byID[c.ToolID]; !ok {
+				t.Fatalf("call to unknown tool %q", c.ToolID)
+			}
+			if _, err := json.Marshal(c.Arguments); err != nil && !hasNaN(c.Arguments) {
+				t.Fatalf("arguments do not marshal: %v", err)
+			}
+			// What Render writes, Parse reads back the same.
+			s, err := cat.Render(c)
+			if err != nil {
+				continue // NaN-like values have no literal
+			}
+			back, _, err := cat.Parse(s)
+			if err != nil || len(back) != 1 || !sameJSON(back[0].Arguments, c.Arguments) {
+				t.Fatalf("Render/Parse round trip of %#v: %q -> %#v, %v", c, s, back, err)
+			}
+		}
+	})
+}
+
+func hasNaN(v any) bool {
+	switch v := v.(type) {
+	case float64:
+		return math.IsNaN(v) || math.IsInf(v, 0)
+	case []any:
+		for _, e := range v {
+			if hasNaN(e) {
+				return true
+			}
+		}
+	case map[string]any:
+		for _, e := range v {
+			if hasNaN(e) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// FuzzGrammar builds catalogs from arbitrary schemas: Build never fails or panics on them, and
+// the grammar always loads under llama.cpp's rules.
+func FuzzGrammar(f *testing.F) {
+	for _, c := range readSample(f) {
+		for _, raw := range c.Functions {
+			var fn struct {
+				Name       string          `json:"name"`
+				Parameters json.RawMessage `json:"parameters"`
+			}
+			if json.Unmarshal(raw, &fn) == nil {
+				f.Add(fn.Name, string(fn.Parameters))
+			}
+		}
+	}
+	for _, s := range []string{
+		`{}`, `{"type":"object"}`, `{"type":"object","additionalProperties":{"type":"integer"}}`,
+		`{"properties":{"a":{"$ref":"#/properties/a"}},"required":["a","b","a"]}`,
+		`{"properties":{"x":{"anyOf":[{"type":"string"},{"type":"null"}],"nullable":true},"y":{"enum":[]},"z":{"const":{"a":[1]}}}}`,
+		`{"properties":{"deep":{"type":"array","items":{"type":"array","items":{"type":"array","items":{"type":"array","items":{"type":"array","items":{"type":"object","properties":{"q":{"type":"string"}}}}}}}}}}`,
+		`{"properties":{"\"weird\\ key\n":{"type":"string","enum":["a\"b","c'd","\u0000"]}},"required":["\"weird\\ key\n"]}`,
+		`{"type":["object","array"],"properties":7,"required":"a"}`,
+	} {
+		f.Add("srv.tool-name", s)
+	}
+	f.Fuzz(func(t *testing.T, id, schema string) {
+		if id == "" {
+			id = "x"
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(schema), &m) != nil {
+			return
+		}
+		st, err := structpb.NewStruct(m)
+		if err != nil {
+			return
+		}
+		tools := []*toolmeshv1.Tool{
+			{Id: id, Description: schema, InputSchema: st},
+			{Id: id + ".2", InputSchema: st},
+		}
+		cat, err := BuildWith(tools, Options{MaxStringLen: 16, MaxItems: 4, MaxDepth: 2})
+		if err != nil {
+			t.Fatalf("Build: %v", err)
+		}
+		g, err := gbnf.Parse(cat.Grammar())
+		if err != nil {
+			t.Fatalf("grammar does not load: %v\n%s", err, cat.Grammar())
+		}
+		_ = cat.Prompt("q", []Step{{ToolID: id, Arguments: m, Output: schema}})
+		// A call with no arguments is in the grammar exactly when no argument is required.
+		name, _ := cat.Name(id)
+		ok, _, err := g.Match(fnDelim + name + "()")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := !anyRequired(cat, id); ok != want && !cat.byID[id].freeArgs {
+			t.Fatalf("grammar on %s() = %v, want %v\n%s", name, ok, want, cat.Grammar())
+		}
+	})
+}
+
+func anyRequired(c *Catalog, id string) bool {
+	for _, p := range c.byID[id].params {
+		if p.required {
+			return true
+		}
+	}
+	return false
+}
+
+// BenchmarkStep is one model step for 8 tools: build the catalog (function JSON and grammar),
+// the prompt, and parse a two-call output.
+func BenchmarkStep(b *testing.B) {
+	var tools []*toolmeshv1.Tool
+	for _, c := range readSample(b) {
+		for _, t := range sampleTools(b, c.Functions) {
+			if len(tools) < 8 {
+				t.Id = "bfcl" + strconv.Itoa(len(tools)) + "." + strings.ReplaceAll(t.Id, ".", "_")
+				tools = append(tools, t)
+			}
+		}
+	}
+	cat := mustBuild(b, tools)
+	p0, p1 := cat.byID[tools[0].Id], cat.byID[tools[1].Id]
+	out := fnDelim + p0.name + "(" + exampleArgs(p0) + ")" + fnDelim + p1.name + "(" + exampleArgs(p1) + ")"
+	if _, _, err := cat.Parse(out); err != nil {
+		b.Fatalf("%s: %v", out, err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		c, err := Build(tools)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = c.Prompt("Find the area of a triangle with a base of 10 units and height of 5 units.", nil)
+		_ = c.Grammar()
+		if _, _, err := c.Parse(out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func exampleArgs(f *function) string {
+	var parts []string
+	for _, p := range f.params {
+		if p.required {
+			parts = append(parts, p.name+"='x'")
+		}
+	}
+	return strings.Join(parts, ", ")
+}
