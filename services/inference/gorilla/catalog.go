@@ -273,8 +273,9 @@ func (f *function) setSchema(schema map[string]any) {
 func (f *function) parametersJSON(schema map[string]any) object {
 	props := object{}
 	var required []any
+	declaredProps, _ := schema["properties"].(map[string]any)
 	for _, p := range f.params {
-		if _, declared := schema["properties"].(map[string]any)[p.orig]; declared {
+		if _, declared := declaredProps[p.orig]; declared {
 			props = append(props, member{p.name, promptSchema(p.schema, 0)})
 		}
 		if p.required {

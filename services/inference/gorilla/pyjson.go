@@ -111,6 +111,9 @@ func appendPyJSON(b []byte, v any) []byte {
 
 // appendPyNumber writes an integral float as an integer and any other float as Python's repr.
 func appendPyNumber(b []byte, f float64) []byte {
+	if f == 0 && math.Signbit(f) {
+		return append(b, "-0.0"...)
+	}
 	if f == math.Trunc(f) && math.Abs(f) < 1e16 {
 		return strconv.AppendInt(b, int64(f), 10)
 	}

@@ -231,6 +231,8 @@ func (c *Catalog) appendCall(b []byte, toolID string, args map[string]any) ([]by
 		}
 		if n, ok := byOrig[k]; ok {
 			b = append(b, n...)
+		} else if identShaped(k) {
+			b = append(b, k...) // as the parser reads it back, keywords included
 		} else {
 			b = append(b, identifier(k)...)
 		}
@@ -294,4 +296,18 @@ func appendSchemaLiteral(b []byte, v any, schema any, depth int) ([]byte, error)
 		return append(b, ']'), nil
 	}
 	return AppendLiteral(b, v)
+}
+
+// identShaped reports whether s is made of identifier characters and does not start with a digit
+// (a Python keyword included).
+func identShaped(s string) bool {
+	if s == "" || !isIdentStart(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if !isIdentChar(s[i]) {
+			return false
+		}
+	}
+	return true
 }
