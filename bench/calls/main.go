@@ -58,8 +58,11 @@ func main() {
 	show := flag.Int("show", 5, "failures to print per check")
 	nPredict := flag.Int("n-predict", 256, "live: tokens to generate per case")
 	timeout := flag.Duration("timeout", 2*time.Minute, "live: timeout per request")
+	callsOnly := flag.Bool("calls-only", false, "build grammars without the plain-answer branch (live output must be calls)")
 	flag.Parse()
-	if err := run(*casesPath, *llamaURL, *show, *nPredict, *timeout); err != nil {
+	opts := gorilla.DefaultOptions
+	opts.CallsOnly = *callsOnly
+	if err := run(*casesPath, *llamaURL, *show, *nPredict, *timeout, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "calls:", err)
 		os.Exit(1)
 	}
@@ -81,7 +84,7 @@ func (t *tally) fail(qid, why string, show int) {
 	}
 }
 
-func run(casesPath, llamaURL string, show, nPredict int, timeout time.Duration) error {
+func run(casesPath, llamaURL string, show, nPredict int, timeout time.Duration, opts gorilla.Options) error {
 	cases, err := readCases(casesPath)
 	if err != nil {
 		return err
@@ -110,6 +113,7 @@ func run(casesPath, llamaURL string, show, nPredict int, timeout time.Duration) 
 	start := time.Now()
 	var grammarBytes, grammarRules, promptBytes int
 	var dataErrors []string
+	var liveCalls, liveAnswers int
 	for ci, c := range cases {
 		tools, schemas, err := convert(c)
 		if err != nil {
@@ -118,7 +122,7 @@ func run(casesPath, llamaURL string, show, nPredict int, timeout time.Duration) 
 			}
 			continue
 		}
-		cat, err := gorilla.Build(tools)
+		cat, err := gorilla.BuildWith(tools, opts)
 		if err != nil {
 			for _, t := range []*tally{parse, validate, grammar, reject} {
 				t.fail(c.QID, "build: "+err.Error(), show)
@@ -222,6 +226,11 @@ func run(casesPath, llamaURL string, show, nPredict int, timeout time.Duration) 
 				continue
 			}
 			calls, _, err := cat.Parse(content)
+			if err == nil && len(calls) > 0 {
+				liveCalls++
+			} else if err == nil {
+				liveAnswers++
+			}
 			switch {
 			case err != nil:
 				live.fail(c.QID, fmt.Sprintf("%v in %q", err, content), show)
@@ -247,6 +256,9 @@ func run(casesPath, llamaURL string, show, nPredict int, timeout time.Duration) 
 	}
 	if len(dataErrors) > 0 {
 		fmt.Printf("ground truths that break their own BFCL schema (%d): %s\n", len(dataErrors), strings.Join(dataErrors, " "))
+	}
+	if client != nil {
+		fmt.Printf("live outputs: %d with calls, %d plain answers\n", liveCalls, liveAnswers)
 	}
 	if client == nil {
 		fmt.Println("live: no -llama URL given, skipped")
