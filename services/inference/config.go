@@ -1,0 +1,43 @@
+package inference
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+
+	"github.com/toolmesh/toolmesh/services/inference/llama"
+)
+
+// Config is the inference target's configuration.
+type Config struct {
+	GRPCAddr string
+	// LLM is the llama-server that runs Gorilla OpenFunctions v2; its API key comes from the
+	// environment (TOOLMESH_LLM_API_KEY), never from a flag.
+	LLM llama.Config
+	// MaxTools bounds the candidates of one request; the retriever's k is at most 50.
+	MaxTools int
+}
+
+const envLLMAPIKey = "TOOLMESH_LLM_API_KEY"
+
+// RegisterFlags sets the defaults and binds them to flags prefixed "inference.".
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.GRPCAddr, "inference.grpc-addr", "127.0.0.1:7703", "inference gRPC listen address (host:port)")
+	fs.IntVar(&c.MaxTools, "inference.max-tools", 50, "most candidate tools one request may carry")
+	c.LLM.RegisterFlags(fs, "inference.llm.")
+}
+
+// Validate reports the first bad value, naming its flag.
+func (c *Config) Validate() error {
+	if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
+		return fmt.Errorf("inference.grpc-addr: %q is not host:port: %w", c.GRPCAddr, err)
+	}
+	if c.MaxTools < 1 {
+		return errors.New("inference.max-tools: must be at least 1")
+	}
+	if err := c.LLM.Validate(); err != nil {
+		return fmt.Errorf("inference.llm: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package inference
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/services/inference/gorilla"
+	"github.com/toolmesh/toolmesh/services/inference/llama"
+)
+
+const maxQueryBytes = 16 << 10
+
+// Generate asks the model for tool calls or an answer. Tools are best first: when the prompt
+// does not fit the context, the lowest-ranked ones are dropped and reported.
+func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest) (*toolmeshv1.GenerateResponse, error) {
+	switch q := req.GetQuery(); {
+	case q == "":
+		return nil, invalid.Field("query", "is required")
+	case len(q) > maxQueryBytes:
+		return nil, invalid.Field("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), maxQueryBytes))
+	case !utf8.ValidString(q):
+		return nil, invalid.Field("query", "is not valid UTF-8")
+	case len(req.GetTools()) > s.cfg.MaxTools:
+		return nil, invalid.Field("tools", fmt.Sprintf("has %d tools, more than the %d allowed", len(req.GetTools()), s.cfg.MaxTools))
+	case req.GetMaxTokens() < 0:
+		return nil, invalid.Field("max_tokens", "must not be negative")
+	}
+	tools := make([]*toolmeshv1.Tool, 0, len(req.GetTools()))
+	for i, st := range req.GetTools() {
+		if st.GetTool().GetId() == "" {
+			return nil, invalid.Field(fmt.Sprintf("tools[%d].tool.id", i), "is required")
+		}
+		tools = append(tools, st.GetTool())
+	}
+	props, err := s.contextSize(ctx)
+	if err != nil {
+		return nil, llmStatus(err)
+	}
+	nPredict := int(req.GetMaxTokens())
+	if nPredict == 0 {
+		nPredict = s.cfg.LLM.NPredict
+	}
+	history := gorilla.StepsFromRecords(req.GetHistory())
+
+	var cat *gorilla.Catalog
+	var prompt string
+	var dropped []string
+	for {
+		if cat, err = gorilla.Build(tools); err != nil {
+			return nil, invalid.Field("tools", err.Error())
+		}
+		prompt = cat.Prompt(req.GetQuery(), history)
+		n, err := s.llm.CountTokens(ctx, prompt)
+		if err != nil {
+			return nil, llmStatus(err)
+		}
+		// +1: llama-server puts BOS in front of a string prompt.
+		if n+1+nPredict <= props.NCtx {
+			break
+		}
+		if len(tools) == 0 {
+			return nil, status.Errorf(codes.ResourceExhausted,
+				"the question and earlier steps take %d tokens; with max_tokens %d that exceeds the model's context of %d", n+1, nPredict, props.NCtx)
+		}
+		dropped = append(dropped, tools[len(tools)-1].GetId())
+		tools = tools[:len(tools)-1]
+	}
+
+	comp, err := s.llm.Complete(ctx, llama.CompletionRequest{
+		Prompt:      prompt,
+		NPredict:    nPredict,
+		Grammar:     cat.Grammar(),
+		CachePrompt: new(true),
+	})
+	if err != nil {
+		return nil, llmStatus(err)
+	}
+	calls, answer, err := cat.Parse(comp.Content)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "the model's output does not parse although a grammar bound it: %v", err)
+	}
+	out := &toolmeshv1.GenerateResponse{
+		Answer:         answer,
+		RawOutput:      comp.Content,
+		DroppedToolIds: dropped,
+		Model:          s.cfg.LLM.Model,
+		Usage:          &toolmeshv1.Usage{PromptTokens: int32(comp.TokensEvaluated), CompletionTokens: int32(comp.TokensPredicted)},
+	}
+	for _, c := range calls {
+		args, err := structpb.NewStruct(c.Arguments)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "arguments of %s: %v", c.ToolID, err)
+		}
+		out.Calls = append(out.Calls, &toolmeshv1.FunctionCall{ToolId: c.ToolID, Arguments: args})
+	}
+	return out, nil
+}
+
+// GetModelStatus says whether the llama-server answers and what it serves.
+func (s *Service) GetModelStatus(ctx context.Context, _ *toolmeshv1.GetModelStatusRequest) (*toolmeshv1.GetModelStatusResponse, error) {
+	out := &toolmeshv1.GetModelStatusResponse{BackendUrl: s.cfg.LLM.URL, Model: s.cfg.LLM.Model}
+	if err := s.llm.Health(ctx); err != nil {
+		out.Message = err.Error()
+		return out, nil
+	}
+	p, err := s.contextSize(ctx)
+	if err != nil {
+		out.Message = err.Error()
+		return out, nil
+	}
+	out.Ready, out.ContextSize = true, int32(p.NCtx)
+	return out, nil
+}
+
+// llmStatus maps llama-server errors to gRPC codes at the edge.
+func llmStatus(err error) error {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	return status.Error(llama.Code(err), err.Error())
+}

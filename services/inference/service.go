@@ -1,0 +1,96 @@
+// Package inference turns a question, candidate tools and earlier steps into tool calls or an
+// answer, by driving a llama-server that runs Gorilla OpenFunctions v2 with a grammar built
+// from the tools' schemas, so every call the model makes parses.
+package inference
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/services/inference/llama"
+)
+
+// completer is what the service needs of a llama-server.
+type completer interface {
+	Health(ctx context.Context) error
+	Props(ctx context.Context) (*llama.Props, error)
+	CountTokens(ctx context.Context, text string) (int, error)
+	Complete(ctx context.Context, req llama.CompletionRequest) (*llama.Completion, error)
+}
+
+// Service is the inference target.
+type Service struct {
+	toolmeshv1.UnimplementedInferenceServiceServer
+
+	cfg    Config
+	log    *slog.Logger
+	llm    completer
+	closer func() error
+
+	mu    sync.Mutex
+	props *llama.Props // cached after the first success; the server's context does not change
+}
+
+// New builds the service and its llama-server client; nothing is contacted yet.
+func New(cfg Config, logger *slog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	llmCfg := cfg.LLM
+	llmCfg.APIKey = os.Getenv(envLLMAPIKey)
+	c, err := llama.New(llmCfg, nil, logger)
+	if err != nil {
+		return nil, fmt.Errorf("llama-server client: %w", err)
+	}
+	return newService(cfg, c, c.Close, logger), nil
+}
+
+func newService(cfg Config, llm completer, closer func() error, logger *slog.Logger) *Service {
+	if closer == nil {
+		closer = func() error { return nil }
+	}
+	return &Service{cfg: cfg, log: logger, llm: llm, closer: closer}
+}
+
+// Register adds the InferenceService.
+func (s *Service) Register(g grpc.ServiceRegistrar) {
+	toolmeshv1.RegisterInferenceServiceServer(g, s)
+}
+
+// Run says once whether the llama-server answers, then waits for ctx and closes the client.
+func (s *Service) Run(ctx context.Context) error {
+	defer func() { _ = s.closer() }()
+	if err := s.llm.Health(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("llama-server is not ready; questions fail until it is", "url", s.cfg.LLM.URL, "err", err,
+			"hint", "start one with: llama-server --host 127.0.0.1 --port 8080 -c 4096 -m gorilla-openfunctions-v2.Q4_K_M.gguf")
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// contextSize is the per-slot context of the llama-server, asked once.
+func (s *Service) contextSize(ctx context.Context) (*llama.Props, error) {
+	s.mu.Lock()
+	p := s.props
+	s.mu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	p, err := s.llm.Props(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.props = p
+	s.mu.Unlock()
+	return p, nil
+}
