@@ -2,6 +2,8 @@ package lexical
 
 import (
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
@@ -40,7 +42,10 @@ func Words(text string) []string {
 // Terms returns the indexed terms of text under the default configuration: Words, minus single
 // letters, stemmed with Snowball English (Porter2); when query is true, English stop words and
 // pure numbers are dropped too.
-func Terms(text string, query bool) []string { return Default().terms(text, query) }
+func Terms(text string, query bool) []string { return defaultEncoder().terms(text, query) }
+
+// defaultEncoder is Default, built once (New formats and hashes the configuration).
+var defaultEncoder = sync.OnceValue(Default)
 
 func isStopWord(w string) bool { return english.IsStopWord(w) }
 
@@ -48,8 +53,27 @@ func stem(w string) string {
 	if !isASCIILetters(w) {
 		return w
 	}
-	return english.Stem(w, true)
+	if s, ok := stemCache.Load(w); ok {
+		return s.(string)
+	}
+	s := english.Stem(w, true)
+	if stemCacheLen.Add(1) > stemCacheMax {
+		stemCache.Clear()
+		stemCacheLen.Store(1)
+	}
+	// Copies: w and s may share the memory of a whole document or request.
+	stemCache.Store(strings.Clone(w), strings.Clone(s))
+	return s
 }
+
+// stemCache memoizes Snowball stemming, the hot spot of encoding (tool and request vocabularies
+// repeat a lot). It is bounded: past stemCacheMax entries it starts over.
+var (
+	stemCache    sync.Map // word → stem
+	stemCacheLen atomic.Int64
+)
+
+const stemCacheMax = 1 << 17
 
 func hasAlnum(s string) bool {
 	for _, r := range s {
@@ -107,6 +131,13 @@ func classify(r rune) runeClass {
 // combining mark (underscore, dot, apostrophe, hyphen…), at lower→Upper ("getWeather"), at
 // Upper→Upper+lower ("HTTPServer" → "HTTP", "Server") and between letters and digits ("mp3").
 func splitIdentifier(w string) []string {
+	if isASCII(w) {
+		return splitASCII(w)
+	}
+	return splitRunes(w)
+}
+
+func splitRunes(w string) []string {
 	rs := []rune(w)
 	var parts []string
 	start := -1
@@ -141,6 +172,65 @@ func splitIdentifier(w string) []string {
 		}
 	}
 	flush(len(rs))
+	return parts
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+func classifyASCII(c byte) runeClass {
+	switch {
+	case 'a' <= c && c <= 'z':
+		return classLower
+	case 'A' <= c && c <= 'Z':
+		return classUpper
+	case '0' <= c && c <= '9':
+		return classDigit
+	}
+	return classOther
+}
+
+// splitASCII is splitIdentifier for ASCII words: the same rules on bytes, parts sharing w's
+// memory.
+func splitASCII(w string) []string {
+	var parts []string
+	start := -1
+	flush := func(end int) {
+		if start >= 0 && end > start {
+			parts = append(parts, w[start:end])
+		}
+		start = -1
+	}
+	for i := 0; i < len(w); i++ {
+		c := classifyASCII(w[i])
+		if c == classOther {
+			flush(i)
+			continue
+		}
+		if start < 0 {
+			start = i
+			continue
+		}
+		p := classifyASCII(w[i-1])
+		switch {
+		case c == classUpper && p == classLower:
+			flush(i)
+			start = i
+		case c == classLower && p == classUpper && i-1 > start:
+			flush(i - 1)
+			start = i - 1
+		case (c == classDigit) != (p == classDigit) && p != classOther:
+			flush(i)
+			start = i
+		}
+	}
+	flush(len(w))
 	return parts
 }
 
