@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -70,9 +72,11 @@ func runSpeed(w io.Writer, pool []*toolmeshv1.Tool, queriesPath, sizes string, s
 		return err
 	}
 	ctx := context.Background()
-	fmt.Fprintf(w, "speed: memory store, default encoder and search (k=10, sentence split), %d searches per size over the dev queries; GOMAXPROCS %d\n\n", searches, runtime.GOMAXPROCS(0))
-	fmt.Fprintf(w, "| tools | build s | tools/s | search p50 µs | search p99 µs | store-only p50 µs | store-only p99 µs | heap B/tool (index) | heap B/tool (index+tools) |\n")
-	fmt.Fprintf(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Fprintf(w, "speed: memory store, default encoder and search (k=10, sentence split), %d searches per size over the dev queries; GOMAXPROCS %d; load average %s\n\n",
+		searches, runtime.GOMAXPROCS(0), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
+	fmt.Fprintf(w, "| tools | build s | tools/s | search p50 µs | search p99 µs | search CPU µs/op | search alloc B/op | store-only p50 µs | store-only p99 µs | heap B/tool (index) | heap B/tool (index+tools) |\n")
+	fmt.Fprintf(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
@@ -94,6 +98,9 @@ func runSpeed(w io.Writer, pool []*toolmeshv1.Tool, queriesPath, sizes string, s
 		h2 := heapAlloc()
 
 		lat := make([]time.Duration, 0, searches)
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		cpu0 := cpuTime()
 		for i := 0; i < searches; i++ {
 			q := qs[i%len(qs)].Query
 			t0 := time.Now()
@@ -102,6 +109,8 @@ func runSpeed(w io.Writer, pool []*toolmeshv1.Tool, queriesPath, sizes string, s
 			}
 			lat = append(lat, time.Since(t0))
 		}
+		cpu := cpuTime() - cpu0
+		runtime.ReadMemStats(&m1)
 		// The store alone: one pre-encoded query, no splitting.
 		slat := make([]time.Duration, 0, searches)
 		for i := 0; i < searches; i++ {
@@ -116,12 +125,22 @@ func runSpeed(w io.Writer, pool []*toolmeshv1.Tool, queriesPath, sizes string, s
 			slices.Sort(d)
 			return float64(d[min(len(d)-1, int(f*float64(len(d))))].Nanoseconds()) / 1e3
 		}
-		fmt.Fprintf(w, "| %d | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %d | %d |\n", n, build.Seconds(), float64(n)/build.Seconds(),
-			p(lat, 0.5), p(lat, 0.99), p(slat, 0.5), p(slat, 0.99), int64(h2-h1)/int64(n), int64(h2-h0)/int64(n))
+		fmt.Fprintf(w, "| %d | %.2f | %.0f | %.0f | %.0f | %.0f | %d | %.0f | %.0f | %d | %d |\n", n, build.Seconds(), float64(n)/build.Seconds(),
+			p(lat, 0.5), p(lat, 0.99), float64(cpu.Microseconds())/float64(searches), (m1.TotalAlloc-m0.TotalAlloc)/uint64(searches),
+			p(slat, 0.5), p(slat, 0.99), int64(h2-h1)/int64(n), int64(h2-h0)/int64(n))
 		runtime.KeepAlive(tools)
 		runtime.KeepAlive(ix)
 	}
 	return nil
+}
+
+// cpuTime is the process's user + system CPU time (all threads, GC included).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func storeQuery(lex *lexical.Encoder, text string) store.Query {

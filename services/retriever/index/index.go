@@ -10,7 +10,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -77,6 +80,8 @@ type Index struct {
 	lex   *lexical.Encoder
 	dense embed.Dense
 	opt   Options
+	// weights are the encoder's fusion weights, shared read-only by every query.
+	weights map[string]float64
 }
 
 // New returns an index over st with the default search options. dense may be nil.
@@ -89,7 +94,7 @@ func NewWithOptions(st store.Store, lex *lexical.Encoder, dense embed.Dense, opt
 	if opt.Depth <= 0 {
 		opt.Depth = 50
 	}
-	return &Index{st: st, lex: lex, dense: dense, opt: opt}
+	return &Index{st: st, lex: lex, dense: dense, opt: opt, weights: lex.Weights()}
 }
 
 // Name identifies the encoding: the lexical encoder's ID, plus the dense model and dimension.
@@ -114,13 +119,12 @@ func Hash(t *toolmeshv1.Tool) string {
 
 // Upsert encodes and stores tools (replacing earlier versions by id).
 func (ix *Index) Upsert(ctx context.Context, tools []*toolmeshv1.Tool) error {
-	docs := make([]store.Doc, len(tools))
 	for i, t := range tools {
 		if t.GetId() == "" {
 			return fmt.Errorf("index: tool %d (%q): empty id", i, t.GetName())
 		}
-		docs[i] = store.Doc{ID: t.GetId(), Server: t.GetServer(), Hash: Hash(t), Tool: t, Sparse: ix.lex.Document(t)}
 	}
+	docs := ix.encode(tools)
 	if ix.dense != nil {
 		for lo := 0; lo < len(tools); lo += EmbedBatch {
 			hi := min(lo+EmbedBatch, len(tools))
@@ -141,6 +145,44 @@ func (ix *Index) Upsert(ctx context.Context, tools []*toolmeshv1.Tool) error {
 		}
 	}
 	return ix.st.Upsert(ctx, docs)
+}
+
+// parallelMin is the smallest batch whose lexical encoding is spread over the processors.
+const parallelMin = 64
+
+// encode builds the docs of tools with their lexical vectors, spreading the encoding over
+// GOMAXPROCS goroutines for large batches (the encoder is safe for concurrent use and each doc
+// depends on its tool alone, so the result does not depend on the split).
+func (ix *Index) encode(tools []*toolmeshv1.Tool) []store.Doc {
+	docs := make([]store.Doc, len(tools))
+	one := func(i int) {
+		t := tools[i]
+		docs[i] = store.Doc{ID: t.GetId(), Server: t.GetServer(), Hash: Hash(t), Tool: t, Sparse: ix.lex.Document(t)}
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(tools)/parallelMin)
+	if workers <= 1 {
+		for i := range tools {
+			one(i)
+		}
+		return docs
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				lo := int(next.Add(16)) - 16
+				if lo >= len(tools) {
+					return
+				}
+				for i := lo; i < min(lo+16, len(tools)); i++ {
+					one(i)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return docs
 }
 
 // DenseText is the text of a tool given to the dense embedder: its name split into words, title,
@@ -233,7 +275,7 @@ type multiSearcher interface {
 
 // query encodes one search; the dense embedder is asked for the whole request only.
 func (ix *Index) query(ctx context.Context, text string, limit int, servers []string, whole bool) (store.Query, error) {
-	q := store.Query{Sparse: ix.lex.Query(text), Weights: ix.lex.Weights(), Limit: limit, Servers: servers}
+	q := store.Query{Sparse: ix.lex.Query(text), Weights: ix.weights, Limit: limit, Servers: servers}
 	if !whole && ix.opt.PartsWordsOnly {
 		q.Sparse = map[string]store.SparseVector{lexical.VectorWords: q.Sparse[lexical.VectorWords]}
 	}
@@ -295,36 +337,57 @@ func emptySparse(m map[string]store.SparseVector) bool {
 // merge scores each tool full/max(full) + w·max_p part_p/max(part_p): the whole request still
 // ranks, and each part's best tools rise so that the list covers every part.
 func merge(full []store.Hit, parts [][]store.Hit, w float64) []store.Hit {
-	score := map[string]float64{}
-	byID := map[string]store.Hit{}
-	add := func(hits []store.Hit) map[string]float64 {
-		out := map[string]float64{}
-		if len(hits) == 0 || hits[0].Score <= 0 {
-			return out
-		}
-		for _, h := range hits {
-			out[h.ID] = h.Score / hits[0].Score
-			byID[h.ID] = h
-		}
-		return out
+	type entry struct {
+		hit          store.Hit
+		full, best   float64
+		inFull, inPt bool
 	}
-	for id, s := range add(full) {
-		score[id] += s
-	}
-	best := map[string]float64{}
+	n := len(full)
 	for _, p := range parts {
-		for id, s := range add(p) {
-			best[id] = max(best[id], s)
+		n += len(p)
+	}
+	pos := make(map[string]int32, n)
+	es := make([]entry, 0, n)
+	at := func(h store.Hit) *entry {
+		i, ok := pos[h.ID]
+		if !ok {
+			i = int32(len(es))
+			pos[h.ID] = i
+			es = append(es, entry{})
+		}
+		e := &es[i]
+		e.hit = h
+		return e
+	}
+	if len(full) > 0 && full[0].Score > 0 {
+		for _, h := range full {
+			e := at(h)
+			e.full += h.Score / full[0].Score
+			e.inFull = true
 		}
 	}
-	for id, s := range best {
-		score[id] += w * s
+	for _, p := range parts {
+		if len(p) == 0 || p[0].Score <= 0 {
+			continue
+		}
+		for _, h := range p {
+			e := at(h)
+			e.best = max(e.best, h.Score/p[0].Score)
+			e.inPt = true
+		}
 	}
-	out := make([]store.Hit, 0, len(score))
-	for id, s := range score {
-		h := byID[id]
-		h.Score = s
-		out = append(out, h)
+	out := make([]store.Hit, len(es))
+	for i := range es {
+		e := &es[i]
+		score := 0.0
+		if e.inFull {
+			score += e.full
+		}
+		if e.inPt {
+			score += w * e.best
+		}
+		out[i] = e.hit
+		out[i].Score = score
 	}
 	sortHits(out)
 	return out

@@ -11,14 +11,11 @@
 package memory
 
 import (
-	"cmp"
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"sync"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
@@ -383,96 +380,6 @@ func normalized(v []float32) []float32 {
 	return out
 }
 
-// scratch is one query's working memory, pooled.
-type scratch struct {
-	acc     []float32 // one named vector's raw scores
-	fused   []float64 // lexical fused score
-	seen    []bool
-	touched []int32 // slots with acc != 0
-	cand    []int32 // slots with fused != 0
-}
-
-func (s *Store) getScratch(n int) *scratch {
-	sc, _ := s.scratch.Get().(*scratch)
-	if sc == nil {
-		sc = &scratch{}
-	}
-	if len(sc.acc) < n {
-		sc.acc = make([]float32, n+n/4)
-		sc.fused = make([]float64, n+n/4)
-		sc.seen = make([]bool, n+n/4)
-	}
-	sc.touched = sc.touched[:0]
-	sc.cand = sc.cand[:0]
-	return sc
-}
-
-// Search returns the best q.Limit hits.
-func (s *Store) Search(ctx context.Context, q store.Query) ([]store.Hit, error) {
-	out, err := s.SearchMulti(ctx, []store.Query{q})
-	if err != nil || len(out) == 0 {
-		return nil, err
-	}
-	return out[0], nil
-}
-
-// SearchMulti runs several searches under one read lock, walking each posting list once for all
-// the queries that contain its term (the index searches a request and its parts this way).
-// Results are the same as from Search, one list per query.
-func (s *Store) SearchMulti(ctx context.Context, qs []store.Query) ([][]store.Hit, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return nil, errClosed
-	}
-	out := make([][]store.Hit, len(qs))
-	scs := make([]*scratch, len(qs))
-	oks := make([]func(int32) bool, len(qs))
-	active := make([]bool, len(qs))
-	for i := range qs {
-		if qs[i].Limit <= 0 {
-			continue
-		}
-		ok, any := s.filter(qs[i].Servers)
-		if !any {
-			continue
-		}
-		active[i] = true
-		oks[i] = ok
-		scs[i] = s.getScratch(len(s.slots))
-		defer s.scratch.Put(scs[i])
-	}
-	lex := s.lexical(qs, active, scs, oks)
-	for i, q := range qs {
-		if !active[i] {
-			continue
-		}
-		if len(q.Dense) == 0 {
-			out[i] = s.hits(s.topKOf(lex[i], q.Limit))
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		depth := max(q.Limit, rrfDepth)
-		dense := s.denseScores(q.Dense, oks[i])
-		dw := weight(q.Weights, "dense")
-		fused := map[int32]float64{}
-		for r, c := range s.topKOf(dense, depth) {
-			fused[c.slot] += dw / float64(RRFK+r+1)
-		}
-		for r, c := range s.topKOf(lex[i], depth) {
-			fused[c.slot] += 1 / float64(RRFK+r+1)
-		}
-		all := make([]scored, 0, len(fused))
-		for sl, v := range fused {
-			all = append(all, scored{slot: sl, score: v})
-		}
-		out[i] = s.hits(s.topKOf(all, q.Limit))
-	}
-	return out, nil
-}
-
 // filter returns the slot filter for servers (nil: all) and whether any slot can pass.
 // Called with mu held.
 func (s *Store) filter(servers []string) (func(int32) bool, bool) {
@@ -502,118 +409,6 @@ func weight(w map[string]float64, name string) float64 {
 	return 1
 }
 
-// termQuery is one query's weight for a term.
-type termQuery struct {
-	q  int
-	qw float32 // idf · query weight
-}
-
-// lexical scores the sparse vectors of every active query: per named vector, Σ idf·q·d
-// accumulated over postings (each posting list walked once for all queries), divided by its
-// maximum, weighted and summed.
-func (s *Store) lexical(qs []store.Query, active []bool, scs []*scratch, oks []func(int32) bool) [][]scored {
-	n := float64(s.live)
-	nameSet := map[string]bool{}
-	for i, q := range qs {
-		if active[i] {
-			for name := range q.Sparse {
-				nameSet[name] = true
-			}
-		}
-	}
-	names := make([]string, 0, len(nameSet))
-	for name := range nameSet {
-		names = append(names, name)
-	}
-	slices.Sort(names) // deterministic float summation order
-	for _, name := range names {
-		post := s.vecs[name]
-		if post == nil {
-			continue
-		}
-		// term → the queries that contain it, in query order.
-		terms := map[uint32][]termQuery{}
-		var order []uint32
-		for i, q := range qs {
-			if !active[i] || weight(q.Weights, name) == 0 {
-				continue
-			}
-			qv := q.Sparse[name]
-			for j, t := range qv.Indices {
-				pl := post[t]
-				if len(pl) == 0 || j >= len(qv.Values) {
-					continue
-				}
-				df := float64(len(pl))
-				if _, ok := terms[t]; !ok {
-					order = append(order, t)
-				}
-				terms[t] = append(terms[t], termQuery{q: i, qw: float32(math.Log(1+(n-df+0.5)/(df+0.5)) * float64(qv.Values[j]))})
-			}
-		}
-		for _, t := range order {
-			pl := post[t]
-			for _, tq := range terms[t] {
-				sc, ok, qw := scs[tq.q], oks[tq.q], tq.qw
-				acc := sc.acc
-				if ok == nil {
-					for _, p := range pl {
-						if acc[p.slot] == 0 {
-							sc.touched = append(sc.touched, p.slot)
-						}
-						acc[p.slot] += qw * p.w
-					}
-					continue
-				}
-				for _, p := range pl {
-					if acc[p.slot] == 0 {
-						if !ok(p.slot) {
-							continue
-						}
-						sc.touched = append(sc.touched, p.slot)
-					}
-					acc[p.slot] += qw * p.w
-				}
-			}
-		}
-		for i, q := range qs {
-			if !active[i] {
-				continue
-			}
-			sc, w := scs[i], weight(q.Weights, name)
-			var mx float32
-			for _, sl := range sc.touched {
-				mx = max(mx, sc.acc[sl])
-			}
-			for _, sl := range sc.touched {
-				if mx > 0 && sc.acc[sl] > 0 {
-					if !sc.seen[sl] {
-						sc.seen[sl] = true
-						sc.cand = append(sc.cand, sl)
-					}
-					sc.fused[sl] += w * float64(sc.acc[sl]/mx)
-				}
-				sc.acc[sl] = 0
-			}
-			sc.touched = sc.touched[:0]
-		}
-	}
-	out := make([][]scored, len(qs))
-	for i := range qs {
-		if !active[i] {
-			continue
-		}
-		sc := scs[i]
-		out[i] = make([]scored, 0, len(sc.cand))
-		for _, sl := range sc.cand {
-			out[i] = append(out[i], scored{slot: sl, score: sc.fused[sl]})
-			sc.fused[sl] = 0
-			sc.seen[sl] = false
-		}
-	}
-	return out
-}
-
 func (s *Store) denseScores(qd []float32, ok func(int32) bool) []scored {
 	q := normalized(qd)
 	out := make([]scored, 0, s.live)
@@ -637,56 +432,5 @@ func (s *Store) hits(top []scored) []store.Hit {
 		x := &s.slots[c.slot]
 		out[i] = store.Hit{ID: x.id, Tool: x.tool, Score: c.score}
 	}
-	return out
-}
-
-// better orders by score, then id for determinism.
-func (s *Store) better(a, b scored) bool {
-	if a.score != b.score {
-		return a.score > b.score
-	}
-	return s.slots[a.slot].id < s.slots[b.slot].id
-}
-
-// minHeap keeps the k best seen so far, worst on top.
-type minHeap struct {
-	s  *Store
-	xs []scored
-}
-
-func (h *minHeap) Len() int           { return len(h.xs) }
-func (h *minHeap) Less(i, j int) bool { return h.s.better(h.xs[j], h.xs[i]) }
-func (h *minHeap) Swap(i, j int)      { h.xs[i], h.xs[j] = h.xs[j], h.xs[i] }
-func (h *minHeap) Push(x any)         { h.xs = append(h.xs, x.(scored)) }
-func (h *minHeap) Pop() any {
-	x := h.xs[len(h.xs)-1]
-	h.xs = h.xs[:len(h.xs)-1]
-	return x
-}
-
-// topKOf returns the k best of all, best first; it needs the store for tie-breaking.
-func (s *Store) topKOf(all []scored, k int) []scored {
-	if k <= 0 {
-		return nil
-	}
-	h := &minHeap{s: s, xs: make([]scored, 0, min(k, len(all))+1)}
-	for _, c := range all {
-		if h.Len() < k {
-			heap.Push(h, c)
-		} else if s.better(c, h.xs[0]) {
-			h.xs[0] = c
-			heap.Fix(h, 0)
-		}
-	}
-	out := h.xs
-	slices.SortFunc(out, func(a, b scored) int {
-		if s.better(a, b) {
-			return -1
-		}
-		if s.better(b, a) {
-			return 1
-		}
-		return cmp.Compare(a.slot, b.slot)
-	})
 	return out
 }
