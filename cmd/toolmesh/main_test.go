@@ -155,7 +155,7 @@ func startUp(t *testing.T, bin string, extra ...string) (*upProcess, string) {
 	t.Helper()
 	args := append([]string{"up",
 		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
-		"--retriever.grpc-addr=127.0.0.1:0",
+		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
 		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0"}, extra...)
 	up := exec.Command(bin, args...)
 	stdout, err := up.StdoutPipe()

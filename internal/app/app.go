@@ -16,6 +16,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/services/api"
 	"github.com/toolmesh/toolmesh/services/executor"
+	"github.com/toolmesh/toolmesh/services/inference"
 	"github.com/toolmesh/toolmesh/services/retriever"
 )
 
@@ -33,11 +34,12 @@ var targets = map[string]target{
 	"demo":      {init: initDemo},
 	"executor":  {deps: []string{"demo"}, init: initExecutor},
 	"retriever": {deps: []string{"executor"}, init: initRetriever},
-	"api":       {deps: []string{"executor", "retriever"}, init: initAPI},
+	"inference": {init: initInference},
+	"api":       {deps: []string{"executor", "retriever", "inference"}, init: initAPI},
 }
 
 // serveTargets are the names `serve --target` accepts; "all" means every one of them.
-var serveTargets = []string{"executor", "retriever", "api"}
+var serveTargets = []string{"executor", "retriever", "inference", "api"}
 
 // App runs a set of targets in one process.
 type App struct {
@@ -184,6 +186,22 @@ func initRetriever(a *App) ([]runner, error) {
 	if slices.Contains(a.cfg.Targets, "api") {
 		a.cfg.API.RetrieverAddr = g.Addr()
 	}
+	return []runner{svc.Run, g.Run}, nil
+}
+
+func initInference(a *App) ([]runner, error) {
+	logger := a.logger.With("target", "inference")
+	svc, err := inference.New(a.cfg.Inference, logger)
+	if err != nil {
+		return nil, err
+	}
+	g, err := server.NewGRPC(a.cfg.Inference.GRPCAddr, logger, a.cfg.DrainTimeout)
+	if err != nil {
+		return nil, err
+	}
+	svc.Register(g.Server)
+	g.Health.SetServingStatus("toolmesh.v1.InferenceService", healthpb.HealthCheckResponse_SERVING)
+	a.endpoint("inference gRPC", g.Addr()+" (llama-server "+a.cfg.Inference.LLM.URL+")")
 	return []runner{svc.Run, g.Run}, nil
 }
 

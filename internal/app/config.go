@@ -15,6 +15,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/services/api"
 	"github.com/toolmesh/toolmesh/services/executor"
+	"github.com/toolmesh/toolmesh/services/inference"
 	"github.com/toolmesh/toolmesh/services/retriever"
 )
 
@@ -31,6 +32,7 @@ type Config struct {
 	ExecutorAddr string
 	Executor     executor.Config
 	Retriever    retriever.Config
+	Inference    inference.Config
 	API          api.Config
 	Demo         DemoConfig
 
@@ -56,15 +58,20 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ExecutorAddr, "executor.grpc-addr", "127.0.0.1:7704", "executor gRPC listen address (host:port)")
 	c.Executor.RegisterFlags(fs)
 	c.Retriever.RegisterFlags(fs)
+	c.Inference.RegisterFlags(fs)
 	c.API.RegisterFlags(fs)
 }
 
 // RegisterDemoFlags adds the flags of the demo MCP servers that only `up` runs.
 func (c *Config) RegisterDemoFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Inference.LLM.URL, "llm-url", c.Inference.LLM.URL, "llama-server running Gorilla OpenFunctions v2 (same as --inference.llm.url)")
 	fs.BoolVar(&c.Demo.Enabled, "demo", true, "run the shipped calculator and converter MCP servers and connect them")
 	fs.StringVar(&c.Demo.CalculatorAddr, "demo.calculator-addr", "127.0.0.1:7801", "calculator MCP server address (SSE at /sse, streamable HTTP at /mcp)")
 	fs.StringVar(&c.Demo.ConverterAddr, "demo.converter-addr", "127.0.0.1:7802", "converter MCP server address (SSE at /sse, streamable HTTP at /mcp)")
 }
+
+// flagAliases maps short flags to the flag they set, so a file never overrides either.
+var flagAliases = map[string]string{"llm-url": "inference.llm.url"}
 
 // Load parses args into fs and overlays the YAML file, keeping command-line flags on top.
 func (c *Config) Load(fs *flag.FlagSet, args []string) error {
@@ -74,6 +81,9 @@ func (c *Config) Load(fs *flag.FlagSet, args []string) error {
 	if c.ConfigFile != "" {
 		given := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		for alias, name := range flagAliases {
+			given[name] = given[name] || given[alias]
+		}
 		if err := c.overlayFile(fs, given); err != nil {
 			return err
 		}
@@ -200,6 +210,11 @@ func (c *Config) Validate() error {
 		}
 		if t == "retriever" || t == "all" {
 			if err := c.Retriever.Validate(); err != nil {
+				return err
+			}
+		}
+		if t == "inference" || t == "all" {
+			if err := c.Inference.Validate(); err != nil {
 				return err
 			}
 		}

@@ -26,7 +26,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return usageError("toolmesh up: unexpected argument %q", fs.Arg(0))
 	}
-	cfg.Targets = []string{"executor", "retriever", "api"}
+	cfg.Targets = []string{"executor", "retriever", "inference", "api"}
 	if cfg.Demo.Enabled {
 		cfg.Targets = append([]string{"demo"}, cfg.Targets...)
 	}
