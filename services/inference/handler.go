@@ -84,6 +84,10 @@ func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest)
 		return nil, llmStatus(err)
 	}
 	calls, answer, err := cat.Parse(comp.Content)
+	if err != nil && (comp.StopType == llama.StopLimit || comp.Truncated) {
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"the model's output was cut off after %d tokens (max_tokens %d) before its calls were complete: %v", comp.TokensPredicted, nPredict, err)
+	}
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "the model's output does not parse although a grammar bound it: %v", err)
 	}

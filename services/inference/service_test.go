@@ -118,6 +118,9 @@ func TestGenerateErrors(t *testing.T) {
 		{"empty query", &toolmeshv1.GenerateRequest{}, nil, codes.InvalidArgument, "query:"},
 		{"negative max_tokens", &toolmeshv1.GenerateRequest{Query: "q", MaxTokens: -1}, nil, codes.InvalidArgument, "max_tokens:"},
 		{"tool without id", &toolmeshv1.GenerateRequest{Query: "q", Tools: []*toolmeshv1.ScoredTool{{Tool: &toolmeshv1.Tool{}}}}, nil, codes.InvalidArgument, "tools[0].tool.id:"},
+		{"output cut off at max_tokens", &toolmeshv1.GenerateRequest{Query: "cut", Tools: calcTools(t)}, func() {
+			d.SetDefault(llamatest.Reply{Pieces: []string{"<<function>>calculator.add(a=2, b="}, StopType: "limit"})
+		}, codes.ResourceExhausted, "cut off"},
 		{"model loading", &toolmeshv1.GenerateRequest{Query: "q"}, func() { d.Loading(100, false) }, codes.Unavailable, "Loading model"},
 	}
 	for _, tc := range tests {
