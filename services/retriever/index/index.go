@@ -220,25 +220,42 @@ func (ix *Index) Search(ctx context.Context, query string, k int, servers []stri
 		return nil, nil
 	}
 	depth := max(k, ix.opt.Depth)
-	var parts []string
-	if ix.opt.Split != SplitNone && ix.opt.PartWeight != 0 {
-		if parts = splitQuery(query, ix.opt.Split); len(parts) < 2 {
-			parts = nil
-		}
-	}
-	q0, err := ix.query(ctx, query, depth, servers, true)
-	if err != nil {
-		return nil, err
-	}
-	qs := []store.Query{q0}
-	for _, p := range parts {
-		q, err := ix.query(ctx, p, depth, servers, false)
+	var qs []store.Query
+	if ix.opt.Split == SplitSentences && ix.opt.PartWeight != 0 {
+		// Encode once: the request and its sentences from one segmentation.
+		whole, parts := ix.lex.QueryParts(query)
+		q0, err := ix.query(ctx, query, whole, depth, servers, true)
 		if err != nil {
 			return nil, err
 		}
-		qs = append(qs, q)
+		qs = make([]store.Query, 1, 1+len(parts))
+		qs[0] = q0
+		for _, sp := range parts {
+			q, _ := ix.query(ctx, "", sp, depth, servers, false)
+			qs = append(qs, q)
+		}
+	} else {
+		var parts []string
+		if ix.opt.Split != SplitNone && ix.opt.PartWeight != 0 {
+			if parts = splitQuery(query, ix.opt.Split); len(parts) < 2 {
+				parts = nil
+			}
+		}
+		q0, err := ix.query(ctx, query, ix.lex.Query(query), depth, servers, true)
+		if err != nil {
+			return nil, err
+		}
+		qs = []store.Query{q0}
+		for _, p := range parts {
+			q, err := ix.query(ctx, p, ix.lex.Query(p), depth, servers, false)
+			if err != nil {
+				return nil, err
+			}
+			qs = append(qs, q)
+		}
 	}
 	var lists [][]store.Hit
+	var err error
 	if m, ok := ix.st.(multiSearcher); ok && ix.opt.PRF == 0 {
 		if lists, err = m.SearchMulti(ctx, qs); err != nil {
 			return nil, err
@@ -273,9 +290,10 @@ type multiSearcher interface {
 	SearchMulti(ctx context.Context, qs []store.Query) ([][]store.Hit, error)
 }
 
-// query encodes one search; the dense embedder is asked for the whole request only.
-func (ix *Index) query(ctx context.Context, text string, limit int, servers []string, whole bool) (store.Query, error) {
-	q := store.Query{Sparse: ix.lex.Query(text), Weights: ix.weights, Limit: limit, Servers: servers}
+// query builds one search from the request's (or a part's) lexical vectors; the dense embedder
+// is asked for the whole request only. Parts never fail.
+func (ix *Index) query(ctx context.Context, text string, sparse map[string]store.SparseVector, limit int, servers []string, whole bool) (store.Query, error) {
+	q := store.Query{Sparse: sparse, Weights: ix.weights, Limit: limit, Servers: servers}
 	if !whole && ix.opt.PartsWordsOnly {
 		q.Sparse = map[string]store.SparseVector{lexical.VectorWords: q.Sparse[lexical.VectorWords]}
 	}

@@ -6,30 +6,14 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/rivo/uniseg"
-
 	"github.com/toolmesh/toolmesh/services/retriever/lexical"
 	"github.com/toolmesh/toolmesh/services/retriever/store"
 )
 
 // Parts cuts a request into its parts: sentences (Unicode UAX #29 sentence boundaries) and
 // semicolon-separated clauses, keeping only parts with at least one searchable term. A request
-// of one part returns one element.
-func Parts(text string) []string {
-	var out []string
-	rest := text
-	state := -1
-	var s string
-	for len(rest) > 0 {
-		s, rest, state = uniseg.FirstSentenceInString(rest, state)
-		for _, c := range strings.Split(s, ";") {
-			if c = strings.TrimSpace(c); c != "" && len(lexical.Terms(c, true)) > 0 {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
-}
+// of one part returns one element. It is lexical.Parts, the split Encoder.QueryParts encodes.
+func Parts(text string) []string { return lexical.Parts(text) }
 
 var clauseBreak = regexp.MustCompile(`(?i),|\b(?:and|then|also)\b`)
 

@@ -30,6 +30,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rivo/uniseg"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
@@ -217,24 +218,98 @@ func (e *Encoder) pairs(text string, tf map[string]float64) {
 
 // Query encodes a search request. Both vectors are empty when the text has no usable term.
 func (e *Encoder) Query(text string) map[string]store.SparseVector {
-	tf := map[string]float64{}
-	for _, t := range e.terms(text, true) {
+	return e.queryWords(Words(text))
+}
+
+// QueryParts encodes a request and its parts in one pass over the text: whole is Query(text),
+// and parts[i] is Query(Parts(text)[i]), exactly (same vectors, bit for bit). The text is
+// segmented into sentences once and every part into words once; each part's word list gives
+// its "words", "chars" and "pairs" vectors and decides whether the part is kept, and the whole
+// request's list is the one Query uses. parts is nil when the request has fewer than two parts
+// (a one-part request is searched as a whole only).
+func (e *Encoder) QueryParts(text string) (whole map[string]store.SparseVector, parts []map[string]store.SparseVector) {
+	whole = e.queryWords(Words(text))
+	_, pws := partWords(text)
+	if len(pws) < 2 {
+		return whole, nil
+	}
+	parts = make([]map[string]store.SparseVector, len(pws))
+	for i, ws := range pws {
+		parts[i] = e.queryWords(ws)
+	}
+	return whole, parts
+}
+
+// Parts cuts a request into its parts: sentences (Unicode UAX #29 sentence boundaries) and
+// semicolon-separated clauses, trimmed, keeping only parts with at least one searchable term
+// under the default configuration (len(Terms(part, true)) > 0). A request of one part returns
+// one element.
+func Parts(text string) []string {
+	ps, _ := partWords(text)
+	return ps
+}
+
+// partWords is Parts with each part's Words.
+func partWords(text string) (parts []string, words [][]string) {
+	def := defaultEncoder()
+	rest := text
+	state := -1
+	var s string
+	for len(rest) > 0 {
+		s, rest, state = uniseg.FirstSentenceInString(rest, state)
+		for c := range strings.SplitSeq(s, ";") {
+			if c = strings.TrimSpace(c); c == "" {
+				continue
+			}
+			ws := Words(c)
+			if slices.ContainsFunc(ws, def.keepQueryWord) {
+				parts = append(parts, c)
+				words = append(words, ws)
+			}
+		}
+	}
+	return parts, words
+}
+
+// queryWords encodes a request from its Words: the same word list feeds the "words" vector
+// (kept words, stemmed, counted), the "chars" vector (kept words, unstemmed) and the "pairs"
+// vector (kept non-numeric words, stemmed, adjacent distinct pairs).
+func (e *Encoder) queryWords(ws []string) map[string]store.SparseVector {
+	tf := make(map[string]float64, len(ws))
+	var ptf map[string]float64
+	if e.cfg.PairWeight > 0 {
+		ptf = make(map[string]float64, len(ws))
+	}
+	var kept []string
+	if e.cfg.CharN > 0 {
+		kept = make([]string, 0, len(ws))
+	}
+	prev := ""
+	for _, w := range ws {
+		if !e.keepQueryWord(w) {
+			continue
+		}
+		if e.cfg.CharN > 0 {
+			kept = append(kept, w)
+		}
+		t := w
+		if e.cfg.Stem {
+			t = stem(w)
+		}
 		tf[t]++
+		if ptf != nil && !isDigits(w) {
+			if prev != "" && prev != t {
+				ptf[prev+" "+t]++
+			}
+			prev = t
+		}
 	}
 	out := map[string]store.SparseVector{VectorWords: hashed(tf)}
 	if e.cfg.CharN > 0 {
-		var ws []string
-		for _, w := range Words(text) {
-			if e.keepQueryWord(w) {
-				ws = append(ws, w)
-			}
-		}
-		out[VectorChars] = e.chars(ws, true)
+		out[VectorChars] = e.chars(kept, true)
 	}
-	if e.cfg.PairWeight > 0 {
-		tf := map[string]float64{}
-		e.pairs(text, tf)
-		out[VectorPairs] = hashed(tf)
+	if ptf != nil {
+		out[VectorPairs] = hashed(ptf)
 	}
 	return out
 }
@@ -313,6 +388,18 @@ func (e *Encoder) chars(words []string, query bool) store.SparseVector {
 	n := e.cfg.CharN
 	tf := map[string]float64{}
 	for _, w := range words {
+		if isASCII(w) {
+			// Bytes are runes: the n-grams are substrings of the padded word.
+			p := " " + w + " "
+			if len(p) <= n {
+				tf[p]++
+				continue
+			}
+			for i := 0; i+n <= len(p); i++ {
+				tf[p[i:i+n]]++
+			}
+			continue
+		}
 		rs := []rune(" " + w + " ")
 		if len(rs) <= n {
 			tf[string(rs)]++
