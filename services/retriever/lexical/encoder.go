@@ -386,7 +386,11 @@ func (e *Encoder) bm25f(fields *[numFields][]string) store.SparseVector {
 // IDF-weighted cosine.
 func (e *Encoder) chars(words []string, query bool) store.SparseVector {
 	n := e.cfg.CharN
-	tf := map[string]float64{}
+	size := 0
+	for _, w := range words {
+		size += max(1, len(w)+3-n)
+	}
+	tf := make(map[string]float64, size)
 	for _, w := range words {
 		if isASCII(w) {
 			// Bytes are runes: the n-grams are substrings of the padded word.
