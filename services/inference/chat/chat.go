@@ -1,0 +1,518 @@
+// Package chat is the inference service's second backend: a client of the OpenAI-compatible
+// POST /v1/chat/completions with "tools" (llama-server started with a tool-calling chat
+// template and --jinja, vLLM, Ollama, or any OpenAI-compatible server). Where package llama
+// drives Gorilla OpenFunctions v2 through its own prompt and a grammar, this backend leaves
+// the prompt format to the server's chat template and reads the calls from the answer's
+// tool_calls.
+//
+// Tool ids (SERVER.TOOL) are not valid OpenAI function names; Names maps them to names that
+// are (SERVER__TOOL) and back exactly. Failures come back as *Error, whose Code is the gRPC
+// code the service answers with. Package chattest holds a double of the endpoint.
+//
+// Checked against llama-server b11669 (Debian forky 0.7.0) with a model whose GGUF has no chat
+// template: it accepts "tools" and tool/assistant history messages without complaint, but its
+// fallback template leaves the tools out of the prompt, so such a model never calls a tool
+// (the answer is plain content). A real tool-calling model needs a template that renders tools.
+package chat
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+)
+
+// Defaults applied by New to zero fields of Config.
+const (
+	DefaultTimeout   = 2 * time.Minute
+	DefaultMaxTokens = 512
+)
+
+const (
+	maxResponseBytes = 16 << 20
+	maxErrorBytes    = 64 << 10
+)
+
+// Config configures a Client.
+type Config struct {
+	// URL is the server's base URL: http://HOST:PORT (the client posts to /v1/chat/completions)
+	// or a base that already ends in /v1 (OpenAI style, e.g. http://HOST:11434/v1 for Ollama).
+	URL string
+	// Model is sent as "model" (vLLM and Ollama pick the model by it; llama-server ignores it).
+	Model string
+	// APIKey, when set, is sent as "Authorization: Bearer KEY". It is never logged and never
+	// appears in errors.
+	APIKey string
+	// Timeout bounds one request (default DefaultTimeout).
+	Timeout time.Duration
+	// MaxTokens is max_tokens when Generate is given 0 (default DefaultMaxTokens).
+	MaxTokens int
+	// Temperature, when set, is sent as "temperature"; nil leaves it to the server.
+	Temperature *float64
+}
+
+// Validate reports the first bad field.
+func (c Config) Validate() error {
+	if c.URL == "" {
+		return errors.New("chat: URL: required")
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		return errors.New("chat: URL: not a valid URL") // url errors quote user:password
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("chat: URL: scheme %q is not http or https", u.Scheme)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("chat: URL: %q has no host", u.Redacted())
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("chat: URL: %q has a query or fragment", u.Redacted())
+	}
+	if strings.TrimSpace(c.Model) == "" {
+		return errors.New("chat: Model: required (vLLM and Ollama choose the model by it)")
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("chat: Timeout: %v is negative", c.Timeout)
+	}
+	if c.MaxTokens < 0 {
+		return fmt.Errorf("chat: MaxTokens: %d is negative", c.MaxTokens)
+	}
+	if c.Temperature != nil && (*c.Temperature < 0 || *c.Temperature > 2 || *c.Temperature != *c.Temperature) {
+		return fmt.Errorf("chat: Temperature: %v is not in [0, 2]", *c.Temperature)
+	}
+	if strings.ContainsAny(c.APIKey, "\r\n") {
+		return errors.New("chat: APIKey: contains a line break")
+	}
+	return nil
+}
+
+// Client calls one OpenAI-compatible server. It is safe for concurrent use.
+type Client struct {
+	cfg      Config
+	endpoint string
+	hc       *http.Client
+	ownHC    bool
+	log      *slog.Logger
+}
+
+// New returns a client of the server at cfg.URL. A nil httpClient means a private one (Close
+// releases its idle connections); a nil logger discards logs.
+func New(cfg Config, httpClient *http.Client, logger *slog.Logger) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxTokens == 0 {
+		cfg.MaxTokens = DefaultMaxTokens
+	}
+	u, _ := url.Parse(cfg.URL)
+	u.Path = strings.TrimRight(u.Path, "/")
+	if !strings.HasSuffix(u.Path, "/v1") {
+		u.Path += "/v1"
+	}
+	u.Path += "/chat/completions"
+	own := httpClient == nil
+	if own {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 16
+		httpClient = &http.Client{Transport: tr}
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Client{
+		cfg: cfg, endpoint: u.String(), hc: httpClient, ownHC: own,
+		log: logger.With("component", "chat", "endpoint", u.Redacted(), "model", cfg.Model),
+	}, nil
+}
+
+// Config is the client's configuration with the defaults applied.
+func (c *Client) Config() Config { return c.cfg }
+
+// Endpoint is the URL the client posts to.
+func (c *Client) Endpoint() string { return c.endpoint }
+
+// Close releases idle connections of the client's own HTTP client.
+func (c *Client) Close() error {
+	if c.ownHC {
+		c.hc.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Call is one tool call of the model.
+type Call struct {
+	// ToolID is the tool's id (SERVER.TOOL), mapped back from the function name.
+	ToolID string
+	// Arguments are the call's arguments (an empty map when it has none).
+	Arguments map[string]any
+	// CallID is the server's id of the call (tool_calls[].id), to quote in the tool message.
+	CallID string
+}
+
+// Result is what the model answered.
+type Result struct {
+	// Calls are the tool calls, in the order of tool_calls.
+	Calls []Call
+	// Answer is the message's content (often empty when there are calls).
+	Answer string
+	// RawOutput is the assistant message as the server sent it (JSON).
+	RawOutput string
+	// FinishReason is "stop", "length", "tool_calls"...
+	FinishReason string
+	// PromptTokens and CompletionTokens are the answer's usage (0 when not given).
+	PromptTokens, CompletionTokens int
+}
+
+// Request body types (exported shape is the OpenAI one).
+type (
+	chatRequest struct {
+		Model       string    `json:"model"`
+		Messages    []message `json:"messages"`
+		Tools       []toolDef `json:"tools,omitempty"`
+		ToolChoice  string    `json:"tool_choice,omitempty"`
+		MaxTokens   int       `json:"max_tokens,omitempty"`
+		Temperature *float64  `json:"temperature,omitempty"`
+		Stream      bool      `json:"stream"`
+	}
+	message struct {
+		Role       string     `json:"role"`
+		Content    *string    `json:"content"`
+		ToolCalls  []toolCall `json:"tool_calls,omitempty"`
+		ToolCallID string     `json:"tool_call_id,omitempty"`
+	}
+	toolCall struct {
+		ID       string       `json:"id"`
+		Type     string       `json:"type"`
+		Function functionCall `json:"function"`
+	}
+	functionCall struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	}
+	toolDef struct {
+		Type     string      `json:"type"`
+		Function functionDef `json:"function"`
+	}
+	functionDef struct {
+		Name        string         `json:"name"`
+		Description string         `json:"description,omitempty"`
+		Parameters  map[string]any `json:"parameters"`
+	}
+)
+
+// BuildRequest is the JSON body Generate posts, and the names it used for the tools.
+func (c *Client) BuildRequest(query string, tools []*toolmeshv1.Tool, history []*toolmeshv1.ToolCallRecord, maxTokens int) ([]byte, *Names, error) {
+	if maxTokens <= 0 {
+		maxTokens = c.cfg.MaxTokens
+	}
+	names := NewNames()
+	req := chatRequest{Model: c.cfg.Model, MaxTokens: maxTokens, Temperature: c.cfg.Temperature}
+	for i, t := range tools {
+		if t.GetId() == "" {
+			return nil, nil, fmt.Errorf("chat: tools[%d]: no id", i)
+		}
+		if names.Name(t.GetId()) != "" {
+			return nil, nil, fmt.Errorf("chat: tools[%d]: %q is offered twice", i, t.GetId())
+		}
+		params := map[string]any{"type": "object", "properties": map[string]any{}}
+		if s := t.GetInputSchema(); s != nil && len(s.GetFields()) > 0 {
+			params = s.AsMap()
+		}
+		desc := t.GetDescription()
+		if desc == "" {
+			desc = t.GetTitle()
+		}
+		req.Tools = append(req.Tools, toolDef{Type: "function",
+			Function: functionDef{Name: names.Add(t.GetId()), Description: desc, Parameters: params}})
+	}
+	if len(req.Tools) > 0 {
+		req.ToolChoice = "auto"
+	}
+	req.Messages = append(req.Messages, message{Role: "user", Content: &query})
+	msgs, err := historyMessages(history, names)
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Messages = append(req.Messages, msgs...)
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("chat: encoding the request: %w", err)
+	}
+	return body, names, nil
+}
+
+// historyMessages turns executed calls into chat messages: for each step, one assistant
+// message with the step's calls as tool_calls (ids call_1, call_2... in record order), then one
+// "tool" message per call with its output and the matching tool_call_id. Records with the
+// same non-zero Step that follow each other are one step (parallel calls); an error output is
+// prefixed "Error: ". Tools that are no longer offered are named through names all the same.
+func historyMessages(history []*toolmeshv1.ToolCallRecord, names *Names) ([]message, error) {
+	var out []message
+	var calls []toolCall
+	var results []message
+	flush := func() {
+		if len(calls) > 0 {
+			out = append(out, message{Role: "assistant", ToolCalls: calls})
+			out = append(out, results...)
+		}
+		calls, results = nil, nil
+	}
+	n := 0
+	prevStep := int32(-1)
+	for i, r := range history {
+		if r == nil {
+			continue
+		}
+		if r.GetTool() == "" {
+			return nil, fmt.Errorf("chat: history[%d]: no tool", i)
+		}
+		if r.GetStep() == 0 || r.GetStep() != prevStep {
+			flush()
+		}
+		prevStep = r.GetStep()
+		args := []byte("{}")
+		if a := r.GetArguments(); a != nil {
+			var err error
+			if args, err = json.Marshal(a.AsMap()); err != nil {
+				return nil, fmt.Errorf("chat: history[%d]: arguments: %w", i, err)
+			}
+		}
+		n++
+		id := fmt.Sprintf("call_%d", n)
+		calls = append(calls, toolCall{ID: id, Type: "function",
+			Function: functionCall{Name: names.Add(r.GetTool()), Arguments: string(args)}})
+		content := r.GetOutput()
+		if r.GetIsError() {
+			content = "Error: " + content
+		}
+		results = append(results, message{Role: "tool", Content: &content, ToolCallID: id})
+	}
+	flush()
+	return out, nil
+}
+
+// Generate asks the model for tool calls or an answer to query, offering tools (best first)
+// after the earlier steps in history. maxTokens 0 means Config.MaxTokens.
+func (c *Client) Generate(ctx context.Context, query string, tools []*toolmeshv1.Tool, history []*toolmeshv1.ToolCallRecord, maxTokens int) (*Result, error) {
+	body, names, err := c.BuildRequest(query, tools, history, maxTokens)
+	if err != nil {
+		return nil, &Error{Op: "chat", Code: codes.InvalidArgument, Message: err.Error()}
+	}
+	raw, err := c.post(ctx, body)
+	if err != nil {
+		return nil, err
+	}
+	res, err := ParseResponse(raw, names)
+	if err != nil {
+		return nil, err
+	}
+	c.log.DebugContext(ctx, "chat completion", "calls", len(res.Calls), "finish_reason", res.FinishReason,
+		"prompt_tokens", res.PromptTokens, "completion_tokens", res.CompletionTokens)
+	return res, nil
+}
+
+// ParseResponse reads a chat.completion answer: choices[0].message's tool_calls (function
+// names mapped back through names, arguments a JSON object in a string) and content, and usage.
+func ParseResponse(raw []byte, names *Names) (*Result, error) {
+	var resp struct {
+		Choices []struct {
+			Message      json.RawMessage `json:"message"`
+			FinishReason string          `json:"finish_reason"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(raw, &resp); err != nil {
+		return nil, badAnswer(fmt.Errorf("not a chat completion: %v", err), raw)
+	}
+	if len(resp.Choices) == 0 || len(resp.Choices[0].Message) == 0 || string(resp.Choices[0].Message) == "null" {
+		return nil, badAnswer(errors.New("no choices[0].message"), raw)
+	}
+	var msg struct {
+		Content   *string `json:"content"`
+		ToolCalls []struct {
+			ID       string `json:"id"`
+			Function struct {
+				Name      string          `json:"name"`
+				Arguments json.RawMessage `json:"arguments"`
+			} `json:"function"`
+		} `json:"tool_calls"`
+	}
+	if err := json.Unmarshal(resp.Choices[0].Message, &msg); err != nil {
+		return nil, badAnswer(fmt.Errorf("choices[0].message: %v", err), raw)
+	}
+	ch := resp.Choices[0]
+	res := &Result{RawOutput: string(ch.Message), FinishReason: ch.FinishReason,
+		PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens}
+	if msg.Content != nil {
+		res.Answer = *msg.Content
+	}
+	for i, tc := range msg.ToolCalls {
+		name := tc.Function.Name
+		what := fmt.Sprintf("tool call %d (%q)", i, name)
+		if tc.ID != "" {
+			what = fmt.Sprintf("tool call %d (%q, id %q)", i, name, tc.ID)
+		}
+		id, ok := names.ID(name)
+		if !ok {
+			return nil, modelError(ch.FinishReason, fmt.Sprintf("%s: the model called a function that was not offered", what), raw)
+		}
+		args, err := parseArguments(tc.Function.Arguments)
+		if err != nil {
+			return nil, modelError(ch.FinishReason, fmt.Sprintf("%s: arguments: %v", what, err), raw)
+		}
+		res.Calls = append(res.Calls, Call{ToolID: id, Arguments: args, CallID: tc.ID})
+	}
+	return res, nil
+}
+
+// parseArguments reads function.arguments: a string holding a JSON object (OpenAI), or the
+// object itself (some servers); "" and null mean no arguments.
+func parseArguments(raw json.RawMessage) (map[string]any, error) {
+	text := []byte(raw)
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		text = []byte(s)
+	}
+	if t := bytes.TrimSpace(text); len(t) == 0 || string(t) == "null" {
+		return map[string]any{}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(text))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("not valid JSON (%v): %s", err, snippet(text))
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("not valid JSON (text after the object): %s", snippet(text))
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("not a JSON object: %s", snippet(text))
+	}
+	return numbersToFloat(m).(map[string]any), nil
+}
+
+// numbersToFloat turns json.Number into float64 (as structpb and encoding/json do), keeping
+// integers that float64 cannot hold exactly as int64.
+func numbersToFloat(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = numbersToFloat(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = numbersToFloat(e)
+		}
+	case json.Number:
+		if f, err := x.Float64(); err == nil {
+			return f
+		}
+		return x.String()
+	}
+	return v
+}
+
+// modelError is an answer whose calls we cannot use: cut off (finish_reason "length") it is
+// ResourceExhausted (more max_tokens would help), otherwise Internal.
+func modelError(finish, msg string, raw []byte) *Error {
+	if finish == "length" {
+		return &Error{Op: "parse", Code: codes.ResourceExhausted,
+			Message: msg + " (the answer was cut off at max_tokens: finish_reason \"length\")"}
+	}
+	return &Error{Op: "parse", Code: codes.Internal, Message: msg}
+}
+
+func badAnswer(err error, raw []byte) *Error {
+	return &Error{Op: "parse", Code: codes.Internal, Message: fmt.Sprintf("unreadable answer (%v): %s", err, snippet(raw)), err: err}
+}
+
+// errTimeout is the cause of a context that ran out of Timeout.
+type errTimeout struct{ d time.Duration }
+
+func (e errTimeout) Error() string { return fmt.Sprintf("timed out after %v", e.d) }
+func (e errTimeout) Unwrap() error { return context.DeadlineExceeded }
+
+// post sends body and returns the 200 answer.
+func (c *Client) post(ctx context.Context, body []byte) ([]byte, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, c.cfg.Timeout, errTimeout{c.cfg.Timeout})
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return nil, &Error{Op: "chat", Code: codes.Internal, Message: "building the request: " + c.redact(err.Error())}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	if c.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
+	}
+	start := time.Now()
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, c.transportError(ctx, err)
+	}
+	defer resp.Body.Close()
+	limit := int64(maxResponseBytes)
+	if resp.StatusCode != http.StatusOK {
+		limit = maxErrorBytes
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, c.transportError(ctx, err)
+	}
+	c.log.DebugContext(ctx, "chat completions call", "status", resp.StatusCode, "duration", time.Since(start))
+	if resp.StatusCode != http.StatusOK {
+		e := statusError(resp.StatusCode, raw)
+		e.Message = c.redact(e.Message)
+		return nil, e
+	}
+	if len(raw) > maxResponseBytes {
+		return nil, &Error{Op: "chat", Code: codes.ResourceExhausted, Message: fmt.Sprintf("answer larger than %d bytes", maxResponseBytes)}
+	}
+	return raw, nil
+}
+
+func (c *Client) transportError(ctx context.Context, err error) *Error {
+	if ctx.Err() != nil {
+		var te errTimeout
+		if errors.As(context.Cause(ctx), &te) {
+			return &Error{Op: "chat", Code: codes.DeadlineExceeded, Message: te.Error(), sentinel: context.DeadlineExceeded}
+		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return &Error{Op: "chat", Code: codes.DeadlineExceeded, Message: "deadline exceeded", sentinel: context.DeadlineExceeded}
+		}
+		return &Error{Op: "chat", Code: codes.Canceled, Message: "canceled", sentinel: context.Canceled}
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // drop the method and URL
+	}
+	msg := c.redact(err.Error())
+	return &Error{Op: "chat", Code: codes.Unavailable, Message: "unreachable: " + msg, err: errors.New(msg)}
+}
+
+// redact makes sure no error text carries the API key (a server or proxy may echo it).
+func (c *Client) redact(s string) string {
+	if c.cfg.APIKey == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, c.cfg.APIKey, "[redacted]")
+}

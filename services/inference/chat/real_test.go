@@ -1,0 +1,78 @@
+package chat
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/toolmesh/toolmesh/services/inference/llama"
+	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
+)
+
+// TestRealServer runs the client against a real llama-server (TOOLMESH_LLAMA_SERVER, from
+// ./scripts/llamaserver) serving the tiny random model, whose GGUF has no chat template: the
+// server (jinja on by default in b11669) falls back to a generic template. It accepts "tools"
+// and tool-call history, but that template does not render the tools, so the noise model
+// answers with content only. What is checked: the request shape is accepted as a whole
+// (tools, tool_choice, assistant tool_calls + tool messages), a plain completion round-trips
+// with usage, and the server's real error bodies map to the right codes.
+func TestRealServer(t *testing.T) {
+	srv := llamatest.StartServer(t, llamatest.ServerOptions{CtxSize: 1024})
+	c, _ := newTestClient(t, srv.URL, Config{Timeout: 30 * time.Second, Temperature: new(0.0)})
+	ctx := t.Context()
+
+	plain, err := c.Generate(ctx, "Say hello.", nil, nil, 8)
+	if err != nil {
+		t.Fatalf("plain chat completion: %v", err)
+	}
+	if len(plain.Calls) != 0 || plain.PromptTokens <= 0 || plain.CompletionTokens < 1 || plain.CompletionTokens > 8 ||
+		(plain.FinishReason != "length" && plain.FinishReason != "stop") || !strings.Contains(plain.RawOutput, `"assistant"`) ||
+		!utf8.ValidString(plain.Answer) {
+		t.Errorf("plain = %+v", plain)
+	}
+
+	withTools, err := c.Generate(ctx, "Say hello.", weatherTools(t), history(t), 8)
+	if err != nil {
+		t.Fatalf("with tools and history: %v", err)
+	}
+	for _, call := range withTools.Calls { // a template-less model makes none, but if it did they must map back
+		if call.ToolID != "weather.get_forecast" && call.ToolID != "files.read-file" {
+			t.Errorf("call to %q", call.ToolID)
+		}
+	}
+	if withTools.PromptTokens <= plain.PromptTokens {
+		t.Errorf("history did not reach the prompt: %d tokens with it, %d without", withTools.PromptTokens, plain.PromptTokens)
+	}
+	t.Logf("plain: %d prompt tokens, finish %q; with tools+history: %d prompt tokens, %d calls, finish %q",
+		plain.PromptTokens, plain.FinishReason, withTools.PromptTokens, len(withTools.Calls), withTools.FinishReason)
+
+	// A prompt over the 1024-token context: the server's 400 exceed_context_size_error.
+	_, err = c.Generate(ctx, strings.Repeat("word ", 1500), nil, nil, 8)
+	if Code(err) != codes.ResourceExhausted || !errors.Is(err, llama.ErrContextExceeded) {
+		t.Errorf("over the context: %v (%v)", err, Code(err))
+	}
+}
+
+// TestRealServerNoJinja: with --no-jinja llama-server b11669 refuses "tools" with
+// 500 server_error "tools param requires --jinja flag"; that refusal must come back as a clear
+// InvalidArgument quoting the server, with a hint.
+func TestRealServerNoJinja(t *testing.T) {
+	srv := llamatest.StartServer(t, llamatest.ServerOptions{CtxSize: 1024, Args: []string{"--no-jinja"}})
+	c, _ := newTestClient(t, srv.URL, Config{Timeout: 30 * time.Second})
+	res, err := c.Generate(t.Context(), "Say hello.", weatherTools(t), nil, 4)
+	if err == nil {
+		t.Logf("this llama-server accepts tools without --jinja (answer %+v)", res)
+		return
+	}
+	if Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "requires --jinja") || !strings.Contains(err.Error(), "start") {
+		t.Errorf("tools refused without --jinja: %v (%v), want InvalidArgument quoting the server", err, Code(err))
+	}
+	t.Logf("refused as expected: %v", err)
+	if _, err := c.Generate(t.Context(), "Say hello.", nil, nil, 4); err != nil {
+		t.Errorf("plain chat without --jinja: %v", err)
+	}
+}
