@@ -12,6 +12,12 @@ import (
 // Config is the inference target's configuration.
 type Config struct {
 	GRPCAddr string
+	// Backend is "gorilla" (llama-server /completion with Gorilla's prompt and a grammar) or
+	// "openai" (any OpenAI-compatible /v1/chat/completions with tools).
+	Backend string
+	// Chat is the OpenAI-compatible server, used when Backend is "openai".
+	ChatURL   string
+	ChatModel string
 	// LLM is the llama-server that runs Gorilla OpenFunctions v2; its API key comes from the
 	// environment (TOOLMESH_LLM_API_KEY), never from a flag.
 	LLM llama.Config
@@ -25,6 +31,9 @@ const envLLMAPIKey = "TOOLMESH_LLM_API_KEY"
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.GRPCAddr, "inference.grpc-addr", "127.0.0.1:7703", "inference gRPC listen address (host:port)")
 	fs.IntVar(&c.MaxTools, "inference.max-tools", 50, "most candidate tools one request may carry")
+	fs.StringVar(&c.Backend, "inference.backend", "gorilla", "gorilla (llama-server /completion, Gorilla OpenFunctions v2 prompt and grammar) or openai (/v1/chat/completions with tools: llama-server --jinja, vLLM, Ollama)")
+	fs.StringVar(&c.ChatURL, "inference.chat.url", "", "OpenAI-compatible server for --inference.backend=openai (key from env "+envLLMAPIKey+")")
+	fs.StringVar(&c.ChatModel, "inference.chat.model", "", "model name sent to the OpenAI-compatible server")
 	c.LLM.RegisterFlags(fs, "inference.llm.")
 }
 
@@ -35,6 +44,16 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxTools < 1 {
 		return errors.New("inference.max-tools: must be at least 1")
+	}
+	switch c.Backend {
+	case "gorilla":
+	case "openai":
+		if c.ChatURL == "" || c.ChatModel == "" {
+			return errors.New("inference.chat.url and inference.chat.model: required when inference.backend is openai")
+		}
+		return nil
+	default:
+		return fmt.Errorf("inference.backend: %q is not gorilla or openai", c.Backend)
 	}
 	if err := c.LLM.Validate(); err != nil {
 		return fmt.Errorf("inference.llm: %w", err)

@@ -12,6 +12,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/services/inference/chat"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
@@ -39,6 +40,9 @@ func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest)
 			return nil, invalid.Field(fmt.Sprintf("tools[%d].tool.id", i), "is required")
 		}
 		tools = append(tools, st.GetTool())
+	}
+	if s.chat != nil {
+		return s.generateChat(ctx, req, tools)
 	}
 	props, err := s.contextSize(ctx)
 	if err != nil {
@@ -108,8 +112,35 @@ func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest)
 	return out, nil
 }
 
+// generateChat asks an OpenAI-compatible server; it budgets the context itself.
+func (s *Service) generateChat(ctx context.Context, req *toolmeshv1.GenerateRequest, tools []*toolmeshv1.Tool) (*toolmeshv1.GenerateResponse, error) {
+	res, err := s.chat.Generate(ctx, req.GetQuery(), tools, req.GetHistory(), int(req.GetMaxTokens()))
+	if err != nil {
+		return nil, status.Error(chat.Code(err), err.Error())
+	}
+	out := &toolmeshv1.GenerateResponse{
+		Answer:    res.Answer,
+		RawOutput: res.RawOutput,
+		Model:     s.cfg.ChatModel,
+		Usage:     &toolmeshv1.Usage{PromptTokens: int32(res.PromptTokens), CompletionTokens: int32(res.CompletionTokens)},
+	}
+	for _, c := range res.Calls {
+		args, err := structpb.NewStruct(c.Arguments)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "arguments of %s: %v", c.ToolID, err)
+		}
+		out.Calls = append(out.Calls, &toolmeshv1.FunctionCall{ToolId: c.ToolID, Arguments: args})
+	}
+	return out, nil
+}
+
 // GetModelStatus says whether the llama-server answers and what it serves.
 func (s *Service) GetModelStatus(ctx context.Context, _ *toolmeshv1.GetModelStatusRequest) (*toolmeshv1.GetModelStatusResponse, error) {
+	if s.chat != nil {
+		// OpenAI-compatible servers have no common health route; the first call tells.
+		return &toolmeshv1.GetModelStatusResponse{Ready: true, BackendUrl: s.cfg.ChatURL, Model: s.cfg.ChatModel,
+			Message: "openai backend: not probed"}, nil
+	}
 	out := &toolmeshv1.GetModelStatusResponse{BackendUrl: s.cfg.LLM.URL, Model: s.cfg.LLM.Model}
 	if err := s.llm.Health(ctx); err != nil {
 		out.Message = err.Error()

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/services/inference/chat"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
 
@@ -24,6 +25,11 @@ type completer interface {
 	Complete(ctx context.Context, req llama.CompletionRequest) (*llama.Completion, error)
 }
 
+// chatBackend is an OpenAI-compatible chat server with tools.
+type chatBackend interface {
+	Generate(ctx context.Context, query string, tools []*toolmeshv1.Tool, history []*toolmeshv1.ToolCallRecord, maxTokens int) (*chat.Result, error)
+}
+
 // Service is the inference target.
 type Service struct {
 	toolmeshv1.UnimplementedInferenceServiceServer
@@ -31,6 +37,7 @@ type Service struct {
 	cfg    Config
 	log    *slog.Logger
 	llm    completer
+	chat   chatBackend // set when the backend is openai; llm is then nil
 	closer func() error
 
 	mu    sync.Mutex
@@ -44,6 +51,16 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Backend == "openai" {
+		c, err := chat.New(chat.Config{URL: cfg.ChatURL, Model: cfg.ChatModel, APIKey: os.Getenv(envLLMAPIKey),
+			Timeout: cfg.LLM.Timeout, MaxTokens: cfg.LLM.NPredict, Temperature: cfg.LLM.Sampling.Temperature}, nil, logger)
+		if err != nil {
+			return nil, fmt.Errorf("chat client: %w", err)
+		}
+		s := newService(cfg, nil, c.Close, logger)
+		s.chat = c
+		return s, nil
 	}
 	llmCfg := cfg.LLM
 	llmCfg.APIKey = os.Getenv(envLLMAPIKey)
@@ -69,6 +86,10 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 // Run says once whether the llama-server answers, then waits for ctx and closes the client.
 func (s *Service) Run(ctx context.Context) error {
 	defer func() { _ = s.closer() }()
+	if s.llm == nil {
+		<-ctx.Done()
+		return nil
+	}
 	if err := s.llm.Health(ctx); err != nil && ctx.Err() == nil {
 		s.log.Warn("llama-server is not ready; questions fail until it is", "url", s.cfg.LLM.URL, "err", err,
 			"hint", "start one with: llama-server --host 127.0.0.1 --port 8080 -c 4096 -m gorilla-openfunctions-v2.Q4_K_M.gguf")

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/services/inference/chat/chattest"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
@@ -159,5 +160,27 @@ func TestGenerateOnRealServer(t *testing.T) {
 	st, err := s.GetModelStatus(context.Background(), &toolmeshv1.GetModelStatusRequest{})
 	if err != nil || !st.GetReady() || st.GetContextSize() != 4096 {
 		t.Errorf("model status = %v, %v; want ready with context 4096", st, err)
+	}
+}
+
+// TestGenerateOpenAIBackend selects the OpenAI-compatible backend and scripts a tool call on
+// its double.
+func TestGenerateOpenAIBackend(t *testing.T) {
+	d := chattest.NewDouble(t, chattest.Reply{ToolCalls: []chattest.ToolCall{{ID: "call_1", Name: "calculator__add", Arguments: `{"a":2,"b":3}`}}})
+	var cfg Config
+	cfg.RegisterFlags(flag.NewFlagSet("t", flag.ContinueOnError))
+	cfg.Backend, cfg.ChatURL, cfg.ChatModel = "openai", d.URL, "some-model"
+	s, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.closer() })
+	resp, err := s.Generate(context.Background(), &toolmeshv1.GenerateRequest{Query: "What is 2 plus 3?", Tools: calcTools(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetCalls()) != 1 || resp.GetCalls()[0].GetToolId() != "calculator.add" ||
+		fmt.Sprint(resp.GetCalls()[0].GetArguments().AsMap()) != "map[a:2 b:3]" {
+		t.Errorf("calls = %v, want calculator.add(a=2, b=3)", resp.GetCalls())
 	}
 }
