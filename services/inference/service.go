@@ -23,6 +23,7 @@ type completer interface {
 	Props(ctx context.Context) (*llama.Props, error)
 	CountTokens(ctx context.Context, text string) (int, error)
 	Complete(ctx context.Context, req llama.CompletionRequest) (*llama.Completion, error)
+	CompleteStream(ctx context.Context, req llama.CompletionRequest, fn func(llama.Chunk) error) (*llama.Completion, error)
 }
 
 // chatBackend is an OpenAI-compatible chat server with tools.

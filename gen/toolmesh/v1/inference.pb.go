@@ -283,6 +283,130 @@ func (x *GenerateResponse) GetModel() string {
 	return ""
 }
 
+type ComposeAnswerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Query string                 `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
+	// history holds the calls made for the query and their outputs.
+	History []*ToolCallRecord `protobuf:"bytes,2,rep,name=history,proto3" json:"history,omitempty"`
+	// max_tokens caps generated tokens; zero uses the server's default.
+	MaxTokens     int32 `protobuf:"varint,3,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ComposeAnswerRequest) Reset() {
+	*x = ComposeAnswerRequest{}
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ComposeAnswerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ComposeAnswerRequest) ProtoMessage() {}
+
+func (x *ComposeAnswerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ComposeAnswerRequest.ProtoReflect.Descriptor instead.
+func (*ComposeAnswerRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ComposeAnswerRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *ComposeAnswerRequest) GetHistory() []*ToolCallRecord {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+func (x *ComposeAnswerRequest) GetMaxTokens() int32 {
+	if x != nil {
+		return x.MaxTokens
+	}
+	return 0
+}
+
+type ComposeAnswerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// delta is the next piece of the answer.
+	Delta string `protobuf:"bytes,1,opt,name=delta,proto3" json:"delta,omitempty"`
+	// done is set on the last message, which carries the usage.
+	Done          bool   `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
+	Usage         *Usage `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ComposeAnswerResponse) Reset() {
+	*x = ComposeAnswerResponse{}
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ComposeAnswerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ComposeAnswerResponse) ProtoMessage() {}
+
+func (x *ComposeAnswerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ComposeAnswerResponse.ProtoReflect.Descriptor instead.
+func (*ComposeAnswerResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ComposeAnswerResponse) GetDelta() string {
+	if x != nil {
+		return x.Delta
+	}
+	return ""
+}
+
+func (x *ComposeAnswerResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *ComposeAnswerResponse) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
 type GetModelStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -291,7 +415,7 @@ type GetModelStatusRequest struct {
 
 func (x *GetModelStatusRequest) Reset() {
 	*x = GetModelStatusRequest{}
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[4]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -303,7 +427,7 @@ func (x *GetModelStatusRequest) String() string {
 func (*GetModelStatusRequest) ProtoMessage() {}
 
 func (x *GetModelStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[4]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -316,7 +440,7 @@ func (x *GetModelStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetModelStatusRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{4}
+	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{6}
 }
 
 type GetModelStatusResponse struct {
@@ -332,7 +456,7 @@ type GetModelStatusResponse struct {
 
 func (x *GetModelStatusResponse) Reset() {
 	*x = GetModelStatusResponse{}
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[5]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -344,7 +468,7 @@ func (x *GetModelStatusResponse) String() string {
 func (*GetModelStatusResponse) ProtoMessage() {}
 
 func (x *GetModelStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[5]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -357,7 +481,7 @@ func (x *GetModelStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetModelStatusResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{5}
+	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetModelStatusResponse) GetReady() bool {
@@ -411,7 +535,7 @@ type ToolCallRecord struct {
 
 func (x *ToolCallRecord) Reset() {
 	*x = ToolCallRecord{}
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[6]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +547,7 @@ func (x *ToolCallRecord) String() string {
 func (*ToolCallRecord) ProtoMessage() {}
 
 func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[6]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +560,7 @@ func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallRecord.ProtoReflect.Descriptor instead.
 func (*ToolCallRecord) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{6}
+	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ToolCallRecord) GetTool() string {
@@ -505,7 +629,16 @@ const file_toolmesh_v1_inference_proto_rawDesc = "" +
 	"raw_output\x18\x03 \x01(\tR\trawOutput\x12(\n" +
 	"\x10dropped_tool_ids\x18\x04 \x03(\tR\x0edroppedToolIds\x12(\n" +
 	"\x05usage\x18\x05 \x01(\v2\x12.toolmesh.v1.UsageR\x05usage\x12\x14\n" +
-	"\x05model\x18\x06 \x01(\tR\x05model\"\x17\n" +
+	"\x05model\x18\x06 \x01(\tR\x05model\"\x82\x01\n" +
+	"\x14ComposeAnswerRequest\x12\x14\n" +
+	"\x05query\x18\x01 \x01(\tR\x05query\x125\n" +
+	"\ahistory\x18\x02 \x03(\v2\x1b.toolmesh.v1.ToolCallRecordR\ahistory\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\x03 \x01(\x05R\tmaxTokens\"k\n" +
+	"\x15ComposeAnswerResponse\x12\x14\n" +
+	"\x05delta\x18\x01 \x01(\tR\x05delta\x12\x12\n" +
+	"\x04done\x18\x02 \x01(\bR\x04done\x12(\n" +
+	"\x05usage\x18\x03 \x01(\v2\x12.toolmesh.v1.UsageR\x05usage\"\x17\n" +
 	"\x15GetModelStatusRequest\"\xa2\x01\n" +
 	"\x16GetModelStatusResponse\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\bR\x05ready\x12\x1f\n" +
@@ -521,10 +654,11 @@ const file_toolmesh_v1_inference_proto_rawDesc = "" +
 	"\bis_error\x18\x04 \x01(\bR\aisError\x12\x1f\n" +
 	"\vduration_ms\x18\x05 \x01(\x01R\n" +
 	"durationMs\x12\x12\n" +
-	"\x04step\x18\x06 \x01(\x05R\x04step2\xb6\x01\n" +
+	"\x04step\x18\x06 \x01(\x05R\x04step2\x90\x02\n" +
 	"\x10InferenceService\x12G\n" +
 	"\bGenerate\x12\x1c.toolmesh.v1.GenerateRequest\x1a\x1d.toolmesh.v1.GenerateResponse\x12Y\n" +
-	"\x0eGetModelStatus\x12\".toolmesh.v1.GetModelStatusRequest\x1a#.toolmesh.v1.GetModelStatusResponseB9Z7github.com/toolmesh/toolmesh/gen/toolmesh/v1;toolmeshv1b\x06proto3"
+	"\x0eGetModelStatus\x12\".toolmesh.v1.GetModelStatusRequest\x1a#.toolmesh.v1.GetModelStatusResponse\x12X\n" +
+	"\rComposeAnswer\x12!.toolmesh.v1.ComposeAnswerRequest\x1a\".toolmesh.v1.ComposeAnswerResponse0\x01B9Z7github.com/toolmesh/toolmesh/gen/toolmesh/v1;toolmeshv1b\x06proto3"
 
 var (
 	file_toolmesh_v1_inference_proto_rawDescOnce sync.Once
@@ -538,34 +672,40 @@ func file_toolmesh_v1_inference_proto_rawDescGZIP() []byte {
 	return file_toolmesh_v1_inference_proto_rawDescData
 }
 
-var file_toolmesh_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_toolmesh_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_toolmesh_v1_inference_proto_goTypes = []any{
 	(*GenerateRequest)(nil),        // 0: toolmesh.v1.GenerateRequest
 	(*FunctionCall)(nil),           // 1: toolmesh.v1.FunctionCall
 	(*Usage)(nil),                  // 2: toolmesh.v1.Usage
 	(*GenerateResponse)(nil),       // 3: toolmesh.v1.GenerateResponse
-	(*GetModelStatusRequest)(nil),  // 4: toolmesh.v1.GetModelStatusRequest
-	(*GetModelStatusResponse)(nil), // 5: toolmesh.v1.GetModelStatusResponse
-	(*ToolCallRecord)(nil),         // 6: toolmesh.v1.ToolCallRecord
-	(*ScoredTool)(nil),             // 7: toolmesh.v1.ScoredTool
-	(*structpb.Struct)(nil),        // 8: google.protobuf.Struct
+	(*ComposeAnswerRequest)(nil),   // 4: toolmesh.v1.ComposeAnswerRequest
+	(*ComposeAnswerResponse)(nil),  // 5: toolmesh.v1.ComposeAnswerResponse
+	(*GetModelStatusRequest)(nil),  // 6: toolmesh.v1.GetModelStatusRequest
+	(*GetModelStatusResponse)(nil), // 7: toolmesh.v1.GetModelStatusResponse
+	(*ToolCallRecord)(nil),         // 8: toolmesh.v1.ToolCallRecord
+	(*ScoredTool)(nil),             // 9: toolmesh.v1.ScoredTool
+	(*structpb.Struct)(nil),        // 10: google.protobuf.Struct
 }
 var file_toolmesh_v1_inference_proto_depIdxs = []int32{
-	7, // 0: toolmesh.v1.GenerateRequest.tools:type_name -> toolmesh.v1.ScoredTool
-	6, // 1: toolmesh.v1.GenerateRequest.history:type_name -> toolmesh.v1.ToolCallRecord
-	8, // 2: toolmesh.v1.FunctionCall.arguments:type_name -> google.protobuf.Struct
-	1, // 3: toolmesh.v1.GenerateResponse.calls:type_name -> toolmesh.v1.FunctionCall
-	2, // 4: toolmesh.v1.GenerateResponse.usage:type_name -> toolmesh.v1.Usage
-	8, // 5: toolmesh.v1.ToolCallRecord.arguments:type_name -> google.protobuf.Struct
-	0, // 6: toolmesh.v1.InferenceService.Generate:input_type -> toolmesh.v1.GenerateRequest
-	4, // 7: toolmesh.v1.InferenceService.GetModelStatus:input_type -> toolmesh.v1.GetModelStatusRequest
-	3, // 8: toolmesh.v1.InferenceService.Generate:output_type -> toolmesh.v1.GenerateResponse
-	5, // 9: toolmesh.v1.InferenceService.GetModelStatus:output_type -> toolmesh.v1.GetModelStatusResponse
-	8, // [8:10] is the sub-list for method output_type
-	6, // [6:8] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	9,  // 0: toolmesh.v1.GenerateRequest.tools:type_name -> toolmesh.v1.ScoredTool
+	8,  // 1: toolmesh.v1.GenerateRequest.history:type_name -> toolmesh.v1.ToolCallRecord
+	10, // 2: toolmesh.v1.FunctionCall.arguments:type_name -> google.protobuf.Struct
+	1,  // 3: toolmesh.v1.GenerateResponse.calls:type_name -> toolmesh.v1.FunctionCall
+	2,  // 4: toolmesh.v1.GenerateResponse.usage:type_name -> toolmesh.v1.Usage
+	8,  // 5: toolmesh.v1.ComposeAnswerRequest.history:type_name -> toolmesh.v1.ToolCallRecord
+	2,  // 6: toolmesh.v1.ComposeAnswerResponse.usage:type_name -> toolmesh.v1.Usage
+	10, // 7: toolmesh.v1.ToolCallRecord.arguments:type_name -> google.protobuf.Struct
+	0,  // 8: toolmesh.v1.InferenceService.Generate:input_type -> toolmesh.v1.GenerateRequest
+	6,  // 9: toolmesh.v1.InferenceService.GetModelStatus:input_type -> toolmesh.v1.GetModelStatusRequest
+	4,  // 10: toolmesh.v1.InferenceService.ComposeAnswer:input_type -> toolmesh.v1.ComposeAnswerRequest
+	3,  // 11: toolmesh.v1.InferenceService.Generate:output_type -> toolmesh.v1.GenerateResponse
+	7,  // 12: toolmesh.v1.InferenceService.GetModelStatus:output_type -> toolmesh.v1.GetModelStatusResponse
+	5,  // 13: toolmesh.v1.InferenceService.ComposeAnswer:output_type -> toolmesh.v1.ComposeAnswerResponse
+	11, // [11:14] is the sub-list for method output_type
+	8,  // [8:11] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_toolmesh_v1_inference_proto_init() }
@@ -580,7 +720,7 @@ func file_toolmesh_v1_inference_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolmesh_v1_inference_proto_rawDesc), len(file_toolmesh_v1_inference_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

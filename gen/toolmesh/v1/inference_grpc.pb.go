@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	InferenceService_Generate_FullMethodName       = "/toolmesh.v1.InferenceService/Generate"
 	InferenceService_GetModelStatus_FullMethodName = "/toolmesh.v1.InferenceService/GetModelStatus"
+	InferenceService_ComposeAnswer_FullMethodName  = "/toolmesh.v1.InferenceService/ComposeAnswer"
 )
 
 // InferenceServiceClient is the client API for InferenceService service.
@@ -31,6 +32,9 @@ const (
 type InferenceServiceClient interface {
 	Generate(ctx context.Context, in *GenerateRequest, opts ...grpc.CallOption) (*GenerateResponse, error)
 	GetModelStatus(ctx context.Context, in *GetModelStatusRequest, opts ...grpc.CallOption) (*GetModelStatusResponse, error)
+	// ComposeAnswer turns the question and the results of the calls made for it into the final
+	// answer, as plain text (no grammar), streamed as it is generated.
+	ComposeAnswer(ctx context.Context, in *ComposeAnswerRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ComposeAnswerResponse], error)
 }
 
 type inferenceServiceClient struct {
@@ -61,6 +65,25 @@ func (c *inferenceServiceClient) GetModelStatus(ctx context.Context, in *GetMode
 	return out, nil
 }
 
+func (c *inferenceServiceClient) ComposeAnswer(ctx context.Context, in *ComposeAnswerRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ComposeAnswerResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &InferenceService_ServiceDesc.Streams[0], InferenceService_ComposeAnswer_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ComposeAnswerRequest, ComposeAnswerResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type InferenceService_ComposeAnswerClient = grpc.ServerStreamingClient[ComposeAnswerResponse]
+
 // InferenceServiceServer is the server API for InferenceService service.
 // All implementations must embed UnimplementedInferenceServiceServer
 // for forward compatibility.
@@ -69,6 +92,9 @@ func (c *inferenceServiceClient) GetModelStatus(ctx context.Context, in *GetMode
 type InferenceServiceServer interface {
 	Generate(context.Context, *GenerateRequest) (*GenerateResponse, error)
 	GetModelStatus(context.Context, *GetModelStatusRequest) (*GetModelStatusResponse, error)
+	// ComposeAnswer turns the question and the results of the calls made for it into the final
+	// answer, as plain text (no grammar), streamed as it is generated.
+	ComposeAnswer(*ComposeAnswerRequest, grpc.ServerStreamingServer[ComposeAnswerResponse]) error
 	mustEmbedUnimplementedInferenceServiceServer()
 }
 
@@ -84,6 +110,9 @@ func (UnimplementedInferenceServiceServer) Generate(context.Context, *GenerateRe
 }
 func (UnimplementedInferenceServiceServer) GetModelStatus(context.Context, *GetModelStatusRequest) (*GetModelStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetModelStatus not implemented")
+}
+func (UnimplementedInferenceServiceServer) ComposeAnswer(*ComposeAnswerRequest, grpc.ServerStreamingServer[ComposeAnswerResponse]) error {
+	return status.Error(codes.Unimplemented, "method ComposeAnswer not implemented")
 }
 func (UnimplementedInferenceServiceServer) mustEmbedUnimplementedInferenceServiceServer() {}
 func (UnimplementedInferenceServiceServer) testEmbeddedByValue()                          {}
@@ -142,6 +171,17 @@ func _InferenceService_GetModelStatus_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _InferenceService_ComposeAnswer_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ComposeAnswerRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(InferenceServiceServer).ComposeAnswer(m, &grpc.GenericServerStream[ComposeAnswerRequest, ComposeAnswerResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type InferenceService_ComposeAnswerServer = grpc.ServerStreamingServer[ComposeAnswerResponse]
+
 // InferenceService_ServiceDesc is the grpc.ServiceDesc for InferenceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -158,6 +198,12 @@ var InferenceService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _InferenceService_GetModelStatus_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ComposeAnswer",
+			Handler:       _InferenceService_ComposeAnswer_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "toolmesh/v1/inference.proto",
 }
