@@ -17,8 +17,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,6 +47,9 @@ func main() {
 	speed := flag.Bool("speed", false, "run the speed benchmark instead of the quality one")
 	sizes := flag.String("sizes", "1000,10000,100000", "pool sizes for -speed")
 	searches := flag.Int("searches", 2000, "searches per size for -speed")
+	dump := flag.String("dump", "", "write every search's top ids and score bits to this file (to check that a change leaves results identical)")
+	speedMethod := flag.String("speed-method", "default", "method whose search options -speed uses (its encoder knobs are ignored: the default encoder is used)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	misses := flag.String("misses", "", "print the queries this method misses at rank 5")
 	flag.Parse()
 
@@ -58,8 +63,30 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if *dump != "" {
+		f, err := os.Create(*dump)
+		if err != nil {
+			fatal(err)
+		}
+		defer f.Close()
+		dumpW = f
+	}
 	if *speed {
-		if err := runSpeed(os.Stdout, pool, *queriesPath, *sizes, *searches); err != nil {
+		m, ok := lookup(*speedMethod)
+		if !ok {
+			fatal(fmt.Errorf("unknown method %q (see -list)", *speedMethod))
+		}
+		if err := runSpeed(os.Stdout, pool, *queriesPath, *sizes, *searches, m.name, m.opt); err != nil {
 			fatal(err)
 		}
 		return
@@ -99,6 +126,7 @@ func main() {
 				fatal(err)
 			}
 			printResult(os.Stdout, m, res, *k)
+			fmt.Printf("exact overall: R@5=%.4f MRR@10=%.4f\n\n", res.overall.recall[5], res.overall.mrr)
 			if m.name == *misses {
 				printMisses(os.Stdout, res)
 			}
@@ -230,6 +258,8 @@ func lookup(spec string) (method, bool) {
 				m.opt.Split = index.Split(f)
 			case "pwo":
 				m.opt.PartsWordsOnly = f != 0
+			case "pnc":
+				m.opt.PartsNoChars = f != 0
 			case "merge":
 				m.opt.Merge = index.Merge(f)
 			case "depth":
@@ -412,6 +442,20 @@ type result struct {
 	took    time.Duration
 }
 
+// dumpW receives every search's results when -dump is set.
+var dumpW io.Writer
+
+func dumpHits(key string, hits []*toolmeshv1.ScoredTool) {
+	if dumpW == nil {
+		return
+	}
+	fmt.Fprint(dumpW, key)
+	for _, h := range hits {
+		fmt.Fprintf(dumpW, " %s:%x", h.GetTool().GetId(), math.Float64bits(h.GetScore()))
+	}
+	fmt.Fprintln(dumpW)
+}
+
 func evaluate(ctx context.Context, ix *index.Index, qs []query, k int) (*result, error) {
 	res := &result{per: map[string]*agg{}}
 	start := time.Now()
@@ -420,6 +464,7 @@ func evaluate(ctx context.Context, ix *index.Index, qs []query, k int) (*result,
 		if err != nil && err != index.ErrEmptyQuery {
 			return nil, fmt.Errorf("%s: %w", q.QID, err)
 		}
+		dumpHits(ix.Name()+" "+q.QID, hits)
 		ranked := make([]string, len(hits))
 		rankedNames := make([]string, len(hits))
 		for i, h := range hits {

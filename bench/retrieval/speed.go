@@ -66,15 +66,15 @@ func heapAlloc() uint64 {
 	return m.HeapAlloc
 }
 
-func runSpeed(w io.Writer, pool []*toolmeshv1.Tool, queriesPath, sizes string, searches int) error {
+func runSpeed(w io.Writer, pool []*toolmeshv1.Tool, queriesPath, sizes string, searches int, name string, opt index.Options) error {
 	qs, err := loadQueries(queriesPath)
 	if err != nil {
 		return err
 	}
 	ctx := context.Background()
 	load, _ := os.ReadFile("/proc/loadavg")
-	fmt.Fprintf(w, "speed: memory store, default encoder and search (k=10, sentence split), %d searches per size over the dev queries; GOMAXPROCS %d; load average %s\n\n",
-		searches, runtime.GOMAXPROCS(0), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
+	fmt.Fprintf(w, "speed: memory store, default encoder, search options of %s (k=10), %d searches per size over the dev queries; GOMAXPROCS %d; load average %s\n\n",
+		name, searches, runtime.GOMAXPROCS(0), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
 	fmt.Fprintf(w, "| tools | build s | tools/s | search p50 µs | search p99 µs | search CPU µs/op | search alloc B/op | store-only p50 µs | store-only p99 µs | heap B/tool (index) | heap B/tool (index+tools) |\n")
 	fmt.Fprintf(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range strings.Split(sizes, ",") {
@@ -87,7 +87,7 @@ func runSpeed(w io.Writer, pool []*toolmeshv1.Tool, queriesPath, sizes string, s
 		h1 := heapAlloc()
 		lex := lexical.Default()
 		st := memory.New()
-		ix := index.New(st, lex, nil)
+		ix := index.NewWithOptions(st, lex, nil, opt)
 		start := time.Now()
 		for lo := 0; lo < n; lo += 1000 { // batches, as the sync loop sends them
 			if err := ix.Upsert(ctx, tools[lo:min(lo+1000, n)]); err != nil {
@@ -104,10 +104,14 @@ func runSpeed(w io.Writer, pool []*toolmeshv1.Tool, queriesPath, sizes string, s
 		for i := 0; i < searches; i++ {
 			q := qs[i%len(qs)].Query
 			t0 := time.Now()
-			if _, err := ix.Search(ctx, q, 10, nil); err != nil && err != index.ErrEmptyQuery {
+			hits, err := ix.Search(ctx, q, 10, nil)
+			if err != nil && err != index.ErrEmptyQuery {
 				return err
 			}
 			lat = append(lat, time.Since(t0))
+			if i < len(qs) {
+				dumpHits(strconv.Itoa(n)+" "+qs[i].QID, hits)
+			}
 		}
 		cpu := cpuTime() - cpu0
 		runtime.ReadMemStats(&m1)

@@ -62,6 +62,10 @@ type Options struct {
 	// PartsWordsOnly searches the parts with the "words" vector only (the whole request uses
 	// every vector): parts are short, and this halves the cost of a multi-part search.
 	PartsWordsOnly bool
+	// PartsNoChars searches the parts without the "chars" vector (words and pairs only); the
+	// whole request still uses every vector. The char 4-gram postings touch most tools, so
+	// scoring them for every sentence is most of a long request's cost.
+	PartsNoChars bool
 	// PRF, when positive, is the weight of pseudo-relevance feedback: the "words" vectors of the
 	// first search's top PRFDocs tools (each divided by its largest weight, then averaged) are
 	// added to the query at this weight and the search is run again.
@@ -296,6 +300,16 @@ func (ix *Index) query(ctx context.Context, text string, sparse map[string]store
 	q := store.Query{Sparse: sparse, Weights: ix.weights, Limit: limit, Servers: servers}
 	if !whole && ix.opt.PartsWordsOnly {
 		q.Sparse = map[string]store.SparseVector{lexical.VectorWords: q.Sparse[lexical.VectorWords]}
+	} else if !whole && ix.opt.PartsNoChars {
+		if _, ok := q.Sparse[lexical.VectorChars]; ok {
+			sp := make(map[string]store.SparseVector, len(q.Sparse))
+			for name, v := range q.Sparse {
+				if name != lexical.VectorChars {
+					sp[name] = v
+				}
+			}
+			q.Sparse = sp
+		}
 	}
 	if whole && ix.dense != nil {
 		vecs, err := ix.dense.Embed(ctx, []string{text})

@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"math"
+	mbits "math/bits"
 	"slices"
 
 	"github.com/toolmesh/toolmesh/services/retriever/store"
@@ -50,7 +51,7 @@ func (s *Store) SearchMulti(ctx context.Context, qs []store.Query) ([][]store.Hi
 		gi := -1
 		for j := range sc.groups {
 			g := &sc.groups[j]
-			if len(g.qs) < maxGroup && slices.Equal(qs[g.qs[0]].Servers, qs[i].Servers) {
+			if len(g.qs) < maxGroup && slices.Equal(qs[g.qs[0]].Servers, qs[i].Servers) && sameVectors(&qs[g.qs[0]], &qs[i]) {
 				gi = j
 				break
 			}
@@ -82,14 +83,22 @@ func (s *Store) SearchMulti(ctx context.Context, qs []store.Query) ([][]store.Hi
 	for gi := range sc.groups {
 		g := &sc.groups[gi]
 		s.scoreGroup(qs, sc, int32(gi), g)
+		sc.ks = grow(sc.ks, len(g.qs))
+		for li, i := range g.qs {
+			sc.ks[li] = qs[i].Limit
+			if len(qs[i].Dense) > 0 {
+				sc.ks[li] = max(qs[i].Limit, rrfDepth)
+			}
+		}
+		s.topLexicalAll(sc, len(g.qs))
 		for li, i := range g.qs {
 			q := &qs[i]
 			if len(q.Dense) == 0 {
-				out[i] = s.hits(s.topLexical(sc, len(g.qs), li, q.Limit))
+				out[i] = s.hits(sc.tops[li])
 				continue
 			}
-			depth := max(q.Limit, rrfDepth)
-			lex := slices.Clone(s.topLexical(sc, len(g.qs), li, depth))
+			lex := slices.Clone(sc.tops[li])
+			depth := sc.ks[li]
 			if err := ctx.Err(); err != nil {
 				sc.clearFused(len(g.qs))
 				return nil, err
@@ -114,7 +123,28 @@ func (s *Store) SearchMulti(ctx context.Context, qs []store.Query) ([][]store.Hi
 	return out, nil
 }
 
-// group is a set of queries with the same server filter, scored in one walk.
+// sameVectors reports whether a and b use the same named vectors (with a term and a nonzero
+// weight). Queries that do not are scored in separate groups: a request whose sentences search
+// words only then walks its char 4-grams, which touch most slots, with rows of one instead of
+// strided through the rows of all its sentences. Grouping does not change any score.
+func sameVectors(a, b *store.Query) bool {
+	return usesAll(a, b) && usesAll(b, a)
+}
+
+// usesAll reports whether every named vector a uses is used by b.
+func usesAll(a, b *store.Query) bool {
+	for name, v := range a.Sparse {
+		if len(v.Indices) == 0 || weight(a.Weights, name) == 0 {
+			continue
+		}
+		if len(b.Sparse[name].Indices) == 0 || weight(b.Weights, name) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// group is a set of queries with the same server filter and named vectors, scored in one walk.
 type group struct {
 	ok func(int32) bool
 	qs []int // query indices
@@ -156,6 +186,11 @@ type scratch struct {
 	touched  []int32     // slots the current walk touched (filter passed)
 	rejected []int32     // slots the current walk found filtered out
 	cands    []int32     // slots with cand ≠ 0
+	ks       []int       // per group query: how many hits topLexicalAll keeps
+	heaps    [][]scored  // per group query: topLexicalAll's heap memory
+	tops     [][]scored  // per group query: topLexicalAll's result
+	sub      []int32     // the current named vector's rows: group query of each
+	subOf    []int32     // per group query: its row in the current walk, or -1
 	mx       []float32
 	w        []float64
 	top      []scored
@@ -266,9 +301,10 @@ func (s *Store) termTables(qs []store.Query, sc *scratch) {
 // scoreGroup computes the fused lexical scores of a group's queries into sc.fused and sc.cand:
 // per named vector, Σ idf·q·d accumulated over the postings (each posting list walked once for
 // all the group's queries that contain its term), divided by its maximum over the slots,
-// weighted and summed. A named vector whose postings are many for the store's size is
-// normalized by a sequential pass over all the slots instead of through the list of touched
-// slots.
+// weighted and summed. Each named vector is walked with rows of only the queries that use it
+// (a request whose sentences search words only walks its char 4-grams with rows of one). A
+// named vector whose postings are many for the store's size is normalized by a sequential pass
+// over all the slots instead of through the list of touched slots.
 func (s *Store) scoreGroup(qs []store.Query, sc *scratch, gi int32, g *group) {
 	G, n := len(g.qs), len(s.slots)
 	if need := n * (G + 1); len(sc.acc) < need {
@@ -279,15 +315,25 @@ func (s *Store) scoreGroup(qs []store.Query, sc *scratch, gi int32, g *group) {
 	}
 	sc.mx = grow(sc.mx, G)
 	sc.w = grow(sc.w, G)
+	sc.subOf = grow(sc.subOf, G)
 	for ti := range sc.tables {
 		tb := &sc.tables[ti]
-		// The group's share of the terms.
+		// The group's share of the terms; its queries numbered by first use (sub rows).
+		for li := range sc.subOf {
+			sc.subOf[li] = -1
+		}
+		sub := sc.sub[:0]
 		runs, tqs, volume := sc.gruns[:0], sc.gtqs[:0], 0
 		for _, r := range tb.runs {
 			lo := int32(len(tqs))
 			for _, tq := range tb.tqs[r.lo:r.hi] {
 				if sc.groupOf[tq.q] == gi {
-					tqs = append(tqs, termQuery{q: sc.local[tq.q], qw: tq.qw})
+					li := sc.local[tq.q]
+					if sc.subOf[li] < 0 {
+						sc.subOf[li] = int32(len(sub))
+						sub = append(sub, li)
+					}
+					tqs = append(tqs, termQuery{q: sc.subOf[li], qw: tq.qw})
 				}
 			}
 			if hi := int32(len(tqs)); hi > lo {
@@ -295,51 +341,52 @@ func (s *Store) scoreGroup(qs []store.Query, sc *scratch, gi int32, g *group) {
 				volume += len(r.pl)
 			}
 		}
-		sc.gruns, sc.gtqs = runs, tqs
+		sc.gruns, sc.gtqs, sc.sub = runs, tqs, sub
 		if len(runs) == 0 {
 			continue
 		}
-		for li, i := range g.qs {
-			sc.mx[li] = 0
-			sc.w[li] = weight(qs[i].Weights, tb.name)
+		for j, li := range sub {
+			sc.mx[j] = 0
+			sc.w[j] = weight(qs[g.qs[li]].Weights, tb.name)
 		}
 		if volume >= n/4 {
-			s.walkDense(sc, G, runs, tqs, g.ok)
+			s.walkDense(sc, G, len(sub), runs, tqs, g.ok)
 		} else {
-			s.walkSparse(sc, G, runs, tqs, g.ok)
+			s.walkSparse(sc, G, len(sub), runs, tqs, g.ok)
 		}
 	}
 }
 
-// walkDense accumulates with rows of G scores and normalizes in sequential passes over all the
-// slots; filtered-out slots are dropped in the first pass.
-func (s *Store) walkDense(sc *scratch, G int, runs []termRun, tqs []termQuery, ok func(int32) bool) {
+// walkDense accumulates with rows of R scores (R = len(sc.sub) ≤ G queries: row entry j is
+// group query sc.sub[j]) and normalizes in sequential passes over all the slots; filtered-out
+// slots are dropped in the first pass.
+func (s *Store) walkDense(sc *scratch, G, R int, runs []termRun, tqs []termQuery, ok func(int32) bool) {
 	n := len(s.slots)
-	acc := sc.acc[:n*G]
+	acc := sc.acc[:n*R]
 	for _, r := range runs {
 		if r.hi-r.lo == 1 {
 			q, qw := int(tqs[r.lo].q), tqs[r.lo].qw
-			if G == 1 {
+			if R == 1 {
 				for _, p := range r.pl {
 					acc[p.slot] += qw * p.w
 				}
 				continue
 			}
 			for _, p := range r.pl {
-				acc[int(p.slot)*G+q] += qw * p.w
+				acc[int(p.slot)*R+q] += qw * p.w
 			}
 			continue
 		}
 		buf := tqs[r.lo:r.hi]
 		for _, p := range r.pl {
-			a := acc[int(p.slot)*G : int(p.slot)*G+G]
+			a := acc[int(p.slot)*R : int(p.slot)*R+R]
 			for _, tq := range buf {
 				a[tq.q] += tq.qw * p.w
 			}
 		}
 	}
-	mx, w, fused, cand := sc.mx, sc.w, sc.fused[:n*G], sc.cand[:n]
-	if G == 1 {
+	mx, w, fused, cand, sub := sc.mx, sc.w, sc.fused[:n*G], sc.cand[:n], sc.sub
+	if R == 1 {
 		m := float32(0)
 		for sl, v := range acc {
 			if v != 0 {
@@ -347,18 +394,21 @@ func (s *Store) walkDense(sc *scratch, G int, runs []termRun, tqs []termQuery, o
 					acc[sl] = 0
 					continue
 				}
-				m = max(m, v)
+				if v > m {
+					m = v
+				}
 			}
 		}
 		if m > 0 {
-			w0 := w[0]
+			w0, q0 := w[0], int(sub[0])
+			bit := uint16(1) << q0
 			for sl, v := range acc {
 				if v > 0 {
 					if cand[sl] == 0 {
 						sc.cands = append(sc.cands, int32(sl))
-						cand[sl] = 1
 					}
-					fused[sl] += w0 * float64(v/m)
+					cand[sl] |= bit
+					fused[sl*G+q0] += w0 * float64(v/m)
 				}
 			}
 		}
@@ -366,23 +416,26 @@ func (s *Store) walkDense(sc *scratch, G int, runs []termRun, tqs []termQuery, o
 		return
 	}
 	for sl := 0; sl < n; sl++ {
-		a := acc[sl*G : sl*G+G]
+		a := acc[sl*R : sl*R+R]
 		if ok != nil && !ok(int32(sl)) {
 			clear(a)
 			continue
 		}
-		for li, v := range a {
-			mx[li] = max(mx[li], v)
+		for j, v := range a {
+			if v > mx[j] {
+				mx[j] = v
+			}
 		}
 	}
 	for sl := 0; sl < n; sl++ {
-		a := acc[sl*G : sl*G+G]
+		a := acc[sl*R : sl*R+R]
 		f := fused[sl*G : sl*G+G]
 		var bits uint16
-		for li, v := range a {
-			if v > 0 && mx[li] > 0 {
+		for j, v := range a {
+			if v > 0 && mx[j] > 0 {
+				li := sub[j]
 				bits |= 1 << li
-				f[li] += w[li] * float64(v/mx[li])
+				f[li] += w[j] * float64(v/mx[j])
 			}
 		}
 		if bits != 0 {
@@ -395,14 +448,14 @@ func (s *Store) walkDense(sc *scratch, G int, runs []termRun, tqs []termQuery, o
 	clear(acc)
 }
 
-// walkSparse accumulates with rows of G scores and, for more than one query, the slot's state
-// (0 new, 1 touched, -1 filtered out; for one query a zero score marks a new slot), and
-// normalizes through the list of touched slots.
-func (s *Store) walkSparse(sc *scratch, G int, runs []termRun, tqs []termQuery, ok func(int32) bool) {
+// walkSparse accumulates with rows of R scores (as walkDense) and, for more than one row, the
+// slot's state (0 new, 1 touched, -1 filtered out; for one row a zero score marks a new slot),
+// and normalizes through the list of touched slots.
+func (s *Store) walkSparse(sc *scratch, G, R int, runs []termRun, tqs []termQuery, ok func(int32) bool) {
 	acc := sc.acc
 	touched, rejected := sc.touched[:0], sc.rejected[:0]
-	S := G + 1
-	if G == 1 {
+	S := R + 1
+	if R == 1 {
 		S = 1
 	}
 	for _, r := range runs {
@@ -422,16 +475,16 @@ func (s *Store) walkSparse(sc *scratch, G int, runs []termRun, tqs []termQuery, 
 		buf := tqs[r.lo:r.hi]
 		for _, p := range r.pl {
 			a := acc[int(p.slot)*S : int(p.slot)*S+S]
-			if st := a[G]; st != 1 {
+			if st := a[R]; st != 1 {
 				if st < 0 {
 					continue
 				}
 				if ok != nil && !ok(p.slot) {
-					a[G] = -1
+					a[R] = -1
 					rejected = append(rejected, p.slot)
 					continue
 				}
-				a[G] = 1
+				a[R] = 1
 				touched = append(touched, p.slot)
 			}
 			for _, tq := range buf {
@@ -440,50 +493,66 @@ func (s *Store) walkSparse(sc *scratch, G int, runs []termRun, tqs []termQuery, 
 		}
 	}
 	for _, sl := range rejected {
-		acc[int(sl)*S+G] = 0
+		acc[int(sl)*S+R] = 0
 	}
 	sc.touched, sc.rejected = touched, rejected
 
-	mx, w, fused, cand := sc.mx, sc.w, sc.fused, sc.cand
+	mx, w, fused, cand, sub := sc.mx, sc.w, sc.fused, sc.cand, sc.sub
 	for _, sl := range touched {
-		a := acc[int(sl)*S : int(sl)*S+G]
-		for li, v := range a {
-			mx[li] = max(mx[li], v)
+		a := acc[int(sl)*S : int(sl)*S+R]
+		for j, v := range a {
+			if v > mx[j] {
+				mx[j] = v
+			}
 		}
 	}
 	for _, sl := range touched {
 		a := acc[int(sl)*S : int(sl)*S+S]
 		f := fused[int(sl)*G : int(sl)*G+G]
-		for li, v := range a[:G] {
-			if mx[li] > 0 && v > 0 {
+		for j, v := range a[:R] {
+			if mx[j] > 0 && v > 0 {
 				if cand[sl] == 0 {
 					sc.cands = append(sc.cands, sl)
 				}
+				li := sub[j]
 				cand[sl] |= 1 << li
-				f[li] += w[li] * float64(v/mx[li])
+				f[li] += w[j] * float64(v/mx[j])
 			}
 		}
 		clear(a)
 	}
 }
 
-// topLexical returns the k best slots of query li of the scored group, best first. The slice is
-// the scratch's and valid until the next call.
-func (s *Store) topLexical(sc *scratch, G, li, k int) []scored {
-	h := topK{s: s, k: k, xs: sc.top[:0]}
-	bit := uint16(1) << li
-	for _, sl := range sc.cands {
-		if sc.cand[sl]&bit == 0 {
-			continue
-		}
-		x := sc.fused[int(sl)*G+li]
-		if k > 0 && len(h.xs) == k && x < h.xs[0].score {
-			continue // worse than the worst kept: no need to compare ids
-		}
-		h.push(scored{slot: sl, score: x})
+// topLexicalAll sets sc.tops[li] to the sc.ks[li] best slots of each query li of the scored
+// group, best first, in one pass over the candidates (each query's heap sees its candidates in
+// the same order as topLexical would). The slices are the scratch's, valid until the next call.
+func (s *Store) topLexicalAll(sc *scratch, G int) {
+	for len(sc.heaps) < G {
+		sc.heaps = append(sc.heaps, nil)
 	}
-	sc.top = h.xs
-	return h.sorted()
+	sc.tops = grow(sc.tops, G)
+	var hs [maxGroup]topK
+	for li := 0; li < G; li++ {
+		hs[li] = topK{s: s, k: sc.ks[li], xs: sc.heaps[li][:0]}
+	}
+	for _, sl := range sc.cands {
+		bits := sc.cand[sl]
+		row := sc.fused[int(sl)*G : int(sl)*G+G]
+		for bits != 0 {
+			li := mbits.TrailingZeros16(bits)
+			bits &= bits - 1
+			h := &hs[li]
+			x := row[li]
+			if h.k > 0 && len(h.xs) == h.k && x < h.xs[0].score {
+				continue // worse than the worst kept: no need to compare ids
+			}
+			h.push(scored{slot: sl, score: x})
+		}
+	}
+	for li := 0; li < G; li++ {
+		sc.heaps[li] = hs[li].xs
+		sc.tops[li] = hs[li].sorted()
+	}
 }
 
 // clearFused zeroes the fused scores and candidate bits of the scored group.
