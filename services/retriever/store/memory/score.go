@@ -178,22 +178,23 @@ type termEntry struct {
 
 // scratch is one search's working memory, pooled.
 type scratch struct {
-	acc      []float32   // rows of one named vector's raw scores (see walkDense, walkSparse)
-	fused    []float64   // [slot·g + q]: lexical fused score
-	cand     []uint16    // per slot: bit q set when query q has a fused score
-	gruns    []termRun   // the current group's terms of one named vector
-	gtqs     []termQuery // their queries, by index in the group
-	touched  []int32     // slots the current walk touched (filter passed)
-	rejected []int32     // slots the current walk found filtered out
-	cands    []int32     // slots with cand ≠ 0
-	ks       []int       // per group query: how many hits topLexicalAll keeps
-	heaps    [][]scored  // per group query: topLexicalAll's heap memory
-	tops     [][]scored  // per group query: topLexicalAll's result
-	sub      []int32     // the current named vector's rows: group query of each
-	subOf    []int32     // per group query: its row in the current walk, or -1
-	mx       []float32
-	w        []float64
-	top      []scored
+	acc        []float32   // rows of one named vector's raw scores (see walkDense, walkSparse)
+	fused      []float64   // [slot·g + q]: lexical fused score
+	cand       []uint16    // per slot: bit q set when query q has a fused score
+	gruns      []termRun   // the current group's terms of one named vector
+	gtqs       []termQuery // their queries, by index in the group
+	touched    []int32     // slots the current walk touched (filter passed)
+	rejected   []int32     // slots the current walk found filtered out
+	cands      []int32     // slots with cand ≠ 0
+	ks         []int       // per group query: how many hits topLexicalAll keeps
+	heaps      [][]scored  // per group query: topLexicalAll's heap memory
+	tops       [][]scored  // per group query: topLexicalAll's result
+	rowTouched [][]int32   // per row of walkRows: the slots it touched
+	sub        []int32     // the current named vector's rows: group query of each
+	subOf      []int32     // per group query: its row in the current walk, or -1
+	mx         []float32
+	w          []float64
+	top        []scored
 
 	groups  []group
 	groupOf []int32
@@ -349,10 +350,83 @@ func (s *Store) scoreGroup(qs []store.Query, sc *scratch, gi int32, g *group) {
 			sc.mx[j] = 0
 			sc.w[j] = weight(qs[g.qs[li]].Weights, tb.name)
 		}
-		if volume >= n/4 {
-			s.walkDense(sc, G, len(sub), runs, tqs, g.ok)
-		} else {
-			s.walkSparse(sc, G, len(sub), runs, tqs, g.ok)
+		R := len(sub)
+		switch {
+		case R > 1 && rowVolume(runs) < n*R/2:
+			s.walkRows(sc, G, R, runs, tqs, g.ok)
+		case volume >= n/4:
+			s.walkDense(sc, G, R, runs, tqs, g.ok)
+		default:
+			s.walkSparse(sc, G, R, runs, tqs, g.ok)
+		}
+	}
+}
+
+// rowVolume is the number of (posting, query) updates of a walk.
+func rowVolume(runs []termRun) int {
+	v := 0
+	for _, r := range runs {
+		v += len(r.pl) * int(r.hi-r.lo)
+	}
+	return v
+}
+
+// walkRows accumulates R rows of n scores, query-major (acc[j·n + slot]; row j is group query
+// sc.sub[j]), each row with its own list of touched slots (a zero score marks a new slot), and
+// normalizes each row through its list: the work is the number of (posting, query) updates
+// rather than n·R. Used for several queries whose terms touch few slots each (the sentences
+// of a request, searched with words only), even when together they touch most slots.
+func (s *Store) walkRows(sc *scratch, G, R int, runs []termRun, tqs []termQuery, ok func(int32) bool) {
+	n := len(s.slots)
+	acc := sc.acc[:n*R]
+	for len(sc.rowTouched) < R {
+		sc.rowTouched = append(sc.rowTouched, nil)
+	}
+	rt := sc.rowTouched[:R]
+	for j := range rt {
+		rt[j] = rt[j][:0]
+	}
+	for _, r := range runs {
+		for _, tq := range tqs[r.lo:r.hi] {
+			j, qw := int(tq.q), tq.qw
+			row := acc[j*n : j*n+n]
+			t := rt[j]
+			for _, p := range r.pl {
+				if row[p.slot] == 0 {
+					if ok != nil && !ok(p.slot) {
+						continue
+					}
+					t = append(t, p.slot)
+				}
+				row[p.slot] += qw * p.w
+			}
+			rt[j] = t
+		}
+	}
+	// Per slot, the runs' queries are walked in the same order as by walkDense, so each
+	// score is the same float sum.
+	mx, w, fused, cand, sub := sc.mx, sc.w, sc.fused, sc.cand, sc.sub
+	for j := 0; j < R; j++ {
+		row := acc[j*n : j*n+n]
+		m := float32(0)
+		for _, sl := range rt[j] {
+			if v := row[sl]; v > m {
+				m = v
+			}
+		}
+		mx[j] = m
+		li := sub[j]
+		bit := uint16(1) << li
+		for _, sl := range rt[j] {
+			v := row[sl]
+			if v > 0 && m > 0 {
+				if cand[sl] == 0 {
+					sc.cands = append(sc.cands, sl)
+				}
+				cand[sl] |= bit
+				fused[int(sl)*G+int(li)] += w[j] * float64(v/m)
+			}
+			row[sl] = 0
 		}
 	}
 }
