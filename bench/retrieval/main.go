@@ -258,6 +258,8 @@ func lookup(spec string) (method, bool) {
 				m.opt.Split = index.Split(f)
 			case "pwo":
 				m.opt.PartsWordsOnly = f != 0
+			case "maxparts":
+				m.opt.MaxParts = int(f)
 			case "pnc":
 				m.opt.PartsNoChars = f != 0
 			case "merge":

@@ -68,6 +68,12 @@ type Options struct {
 	// whole request still uses every vector. The char 4-gram postings touch most tools, so
 	// scoring them for every sentence is most of a long request's cost.
 	PartsNoChars bool
+	// MaxParts, when positive, caps the number of parts searched: while there are more, the
+	// two adjacent parts with the fewest "words" terms together are merged (their vectors
+	// summed). Only with SplitSentences. Default 4: long stories (up to 16 sentences) cost
+	// their sentence count in store work, and on the BFCL dev split the cap changes R@5 / MRR@10
+	// by +.0005 / +.0005 (bench/RESULTS.md, Retrieval).
+	MaxParts int
 	// PRF, when positive, is the weight of pseudo-relevance feedback: the "words" vectors of the
 	// first search's top PRFDocs tools (each divided by its largest weight, then averaged) are
 	// added to the query at this weight and the search is run again.
@@ -77,7 +83,7 @@ type Options struct {
 
 // DefaultOptions are the options of the default search.
 func DefaultOptions() Options {
-	return Options{Split: SplitSentences, PartWeight: 1, Depth: 50, PartsWordsOnly: true}
+	return Options{Split: SplitSentences, PartWeight: 1, Depth: 50, PartsWordsOnly: true, MaxParts: 4}
 }
 
 // Index encodes, stores and searches tools.
@@ -233,6 +239,9 @@ func (ix *Index) Search(ctx context.Context, query string, k int, servers []stri
 		q0, err := ix.query(ctx, query, whole, depth, servers, true)
 		if err != nil {
 			return nil, err
+		}
+		if ix.opt.MaxParts > 0 {
+			parts = capParts(parts, ix.opt.MaxParts)
 		}
 		qs = make([]store.Query, 1, 1+len(parts))
 		qs[0] = q0
@@ -465,6 +474,56 @@ func scoredTools(hits []store.Hit, k int) []*toolmeshv1.ScoredTool {
 	out := make([]*toolmeshv1.ScoredTool, len(hits))
 	for i, h := range hits {
 		out[i] = &toolmeshv1.ScoredTool{Tool: h.Tool, Score: h.Score}
+	}
+	return out
+}
+
+// capParts merges adjacent parts, the pair with the fewest "words" terms first, until at most
+// max remain. Merged vectors are the sums (a part's vectors are term counts, so the sum is the
+// vector of the two sentences together).
+func capParts(parts []map[string]store.SparseVector, max int) []map[string]store.SparseVector {
+	if len(parts) <= max {
+		return parts
+	}
+	parts = append([]map[string]store.SparseVector(nil), parts...)
+	for len(parts) > max {
+		best, bi := -1, 0
+		for i := 0; i+1 < len(parts); i++ {
+			n := len(parts[i][lexical.VectorWords].Indices) + len(parts[i+1][lexical.VectorWords].Indices)
+			if best < 0 || n < best {
+				best, bi = n, i
+			}
+		}
+		parts[bi] = sumSparse(parts[bi], parts[bi+1])
+		parts = append(parts[:bi+1], parts[bi+2:]...)
+	}
+	return parts
+}
+
+func sumSparse(a, b map[string]store.SparseVector) map[string]store.SparseVector {
+	out := make(map[string]store.SparseVector, len(a))
+	names := map[string]bool{}
+	for n := range a {
+		names[n] = true
+	}
+	for n := range b {
+		names[n] = true
+	}
+	for n := range names {
+		m := map[uint32]float64{}
+		for _, v := range []store.SparseVector{a[n], b[n]} {
+			for i, t := range v.Indices {
+				if i < len(v.Values) {
+					m[t] += float64(v.Values[i])
+				}
+			}
+		}
+		idx := sortedKeys32(m)
+		v := store.SparseVector{Indices: idx, Values: make([]float32, len(idx))}
+		for i, t := range idx {
+			v.Values[i] = float32(m[t])
+		}
+		out[n] = v
 	}
 	return out
 }

@@ -11,6 +11,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/services/retriever/lexical"
+	"github.com/toolmesh/toolmesh/services/retriever/store"
 	"github.com/toolmesh/toolmesh/services/retriever/store/memory"
 )
 
@@ -224,5 +225,35 @@ func BenchmarkSearch10k(b *testing.B) {
 		if _, err := ix.Search(ctx, queries[i%len(queries)], 10, nil); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestCapParts(t *testing.T) {
+	lex := lexical.Default()
+	_, parts := lex.QueryParts("Find the area of a circle. Convert 10 celsius to fahrenheit. Then get the weather in Paris. Also book a flight to Rome. And translate hello to French. Finally compute the gcd of 12 and 18.")
+	if len(parts) != 6 {
+		t.Fatalf("got %d parts, want 6", len(parts))
+	}
+	total := func(ps []map[string]store.SparseVector) float64 {
+		s := 0.0
+		for _, p := range ps {
+			for _, v := range p[lexical.VectorWords].Values {
+				s += float64(v)
+			}
+		}
+		return s
+	}
+	capped := capParts(parts, 4)
+	if len(capped) != 4 {
+		t.Fatalf("got %d parts, want 4", len(capped))
+	}
+	if a, b := total(parts), total(capped); a != b {
+		t.Errorf("word counts %v, after capping %v", a, b)
+	}
+	if len(parts) != 6 {
+		t.Errorf("capParts changed its argument")
+	}
+	if got := capParts(parts[:3], 4); len(got) != 3 {
+		t.Errorf("short request capped to %d parts", len(got))
 	}
 }
