@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	mbits "math/bits"
+	"runtime"
 	"slices"
 
 	"github.com/toolmesh/toolmesh/services/retriever/store"
@@ -80,47 +81,92 @@ func (s *Store) SearchMulti(ctx context.Context, qs []store.Query) ([][]store.Hi
 	}
 
 	s.termTables(qs, sc)
+	if len(sc.groups) > 1 && len(s.slots) >= parallelSlots && runtime.GOMAXPROCS(0) > 1 {
+		// The first group (the whole request, with its char 4-grams) on another goroutine with
+		// scratch of its own, the other groups (its sentences) here: the groups share nothing
+		// but the read-only term tables, and each fills its own queries' results.
+		sc2 := s.getScratch()
+		own := sc2.shared()
+		sc2.tables, sc2.groupOf, sc2.local = sc.tables, sc.groupOf, sc.local
+		done := make(chan error, 1)
+		go func() { done <- s.finishGroup(ctx, qs, sc2, 0, &sc.groups[0], out) }()
+		var err error
+		for gi := 1; gi < len(sc.groups) && err == nil; gi++ {
+			err = s.finishGroup(ctx, qs, sc, int32(gi), &sc.groups[gi], out)
+		}
+		err2 := <-done
+		sc2.tables, sc2.groupOf, sc2.local = own.tables, own.groupOf, own.local
+		s.scratch.Put(sc2)
+		if err == nil {
+			err = err2
+		}
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
 	for gi := range sc.groups {
-		g := &sc.groups[gi]
-		s.scoreGroup(qs, sc, int32(gi), g)
-		sc.ks = grow(sc.ks, len(g.qs))
-		for li, i := range g.qs {
-			sc.ks[li] = qs[i].Limit
-			if len(qs[i].Dense) > 0 {
-				sc.ks[li] = max(qs[i].Limit, rrfDepth)
-			}
+		if err := s.finishGroup(ctx, qs, sc, int32(gi), &sc.groups[gi], out); err != nil {
+			return nil, err
 		}
-		s.topLexicalAll(sc, len(g.qs))
-		for li, i := range g.qs {
-			q := &qs[i]
-			if len(q.Dense) == 0 {
-				out[i] = s.hits(sc.tops[li])
-				continue
-			}
-			lex := slices.Clone(sc.tops[li])
-			depth := sc.ks[li]
-			if err := ctx.Err(); err != nil {
-				sc.clearFused(len(g.qs))
-				return nil, err
-			}
-			dense := s.denseScores(q.Dense, g.ok)
-			dw := weight(q.Weights, "dense")
-			fused := map[int32]float64{}
-			for r, c := range s.topKOf(dense, depth) {
-				fused[c.slot] += dw / float64(RRFK+r+1)
-			}
-			for r, c := range lex {
-				fused[c.slot] += 1 / float64(RRFK+r+1)
-			}
-			all := make([]scored, 0, len(fused))
-			for sl, v := range fused {
-				all = append(all, scored{slot: sl, score: v})
-			}
-			out[i] = s.hits(s.topKOf(all, q.Limit))
-		}
-		sc.clearFused(len(g.qs))
 	}
 	return out, nil
+}
+
+// parallelSlots is the smallest store whose groups SearchMulti scores on two goroutines (below
+// it the walks are too short to pay for the hand-over).
+const parallelSlots = 4096
+
+// sharedScratch is the part of a scratch that SearchMulti lends to a second scratch.
+type sharedScratch struct {
+	tables         []table
+	groupOf, local []int32
+}
+
+func (sc *scratch) shared() sharedScratch {
+	return sharedScratch{tables: sc.tables, groupOf: sc.groupOf, local: sc.local}
+}
+
+// finishGroup scores group gi and sets the results of its queries in out.
+func (s *Store) finishGroup(ctx context.Context, qs []store.Query, sc *scratch, gi int32, g *group, out [][]store.Hit) error {
+	s.scoreGroup(qs, sc, gi, g)
+	sc.ks = grow(sc.ks, len(g.qs))
+	for li, i := range g.qs {
+		sc.ks[li] = qs[i].Limit
+		if len(qs[i].Dense) > 0 {
+			sc.ks[li] = max(qs[i].Limit, rrfDepth)
+		}
+	}
+	s.topLexicalAll(sc, len(g.qs))
+	for li, i := range g.qs {
+		q := &qs[i]
+		if len(q.Dense) == 0 {
+			out[i] = s.hits(sc.tops[li])
+			continue
+		}
+		lex := slices.Clone(sc.tops[li])
+		depth := sc.ks[li]
+		if err := ctx.Err(); err != nil {
+			sc.clearFused(len(g.qs))
+			return err
+		}
+		dense := s.denseScores(q.Dense, g.ok)
+		dw := weight(q.Weights, "dense")
+		fused := map[int32]float64{}
+		for r, c := range s.topKOf(dense, depth) {
+			fused[c.slot] += dw / float64(RRFK+r+1)
+		}
+		for r, c := range lex {
+			fused[c.slot] += 1 / float64(RRFK+r+1)
+		}
+		all := make([]scored, 0, len(fused))
+		for sl, v := range fused {
+			all = append(all, scored{slot: sl, score: v})
+		}
+		out[i] = s.hits(s.topKOf(all, q.Limit))
+	}
+	sc.clearFused(len(g.qs))
+	return nil
 }
 
 // sameVectors reports whether a and b use the same named vectors (with a term and a nonzero
@@ -462,29 +508,50 @@ func (s *Store) walkDense(sc *scratch, G, R int, runs []termRun, tqs []termQuery
 	mx, w, fused, cand, sub := sc.mx, sc.w, sc.fused[:n*G], sc.cand[:n], sc.sub
 	if R == 1 {
 		m := float32(0)
-		for sl, v := range acc {
-			if v != 0 {
-				if ok != nil && !ok(int32(sl)) {
-					acc[sl] = 0
-					continue
-				}
-				if v > m {
-					m = v
+		if ok == nil {
+			m = maxOf(acc)
+		} else {
+			for sl, v := range acc {
+				if v != 0 {
+					if !ok(int32(sl)) {
+						acc[sl] = 0
+						continue
+					}
+					if v > m {
+						m = v
+					}
 				}
 			}
 		}
 		if m > 0 {
 			w0, q0 := w[0], int(sub[0])
 			bit := uint16(1) << q0
-			for sl, v := range acc {
-				if v > 0 {
-					if cand[sl] == 0 {
-						sc.cands = append(sc.cands, int32(sl))
+			cands := sc.cands
+			cand := cand[:len(acc)]
+			if G == 1 {
+				// The whole request's own group: one fused score per slot.
+				fused := fused[:len(acc)]
+				for sl, v := range acc {
+					if v > 0 {
+						if cand[sl] == 0 {
+							cands = append(cands, int32(sl))
+						}
+						cand[sl] |= bit
+						fused[sl] += w0 * float64(v/m)
 					}
-					cand[sl] |= bit
-					fused[sl*G+q0] += w0 * float64(v/m)
+				}
+			} else {
+				for sl, v := range acc {
+					if v > 0 {
+						if cand[sl] == 0 {
+							cands = append(cands, int32(sl))
+						}
+						cand[sl] |= bit
+						fused[sl*G+q0] += w0 * float64(v/m)
+					}
 				}
 			}
+			sc.cands = cands
 		}
 		clear(acc)
 		return
@@ -520,6 +587,43 @@ func (s *Store) walkDense(sc *scratch, G, R int, runs []termRun, tqs []termQuery
 		}
 	}
 	clear(acc)
+}
+
+// maxOf returns the largest of xs and 0, in four independent lanes (no dependency chain from
+// one element to the next; the maximum does not depend on the order).
+func maxOf(xs []float32) float32 {
+	var m0, m1, m2, m3 float32
+	i := 0
+	for ; i+4 <= len(xs); i += 4 {
+		x := xs[i : i+4 : i+4]
+		if x[0] > m0 {
+			m0 = x[0]
+		}
+		if x[1] > m1 {
+			m1 = x[1]
+		}
+		if x[2] > m2 {
+			m2 = x[2]
+		}
+		if x[3] > m3 {
+			m3 = x[3]
+		}
+	}
+	for ; i < len(xs); i++ {
+		if xs[i] > m0 {
+			m0 = xs[i]
+		}
+	}
+	if m1 > m0 {
+		m0 = m1
+	}
+	if m2 > m0 {
+		m0 = m2
+	}
+	if m3 > m0 {
+		m0 = m3
+	}
+	return m0
 }
 
 // walkSparse accumulates with rows of R scores (as walkDense) and, for more than one row, the
@@ -609,6 +713,21 @@ func (s *Store) topLexicalAll(sc *scratch, G int) {
 	for li := 0; li < G; li++ {
 		hs[li] = topK{s: s, k: sc.ks[li], xs: sc.heaps[li][:0]}
 	}
+	if G == 1 {
+		// One query: every candidate is its own (no bits to walk).
+		h := &hs[0]
+		fused := sc.fused
+		for _, sl := range sc.cands {
+			x := fused[sl]
+			if h.k > 0 && len(h.xs) == h.k && x < h.xs[0].score {
+				continue
+			}
+			h.push(scored{slot: sl, score: x})
+		}
+		sc.heaps[0] = h.xs
+		sc.tops[0] = h.sorted()
+		return
+	}
 	for _, sl := range sc.cands {
 		bits := sc.cand[sl]
 		row := sc.fused[int(sl)*G : int(sl)*G+G]
@@ -631,6 +750,15 @@ func (s *Store) topLexicalAll(sc *scratch, G int) {
 
 // clearFused zeroes the fused scores and candidate bits of the scored group.
 func (sc *scratch) clearFused(G int) {
+	if G == 1 {
+		fused, cand := sc.fused, sc.cand
+		for _, sl := range sc.cands {
+			fused[sl] = 0
+			cand[sl] = 0
+		}
+		sc.cands = sc.cands[:0]
+		return
+	}
 	for _, sl := range sc.cands {
 		clear(sc.fused[int(sl)*G : int(sl)*G+G])
 		sc.cand[sl] = 0

@@ -65,14 +65,21 @@ func randVec(rng *rand.Rand, vocab, n int) store.SparseVector {
 }
 
 // TestSearchMultiMatchesDefinition checks grouped multi-query scoring (several filters, dense
-// and sparse walks, more queries than one group holds, after deletes) against a naive scorer.
+// and sparse walks, more queries than one group holds, after deletes) against a naive scorer,
+// on a small store and on one large enough for groups to be scored on two goroutines.
 func TestSearchMultiMatchesDefinition(t *testing.T) {
+	for _, size := range []int{600, parallelSlots + 500} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) { testSearchMulti(t, size) })
+	}
+}
+
+func testSearchMulti(t *testing.T, size int) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(7, 8))
 	s := New(quiet)
 	var docs []store.Doc
-	for i := range 600 {
-		d := store.Doc{ID: fmt.Sprintf("d%03d", i), Server: fmt.Sprintf("s%d", i%5), Hash: "h",
+	for i := range size {
+		d := store.Doc{ID: fmt.Sprintf("d%05d", i), Server: fmt.Sprintf("s%d", i%5), Hash: "h",
 			Sparse: map[string]store.SparseVector{"words": randVec(rng, 300, 8), "chars": randVec(rng, 40, 12)}}
 		docs = append(docs, d)
 	}
