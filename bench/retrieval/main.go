@@ -266,6 +266,8 @@ func lookup(spec string) (method, bool) {
 				m.opt.Merge = index.Merge(f)
 			case "depth":
 				m.opt.Depth = int(f)
+			case "depthk":
+				m.opt.DepthPerK = int(f)
 			case "prf":
 				m.opt.PRF, m.opt.PRFDocs = f, 3
 			}
