@@ -30,6 +30,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/toolmesh/toolmesh/bench/internal/bfcl"
 	"github.com/toolmesh/toolmesh/bench/calls/gbnf"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
@@ -350,7 +351,7 @@ func convert(c bfclCase) ([]*toolmeshv1.Tool, map[string]*jsonschema.Schema, err
 		if err := json.Unmarshal(raw, &f); err != nil {
 			return nil, nil, fmt.Errorf("function %d: %w", i, err)
 		}
-		js, _ := toJSONSchema(f.Parameters).(map[string]any)
+		js, _ := bfcl.JSONSchema(f.Parameters).(map[string]any)
 		if js == nil {
 			js = map[string]any{"type": "object"}
 		}
@@ -377,53 +378,6 @@ func convert(c bfclCase) ([]*toolmeshv1.Tool, map[string]*jsonschema.Schema, err
 		schemas[f.Name] = sch
 	}
 	return tools, schemas, nil
-}
-
-// toJSONSchema converts BFCL's schema dialect: "dict" is object, "float" is number, "tuple" is
-// array, "any" is no type; BFCL's non-standard "optional" flag is dropped.
-func toJSONSchema(v any) any {
-	switch v := v.(type) {
-	case map[string]any:
-		out := map[string]any{}
-		for k, e := range v {
-			switch k {
-			case "optional":
-				continue
-			case "type":
-				if s, ok := e.(string); ok {
-					switch s {
-					case "dict":
-						e = "object"
-					case "float":
-						e = "number"
-					case "tuple":
-						e = "array"
-					case "any":
-						continue
-					}
-				}
-			case "properties":
-				if props, ok := e.(map[string]any); ok {
-					np := map[string]any{}
-					for name, s := range props {
-						np[name] = toJSONSchema(s)
-					}
-					e = np
-				}
-			case "items", "additionalProperties":
-				e = toJSONSchema(e)
-			}
-			out[k] = e
-		}
-		return out
-	case []any:
-		out := make([]any, len(v))
-		for i, e := range v {
-			out[i] = toJSONSchema(e)
-		}
-		return out
-	}
-	return v
 }
 
 // offCatalog is the case's first rendered call addressed to a function the case does not

@@ -28,6 +28,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/toolmesh/toolmesh/bench/internal/bfcl"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/services/retriever/index"
 	"github.com/toolmesh/toolmesh/services/retriever/lexical"
@@ -330,7 +331,7 @@ func loadPool(path string) ([]*toolmeshv1.Tool, error) {
 		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		schema, err := structpb.NewStruct(jsonSchema(p.Parameters).(map[string]any))
+		schema, err := structpb.NewStruct(bfcl.JSONSchema(p.Parameters).(map[string]any))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", path, p.ID, err)
 		}
@@ -339,42 +340,6 @@ func loadPool(path string) ([]*toolmeshv1.Tool, error) {
 		})
 	}
 	return out, sc.Err()
-}
-
-// jsonSchema maps BFCL's schema types to JSON Schema: dict → object, float → number,
-// tuple → array, any → no type.
-func jsonSchema(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			if k == "type" {
-				if s, ok := e.(string); ok {
-					switch s {
-					case "dict":
-						e = "object"
-					case "float":
-						e = "number"
-					case "tuple":
-						e = "array"
-					case "any":
-						continue
-					}
-				}
-			}
-			out[k] = jsonSchema(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = jsonSchema(e)
-		}
-		return out
-	case nil:
-		return map[string]any{}
-	}
-	return v
 }
 
 func loadQueries(path string) ([]query, error) {
