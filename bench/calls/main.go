@@ -30,8 +30,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/toolmesh/toolmesh/bench/internal/bfcl"
 	"github.com/toolmesh/toolmesh/bench/calls/gbnf"
+	"github.com/toolmesh/toolmesh/bench/internal/bfcl"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
 )
