@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
 
 // Defaults applied by New to zero fields of Config.
@@ -64,18 +65,9 @@ type Config struct {
 
 // Validate reports the first bad field.
 func (c Config) Validate() error {
-	if c.URL == "" {
-		return errors.New("chat: URL: required")
-	}
-	u, err := url.Parse(c.URL)
+	u, err := llama.ParseBaseURL("chat", c.URL)
 	if err != nil {
-		return errors.New("chat: URL: not a valid URL") // url errors quote user:password
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("chat: URL: scheme %q is not http or https", u.Scheme)
-	}
-	if u.Host == "" {
-		return fmt.Errorf("chat: URL: %q has no host", u.Redacted())
+		return err
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
 		return fmt.Errorf("chat: URL: %q has a query or fragment", u.Redacted())

@@ -1,9 +1,7 @@
 package chat
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -77,23 +75,8 @@ func (e *Error) Unwrap() []error {
 // GRPCStatus is the status the inference service returns for this error.
 func (e *Error) GRPCStatus() *status.Status { return status.New(e.Code, e.Error()) }
 
-// Code is the gRPC code of err: its *Error's Code, Canceled or DeadlineExceeded for context
-// errors, OK for nil and Unknown otherwise.
-func Code(err error) codes.Code {
-	if err == nil {
-		return codes.OK
-	}
-	var e *Error
-	switch {
-	case errors.As(err, &e):
-		return e.Code
-	case errors.Is(err, context.Canceled):
-		return codes.Canceled
-	case errors.Is(err, context.DeadlineExceeded):
-		return codes.DeadlineExceeded
-	}
-	return codes.Unknown
-}
+// Code is the gRPC code of err (see llama.Code, which reads any error carrying a status).
+func Code(err error) codes.Code { return llama.Code(err) }
 
 // errorBody is an error as the servers send it: OpenAI and Ollama
 // {"error":{"message","type","param","code":"string"|null}}, llama.cpp

@@ -107,20 +107,29 @@ func floatFlag(p **float64) func(string) error {
 	}
 }
 
-// Validate reports the first bad field.
-func (c Config) Validate() error {
-	if c.URL == "" {
-		return errors.New("llama: URL: required")
+// ParseBaseURL checks a backend's base URL: absolute http or https with a host. Errors start
+// with owner and never quote credentials.
+func ParseBaseURL(owner, raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, fmt.Errorf("%s: URL: required", owner)
 	}
-	u, err := url.Parse(c.URL)
+	u, err := url.Parse(raw)
 	if err != nil {
-		return errors.New("llama: URL: not a valid URL") // url errors quote user:password
+		return nil, fmt.Errorf("%s: URL: not a valid URL", owner) // url errors quote user:password
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("llama: URL: scheme %q is not http or https", u.Scheme)
+		return nil, fmt.Errorf("%s: URL: scheme %q is not http or https", owner, u.Scheme)
 	}
 	if u.Host == "" {
-		return fmt.Errorf("llama: URL: %q has no host", u.Redacted())
+		return nil, fmt.Errorf("%s: URL: %q has no host", owner, u.Redacted())
+	}
+	return u, nil
+}
+
+// Validate reports the first bad field.
+func (c Config) Validate() error {
+	if _, err := ParseBaseURL("llama", c.URL); err != nil {
+		return err
 	}
 	for _, d := range []struct {
 		name string

@@ -91,16 +91,17 @@ func (e *Error) Unwrap() []error {
 // GRPCStatus is the status the inference service returns for this error.
 func (e *Error) GRPCStatus() *status.Status { return status.New(e.Code, e.Error()) }
 
-// Code is the gRPC code of err: its *Error's Code, Canceled or DeadlineExceeded for context
+// Code is the gRPC code of err: the code of any error in its chain that carries a gRPC status
+// (this package's *Error, the chat backend's), Canceled or DeadlineExceeded for context
 // errors, OK for nil and Unknown otherwise.
 func Code(err error) codes.Code {
 	if err == nil {
 		return codes.OK
 	}
-	var e *Error
+	var e interface{ GRPCStatus() *status.Status }
 	switch {
 	case errors.As(err, &e):
-		return e.Code
+		return e.GRPCStatus().Code()
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
