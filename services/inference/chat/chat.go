@@ -390,14 +390,14 @@ func parseArguments(raw json.RawMessage) (map[string]any, error) {
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("not valid JSON (%v): %s", err, snippet(text))
+		return nil, fmt.Errorf("not valid JSON (%v): %s", err, llama.Snippet(text))
 	}
 	if dec.More() {
-		return nil, fmt.Errorf("not valid JSON (text after the object): %s", snippet(text))
+		return nil, fmt.Errorf("not valid JSON (text after the object): %s", llama.Snippet(text))
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("not a JSON object: %s", snippet(text))
+		return nil, fmt.Errorf("not a JSON object: %s", llama.Snippet(text))
 	}
 	return numbersToFloat(m).(map[string]any), nil
 }
@@ -434,7 +434,7 @@ func modelError(finish, msg string, raw []byte) *Error {
 }
 
 func badAnswer(err error, raw []byte) *Error {
-	return &Error{Op: "parse", Code: codes.Internal, Message: fmt.Sprintf("unreadable answer (%v): %s", err, snippet(raw)), err: err}
+	return &Error{Op: "parse", Code: codes.Internal, Message: fmt.Sprintf("unreadable answer (%v): %s", err, llama.Snippet(raw)), err: err}
 }
 
 // errTimeout is the cause of a context that ran out of Timeout.

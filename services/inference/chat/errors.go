@@ -132,7 +132,7 @@ func parseErrorBody(raw []byte) (errorBody, bool) {
 func statusError(httpStatus int, raw []byte) *Error {
 	body, ok := parseErrorBody(raw)
 	if !ok {
-		body = errorBody{Message: snippet(raw)}
+		body = errorBody{Message: llama.Snippet(raw)}
 	}
 	if body.Message == "" {
 		body.Message = "(no message)"
@@ -184,39 +184,8 @@ func classify(httpStatus int, body errorBody) (codes.Code, error) {
 	case "model_not_found":
 		return codes.NotFound, nil
 	}
-	switch {
-	case httpStatus == http.StatusUnauthorized:
-		return codes.Unauthenticated, nil
-	case httpStatus == http.StatusForbidden:
-		return codes.PermissionDenied, nil
-	case httpStatus == http.StatusNotFound:
+	if httpStatus == http.StatusNotFound {
 		return codes.NotFound, nil // a wrong URL, or a model the server does not have
-	case httpStatus == http.StatusNotImplemented, httpStatus == http.StatusMethodNotAllowed:
-		return codes.Unimplemented, nil
-	case httpStatus == http.StatusRequestTimeout, httpStatus == http.StatusGatewayTimeout:
-		return codes.DeadlineExceeded, nil
-	case httpStatus == http.StatusTooManyRequests:
-		return codes.ResourceExhausted, nil
-	case httpStatus == http.StatusRequestEntityTooLarge:
-		return codes.ResourceExhausted, llama.ErrContextExceeded
-	case httpStatus == http.StatusBadGateway, httpStatus == http.StatusServiceUnavailable:
-		return codes.Unavailable, nil
-	case httpStatus >= 400 && httpStatus < 500:
-		return codes.InvalidArgument, nil
-	case httpStatus >= 500:
-		return codes.Internal, nil
 	}
-	return codes.Unknown, nil
-}
-
-// snippet is the start of a body as one printable line.
-func snippet(raw []byte) string {
-	s := strings.Join(strings.Fields(strings.ToValidUTF8(string(raw), "\uFFFD")), " ")
-	if s == "" {
-		return "(empty body)"
-	}
-	if r := []rune(s); len(r) > 200 {
-		s = string(r[:200]) + "…"
-	}
-	return s
+	return llama.HTTPStatusCode(httpStatus)
 }

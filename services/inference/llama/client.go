@@ -478,7 +478,7 @@ func (c *Client) transportError(ctx context.Context, op string, err error) *Erro
 }
 
 func badAnswer(op string, err error, raw []byte) *Error {
-	return &Error{Op: op, Code: codes.Internal, Message: fmt.Sprintf("unreadable answer (%v): %s", err, snippet(raw)), err: err}
+	return &Error{Op: op, Code: codes.Internal, Message: fmt.Sprintf("unreadable answer (%v): %s", err, Snippet(raw)), err: err}
 }
 
 // redactError makes sure no error text carries the API key (a server or proxy may echo it).

@@ -186,7 +186,7 @@ func (c *Client) CompleteStream(ctx context.Context, req CompletionRequest, fn f
 			// Before llama.cpp PR #16109 (Sept 2025): `error: {"code","message","type"}`.
 			b, _, ok := parseErrorObject(errField)
 			if !ok {
-				b = errorBody{Message: snippet(errField)}
+				b = errorBody{Message: Snippet(errField)}
 			}
 			return nil, c.redactError(streamError(b))
 		}
@@ -202,7 +202,7 @@ func (c *Client) CompleteStream(ctx context.Context, req CompletionRequest, fn f
 			// Since PR #16109: `data: {"error":{"code","message","type"}}`.
 			b, _, ok := parseErrorObject(data)
 			if !ok {
-				b = errorBody{Message: snippet(ev.Error)}
+				b = errorBody{Message: Snippet(ev.Error)}
 			}
 			return nil, c.redactError(streamError(b))
 		}
@@ -469,7 +469,7 @@ func unquoteRaw(raw json.RawMessage) ([]byte, error) {
 		return nil, nil
 	}
 	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
-		return nil, fmt.Errorf("content is not a string: %s", snippet(raw))
+		return nil, fmt.Errorf("content is not a string: %s", Snippet(raw))
 	}
 	s := raw[1 : len(raw)-1]
 	if bytes.IndexByte(s, '\\') < 0 {

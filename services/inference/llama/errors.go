@@ -160,7 +160,7 @@ func parseErrorObject(raw []byte) (body errorBody, loadingOld, ok bool) {
 func statusError(op string, httpStatus int, raw []byte) *Error {
 	body, loadingOld, ok := parseErrorObject(raw)
 	if !ok {
-		body = errorBody{Message: snippet(raw)}
+		body = errorBody{Message: Snippet(raw)}
 	}
 	e := &Error{
 		Op: op, HTTPStatus: httpStatus, Type: body.Type, Message: body.Message,
@@ -215,6 +215,12 @@ func classify(httpStatus int, body errorBody, loadingOld bool) (codes.Code, erro
 	case "server_error":
 		return codes.Internal, nil
 	}
+	return HTTPStatusCode(httpStatus)
+}
+
+// HTTPStatusCode is the gRPC code for an HTTP status whose body said nothing more specific;
+// 413 also matches ErrContextExceeded.
+func HTTPStatusCode(httpStatus int) (codes.Code, error) {
 	switch {
 	case httpStatus == http.StatusUnauthorized:
 		return codes.Unauthenticated, nil
@@ -239,8 +245,8 @@ func classify(httpStatus int, body errorBody, loadingOld bool) (codes.Code, erro
 	return codes.Unknown, nil
 }
 
-// snippet is the start of a body as one printable line.
-func snippet(raw []byte) string {
+// Snippet is the start of a body as one printable line, for error messages.
+func Snippet(raw []byte) string {
 	s := strings.Join(strings.Fields(strings.ToValidUTF8(string(raw), "\uFFFD")), " ")
 	if s == "" {
 		return "(empty body)"
