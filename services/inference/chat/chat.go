@@ -453,6 +453,9 @@ func (c *Client) post(ctx context.Context, body []byte) ([]byte, error) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
+	// A nil Idempotency-Key lets net/http resend the request when a kept-alive connection
+	// turns out closed before anything was read; the header itself is not sent.
+	req.Header["Idempotency-Key"] = nil
 	if c.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
 	}
