@@ -491,9 +491,11 @@ type QueryRequest struct {
 	// max_iterations bounds the loop: 1 to 32, default 8.
 	MaxIterations int32 `protobuf:"varint,3,opt,name=max_iterations,json=maxIterations,proto3" json:"max_iterations,omitempty"`
 	// servers limits the tools to these servers.
-	Servers       []string `protobuf:"bytes,4,rep,name=servers,proto3" json:"servers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Servers []string `protobuf:"bytes,4,rep,name=servers,proto3" json:"servers,omitempty"`
+	// timeout_seconds bounds the whole query: 1 to 600, default 120.
+	TimeoutSeconds int32 `protobuf:"varint,5,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *QueryRequest) Reset() {
@@ -552,6 +554,13 @@ func (x *QueryRequest) GetServers() []string {
 		return x.Servers
 	}
 	return nil
+}
+
+func (x *QueryRequest) GetTimeoutSeconds() int32 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
 }
 
 // Step is one iteration of the loop.
@@ -632,13 +641,15 @@ func (x *Step) GetDroppedToolIds() []string {
 }
 
 type QueryResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Answer        string                 `protobuf:"bytes,1,opt,name=answer,proto3" json:"answer,omitempty"`
-	ToolCalls     []*ToolCallRecord      `protobuf:"bytes,2,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
-	Steps         []*Step                `protobuf:"bytes,3,rep,name=steps,proto3" json:"steps,omitempty"`
-	Iterations    int32                  `protobuf:"varint,4,opt,name=iterations,proto3" json:"iterations,omitempty"`
-	TraceId       string                 `protobuf:"bytes,5,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
-	StopReason    StopReason             `protobuf:"varint,6,opt,name=stop_reason,json=stopReason,proto3,enum=toolmesh.v1.StopReason" json:"stop_reason,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Answer     string                 `protobuf:"bytes,1,opt,name=answer,proto3" json:"answer,omitempty"`
+	ToolCalls  []*ToolCallRecord      `protobuf:"bytes,2,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	Steps      []*Step                `protobuf:"bytes,3,rep,name=steps,proto3" json:"steps,omitempty"`
+	Iterations int32                  `protobuf:"varint,4,opt,name=iterations,proto3" json:"iterations,omitempty"`
+	TraceId    string                 `protobuf:"bytes,5,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	StopReason StopReason             `protobuf:"varint,6,opt,name=stop_reason,json=stopReason,proto3,enum=toolmesh.v1.StopReason" json:"stop_reason,omitempty"`
+	// error says what went wrong when stop_reason is deadline or error.
+	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -715,14 +726,22 @@ func (x *QueryResponse) GetStopReason() StopReason {
 	return StopReason_STOP_REASON_UNSPECIFIED
 }
 
+func (x *QueryResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type QueryStreamRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Query         string                 `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
-	K             int32                  `protobuf:"varint,2,opt,name=k,proto3" json:"k,omitempty"`
-	MaxIterations int32                  `protobuf:"varint,3,opt,name=max_iterations,json=maxIterations,proto3" json:"max_iterations,omitempty"`
-	Servers       []string               `protobuf:"bytes,4,rep,name=servers,proto3" json:"servers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Query          string                 `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
+	K              int32                  `protobuf:"varint,2,opt,name=k,proto3" json:"k,omitempty"`
+	MaxIterations  int32                  `protobuf:"varint,3,opt,name=max_iterations,json=maxIterations,proto3" json:"max_iterations,omitempty"`
+	Servers        []string               `protobuf:"bytes,4,rep,name=servers,proto3" json:"servers,omitempty"`
+	TimeoutSeconds int32                  `protobuf:"varint,5,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *QueryStreamRequest) Reset() {
@@ -781,6 +800,13 @@ func (x *QueryStreamRequest) GetServers() []string {
 		return x.Servers
 	}
 	return nil
+}
+
+func (x *QueryStreamRequest) GetTimeoutSeconds() int32 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
 }
 
 type QueryStreamResponse struct {
@@ -956,18 +982,19 @@ const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"durationMs\"\x14\n" +
 	"\x12ListServersRequest\"D\n" +
 	"\x13ListServersResponse\x12-\n" +
-	"\aservers\x18\x01 \x03(\v2\x13.toolmesh.v1.ServerR\aservers\"s\n" +
+	"\aservers\x18\x01 \x03(\v2\x13.toolmesh.v1.ServerR\aservers\"\x9c\x01\n" +
 	"\fQueryRequest\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12\f\n" +
 	"\x01k\x18\x02 \x01(\x05R\x01k\x12%\n" +
 	"\x0emax_iterations\x18\x03 \x01(\x05R\rmaxIterations\x12\x18\n" +
-	"\aservers\x18\x04 \x03(\tR\aservers\"\xcc\x01\n" +
+	"\aservers\x18\x04 \x03(\tR\aservers\x12'\n" +
+	"\x0ftimeout_seconds\x18\x05 \x01(\x05R\x0etimeoutSeconds\"\xcc\x01\n" +
 	"\x04Step\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x125\n" +
 	"\tretrieved\x18\x02 \x03(\v2\x17.toolmesh.v1.ScoredToolR\tretrieved\x12!\n" +
 	"\fmodel_output\x18\x03 \x01(\tR\vmodelOutput\x12(\n" +
 	"\x05usage\x18\x04 \x01(\v2\x12.toolmesh.v1.UsageR\x05usage\x12(\n" +
-	"\x10dropped_tool_ids\x18\x05 \x03(\tR\x0edroppedToolIds\"\x81\x02\n" +
+	"\x10dropped_tool_ids\x18\x05 \x03(\tR\x0edroppedToolIds\"\x97\x02\n" +
 	"\rQueryResponse\x12\x16\n" +
 	"\x06answer\x18\x01 \x01(\tR\x06answer\x12:\n" +
 	"\n" +
@@ -978,12 +1005,14 @@ const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"iterations\x12\x19\n" +
 	"\btrace_id\x18\x05 \x01(\tR\atraceId\x128\n" +
 	"\vstop_reason\x18\x06 \x01(\x0e2\x17.toolmesh.v1.StopReasonR\n" +
-	"stopReason\"y\n" +
+	"stopReason\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\"\xa2\x01\n" +
 	"\x12QueryStreamRequest\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12\f\n" +
 	"\x01k\x18\x02 \x01(\x05R\x01k\x12%\n" +
 	"\x0emax_iterations\x18\x03 \x01(\x05R\rmaxIterations\x12\x18\n" +
-	"\aservers\x18\x04 \x03(\tR\aservers\"\xf8\x02\n" +
+	"\aservers\x18\x04 \x03(\tR\aservers\x12'\n" +
+	"\x0ftimeout_seconds\x18\x05 \x01(\x05R\x0etimeoutSeconds\"\xf8\x02\n" +
 	"\x13QueryStreamResponse\x121\n" +
 	"\tretrieved\x18\x01 \x01(\v2\x11.toolmesh.v1.StepH\x00R\tretrieved\x126\n" +
 	"\fmodel_output\x18\x02 \x01(\v2\x11.toolmesh.v1.StepH\x00R\vmodelOutput\x12I\n" +
