@@ -202,6 +202,9 @@ func initInference(a *App) ([]runner, error) {
 	svc.Register(g.Server)
 	g.Health.SetServingStatus("toolmesh.v1.InferenceService", healthpb.HealthCheckResponse_SERVING)
 	a.endpoint("inference gRPC", g.Addr()+" (llama-server "+a.cfg.Inference.LLM.URL+")")
+	if slices.Contains(a.cfg.Targets, "api") {
+		a.cfg.API.InferenceAddr = g.Addr()
+	}
 	return []runner{svc.Run, g.Run}, nil
 }
 
@@ -218,6 +221,7 @@ func initAPI(a *App) ([]runner, error) {
 	}
 	svc.Register(g.Server)
 	g.Health.SetServingStatus("toolmesh.v1.ToolService", healthpb.HealthCheckResponse_SERVING)
+	g.Health.SetServingStatus("toolmesh.v1.AgentService", healthpb.HealthCheckResponse_SERVING)
 	h, closeGateway, err := svc.Gateway(context.Background(), g.Addr())
 	if err != nil {
 		svc.Close()

@@ -14,11 +14,19 @@ type Config struct {
 	GRPCAddr      string
 	ExecutorAddr  string
 	RetrieverAddr string
+	InferenceAddr string
 	// CallTimeout bounds one tool call made through the api; the executor applies its own too.
 	CallTimeout time.Duration
 	// RPCTimeout bounds every other call to a dependency.
 	RPCTimeout   time.Duration
 	MaxBodyBytes int64
+	// QueryTimeout bounds a whole query unless the request asks for another bound.
+	QueryTimeout     time.Duration
+	MaxParallelCalls int
+	// MaxOutputBytes bounds a tool's output as recorded and fed back to the model.
+	MaxOutputBytes int
+	// ReadyNeedsInference makes /readyz fail while the model is not reachable.
+	ReadyNeedsInference bool
 }
 
 // RegisterFlags sets the defaults and binds them to flags prefixed "api.".
@@ -27,6 +35,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.GRPCAddr, "api.grpc-addr", "127.0.0.1:7701", "api gRPC listen address (host:port)")
 	fs.StringVar(&c.ExecutorAddr, "api.executor-addr", "127.0.0.1:7704", "executor gRPC address the api calls")
 	fs.StringVar(&c.RetrieverAddr, "api.retriever-addr", "127.0.0.1:7702", "retriever gRPC address the api calls for tool search; empty turns search off")
+	fs.StringVar(&c.InferenceAddr, "api.inference-addr", "127.0.0.1:7703", "inference gRPC address the api calls to answer questions; empty turns questions off (direct @SERVER.TOOL calls still work)")
+	fs.DurationVar(&c.QueryTimeout, "api.query-timeout", 120*time.Second, "default bound on a whole query; a request's timeout_seconds (at most 600) overrides it")
+	fs.IntVar(&c.MaxParallelCalls, "api.max-parallel-calls", 4, "how many calls of one step run at the same time")
+	fs.IntVar(&c.MaxOutputBytes, "api.max-output-bytes", 16<<10, "longest tool output kept in a query's record and fed back to the model, in bytes")
+	fs.BoolVar(&c.ReadyNeedsInference, "api.ready-needs-inference", false, "make /readyz fail while the model backend is unreachable (it is always reported)")
 	fs.DurationVar(&c.CallTimeout, "api.call-timeout", 2*time.Minute, "upper bound on one tool call made through the api")
 	fs.DurationVar(&c.RPCTimeout, "api.rpc-timeout", 10*time.Second, "timeout of every other call from the api to a dependency")
 	fs.Int64Var(&c.MaxBodyBytes, "api.max-body-bytes", 1<<20, "largest REST request body accepted, in bytes")
@@ -41,13 +54,27 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s: %q is not host:port: %w", a.flag, a.v, err)
 		}
 	}
-	if c.RetrieverAddr != "" {
-		if _, _, err := net.SplitHostPort(c.RetrieverAddr); err != nil {
-			return fmt.Errorf("api.retriever-addr: %q is not host:port: %w", c.RetrieverAddr, err)
+	for _, a := range []struct{ flag, v string }{
+		{"api.retriever-addr", c.RetrieverAddr}, {"api.inference-addr", c.InferenceAddr},
+	} {
+		if a.v == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a.v); err != nil {
+			return fmt.Errorf("%s: %q is not host:port: %w", a.flag, a.v, err)
 		}
 	}
 	if c.CallTimeout <= 0 || c.RPCTimeout <= 0 {
 		return errors.New("api.call-timeout and api.rpc-timeout must be positive")
+	}
+	if c.QueryTimeout <= 0 || c.QueryTimeout > maxTimeoutSeconds*time.Second {
+		return fmt.Errorf("api.query-timeout: %s must be above 0 and at most %ds", c.QueryTimeout, maxTimeoutSeconds)
+	}
+	if c.MaxParallelCalls < 1 || c.MaxParallelCalls > 64 {
+		return fmt.Errorf("api.max-parallel-calls: %d must be between 1 and 64", c.MaxParallelCalls)
+	}
+	if c.MaxOutputBytes < 256 {
+		return fmt.Errorf("api.max-output-bytes: %d is below the 256-byte minimum", c.MaxOutputBytes)
 	}
 	if c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("api.max-body-bytes: %d is below the 1024-byte minimum", c.MaxBodyBytes)

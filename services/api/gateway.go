@@ -39,6 +39,10 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 		_ = conn.Close()
 		return nil, nil, fmt.Errorf("register tool gateway: %w", err)
 	}
+	if err := toolmeshv1.RegisterAgentServiceHandlerClient(ctx, gw, toolmeshv1.NewAgentServiceClient(conn)); err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("register agent gateway: %w", err)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -79,6 +83,10 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 		body["servers_not_connected"] = bad
 	}
 	body["servers"] = len(resp.GetServers())
+	served := int32(0)
+	for _, srv := range resp.GetServers() {
+		served += srv.GetToolCount()
+	}
 	if s.tools.retriever != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RPCTimeout)
 		st, err := s.tools.retriever.GetIndexStatus(ctx, &toolmeshv1.GetIndexStatusRequest{})
@@ -90,8 +98,32 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 		case !st.GetReady():
 			ready = false
 			body["retriever"] = "index not ready: " + st.GetLastError()
+		case err == nil && st.GetToolCount() != served:
+			// The index lags the executor for a moment after a server connects or
+			// changes its tools; a question asked then would miss them.
+			ready = false
+			body["retriever"] = fmt.Sprintf("index catching up: %d of %d tools indexed", st.GetToolCount(), served)
 		default:
 			body["indexed_tools"] = st.GetToolCount()
+		}
+	}
+	if s.agent.inference != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RPCTimeout)
+		st, err := s.agent.inference.GetModelStatus(ctx, &toolmeshv1.GetModelStatusRequest{})
+		cancel()
+		model := map[string]any{}
+		switch {
+		case err != nil:
+			model["ready"], model["error"] = false, dependencyError("inference", s.cfg.InferenceAddr, err).Error()
+		default:
+			model["ready"], model["backend_url"], model["model"] = st.GetReady(), st.GetBackendUrl(), st.GetModel()
+			if !st.GetReady() {
+				model["error"] = st.GetMessage() + "; questions get 503 until it answers (tool search and direct calls work)"
+			}
+		}
+		body["inference"] = model
+		if model["ready"] == false && s.cfg.ReadyNeedsInference {
+			ready = false
 		}
 	}
 	if !ready {

@@ -1,4 +1,4 @@
-// Package api is toolmesh's public API: the tools API (and later the agent loop) over gRPC and REST.
+// Package api is toolmesh's public API: the tools API and the agent loop over gRPC and REST.
 package api
 
 import (
@@ -18,6 +18,7 @@ type Service struct {
 	logger *slog.Logger
 	conns  []*grpc.ClientConn
 	tools  *toolHandler
+	agent  *agentHandler
 }
 
 // New dials the dependencies lazily: the api starts even while they are still coming up.
@@ -36,6 +37,18 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		}
 		s.tools.retriever = toolmeshv1.NewRetrieverServiceClient(conn)
 	}
+	s.agent = &agentHandler{cfg: cfg, logger: logger, executor: s.tools.executor}
+	if s.tools.retriever != nil {
+		s.agent.retriever = s.tools.retriever
+	}
+	if cfg.InferenceAddr != "" {
+		conn, err := s.dial(cfg.InferenceAddr)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("inference client: %w", err)
+		}
+		s.agent.inference = toolmeshv1.NewInferenceServiceClient(conn)
+	}
 	return s, nil
 }
 
@@ -51,6 +64,7 @@ func (s *Service) dial(addr string) (*grpc.ClientConn, error) {
 // Register adds the public gRPC services.
 func (s *Service) Register(g grpc.ServiceRegistrar) {
 	toolmeshv1.RegisterToolServiceServer(g, s.tools)
+	toolmeshv1.RegisterAgentServiceServer(g, s.agent)
 }
 
 // Run waits for ctx to end, then closes the dependency connections.

@@ -1,0 +1,461 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/invalid"
+)
+
+// inferenceClient is the part of the inference service the loop needs.
+type inferenceClient interface {
+	Generate(ctx context.Context, in *toolmeshv1.GenerateRequest, opts ...grpc.CallOption) (*toolmeshv1.GenerateResponse, error)
+	ComposeAnswer(ctx context.Context, in *toolmeshv1.ComposeAnswerRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[toolmeshv1.ComposeAnswerResponse], error)
+	GetModelStatus(ctx context.Context, in *toolmeshv1.GetModelStatusRequest, opts ...grpc.CallOption) (*toolmeshv1.GetModelStatusResponse, error)
+}
+
+const (
+	maxQuestionBytes     = 8 << 10
+	defaultMaxIterations = 8
+	maxMaxIterations     = 32
+	maxTimeoutSeconds    = 600
+	// retrievalQueryBytes bounds the text searched for from the second step on: the question
+	// plus the start of each output of the step before.
+	retrievalQueryBytes = 1024
+)
+
+// errQueryDeadline is the cause of a query's context ending at its own deadline, as opposed
+// to the client going away.
+var errQueryDeadline = errors.New("query deadline")
+
+// startHint tells a user without a model what to do; it is part of every "no backend" error.
+const startHint = "start one, e.g. `llama-server -m gorilla-openfunctions-v2.Q4_K_M.gguf --host 127.0.0.1 --port 8080 -c 4096`, " +
+	"and run `toolmesh up --llm-url http://127.0.0.1:8080`; tool search and direct calls like @calculator.add({\"a\":2,\"b\":3}) work without one"
+
+type agentHandler struct {
+	toolmeshv1.UnimplementedAgentServiceServer
+	cfg       Config
+	logger    *slog.Logger
+	executor  executorClient
+	retriever retrieverClient // nil: no retriever configured
+	inference inferenceClient // nil: no inference configured
+}
+
+// query is a checked request: the same for Query and QueryStream.
+type query struct {
+	text          string
+	k             int32
+	maxIterations int
+	servers       []string
+	timeout       time.Duration
+}
+
+func (h *agentHandler) check(text string, k, maxIterations int32, servers []string, timeoutSeconds int32) (query, error) {
+	switch {
+	case strings.TrimSpace(text) == "":
+		return query{}, invalid.Field("query", "is required")
+	case len(text) > maxQuestionBytes:
+		return query{}, invalid.Field("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(text), maxQuestionBytes))
+	case !utf8.ValidString(text):
+		return query{}, invalid.Field("query", "is not valid UTF-8")
+	case k < 0 || k > maxK:
+		return query{}, invalid.Field("k", fmt.Sprintf("must be between 1 and %d", maxK))
+	case maxIterations < 0 || maxIterations > maxMaxIterations:
+		return query{}, invalid.Field("max_iterations", fmt.Sprintf("must be between 1 and %d", maxMaxIterations))
+	case timeoutSeconds < 0 || timeoutSeconds > maxTimeoutSeconds:
+		return query{}, invalid.Field("timeout_seconds", fmt.Sprintf("must be between 1 and %d", maxTimeoutSeconds))
+	}
+	for i, s := range servers {
+		if !serverName.MatchString(s) {
+			return query{}, invalid.Field(fmt.Sprintf("servers[%d]", i), "must match [a-z0-9_-]+")
+		}
+	}
+	q := query{text: text, k: k, maxIterations: int(maxIterations), servers: servers, timeout: h.cfg.QueryTimeout}
+	if q.k == 0 {
+		q.k = defaultK
+	}
+	if q.maxIterations == 0 {
+		q.maxIterations = defaultMaxIterations
+	}
+	if timeoutSeconds > 0 {
+		q.timeout = time.Duration(timeoutSeconds) * time.Second
+	}
+	return q, nil
+}
+
+func (h *agentHandler) Query(ctx context.Context, req *toolmeshv1.QueryRequest) (*toolmeshv1.QueryResponse, error) {
+	q, err := h.check(req.GetQuery(), req.GetK(), req.GetMaxIterations(), req.GetServers(), req.GetTimeoutSeconds())
+	if err != nil {
+		return nil, err
+	}
+	return h.run(ctx, q, nil)
+}
+
+func (h *agentHandler) QueryStream(req *toolmeshv1.QueryStreamRequest, stream grpc.ServerStreamingServer[toolmeshv1.QueryStreamResponse]) error {
+	q, err := h.check(req.GetQuery(), req.GetK(), req.GetMaxIterations(), req.GetServers(), req.GetTimeoutSeconds())
+	if err != nil {
+		return err
+	}
+	resp, err := h.run(stream.Context(), q, stream.Send)
+	if err != nil {
+		return err
+	}
+	return stream.Send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_Done{Done: resp}})
+}
+
+// run answers one query. send, when not nil, receives each event as it happens; when it
+// fails (the client went away) the loop stops. Failures after work was done end the loop
+// with a stop reason and the work so far; failures before it are errors.
+func (h *agentHandler) run(ctx context.Context, q query, send func(*toolmeshv1.QueryStreamResponse) error) (*toolmeshv1.QueryResponse, error) {
+	ctx, cancelDeadline := context.WithTimeoutCause(ctx, q.timeout, errQueryDeadline)
+	defer cancelDeadline()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	r := &runner{h: h, q: q, resp: &toolmeshv1.QueryResponse{}}
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		r.resp.TraceId = sc.TraceID().String()
+	}
+	if send != nil {
+		r.send = func(ev *toolmeshv1.QueryStreamResponse) {
+			// Calls of one step finish concurrently; a stream takes one Send at a time.
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if err := send(ev); err != nil {
+				cancel(fmt.Errorf("sending to the client: %w", err))
+			}
+		}
+	} else {
+		r.send = func(*toolmeshv1.QueryStreamResponse) {}
+	}
+	if isDirect(q.text) {
+		return r.direct(ctx)
+	}
+	switch {
+	case h.inference == nil:
+		return nil, status.Error(codes.Unavailable, "answering questions needs an inference backend and none is configured (set --api.inference-addr); "+startHint)
+	case h.retriever == nil:
+		return nil, status.Error(codes.Unavailable, "answering questions needs a retriever and none is configured (set --api.retriever-addr)")
+	}
+	return r.loop(ctx)
+}
+
+// runner is the state of one query.
+type runner struct {
+	h    *agentHandler
+	q    query
+	resp *toolmeshv1.QueryResponse
+	send func(*toolmeshv1.QueryStreamResponse)
+	mu   sync.Mutex
+}
+
+func (r *runner) loop(ctx context.Context) (*toolmeshv1.QueryResponse, error) {
+	h := r.h
+	var modelAnswer string
+	for n := 1; n <= r.q.maxIterations; n++ {
+		step := &toolmeshv1.Step{Number: int32(n)}
+		r.resp.Steps = append(r.resp.Steps, step)
+		r.resp.Iterations = int32(n)
+
+		sctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
+		found, err := h.retriever.SearchTools(sctx, &toolmeshv1.RetrieverServiceSearchToolsRequest{
+			Query: r.retrievalQuery(), K: r.q.k, Servers: r.q.servers,
+		})
+		cancel()
+		switch {
+		case status.Code(err) == codes.InvalidArgument:
+			// A question with no searchable words ("Who are you?") matches no tool; the
+			// model answers it with none.
+			found = nil
+		case err != nil:
+			return r.fail(ctx, dependencyError("retriever", h.cfg.RetrieverAddr, err), n, "retrieving tools")
+		}
+		step.Retrieved = found.GetResults()
+		r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_Retrieved{Retrieved: step}})
+
+		gen, err := h.inference.Generate(ctx, &toolmeshv1.GenerateRequest{
+			Query: r.q.text, Tools: step.GetRetrieved(), History: r.resp.GetToolCalls(),
+		})
+		if err != nil {
+			return r.fail(ctx, r.inferenceError(ctx, err), n, "asking the model")
+		}
+		step.ModelOutput = gen.GetRawOutput()
+		step.Usage = gen.GetUsage()
+		step.DroppedToolIds = gen.GetDroppedToolIds()
+		r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_ModelOutput{ModelOutput: step}})
+
+		if len(gen.GetCalls()) == 0 {
+			r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_ANSWERED
+			if len(r.resp.GetToolCalls()) == 0 {
+				// Nothing was called: the model's text is the whole answer.
+				r.resp.Answer = gen.GetAnswer()
+				r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_AnswerDelta{AnswerDelta: r.resp.Answer}})
+				return r.resp, nil
+			}
+			return r.compose(ctx, gen.GetAnswer())
+		}
+		modelAnswer = gen.GetAnswer()
+		calls := make([]*toolmeshv1.ToolCallRecord, len(gen.GetCalls()))
+		for i, c := range gen.GetCalls() {
+			calls[i] = &toolmeshv1.ToolCallRecord{Tool: c.GetToolId(), Arguments: c.GetArguments()}
+		}
+		r.execute(ctx, n, calls)
+		if ctx.Err() != nil {
+			return r.fail(ctx, ctx.Err(), n, "calling tools")
+		}
+	}
+	r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_MAX_ITERATIONS
+	return r.compose(ctx, modelAnswer)
+}
+
+// direct runs the calls a query of the form @SERVER.TOOL({...}) names, without a model.
+func (r *runner) direct(ctx context.Context) (*toolmeshv1.QueryResponse, error) {
+	parsed, err := parseDirect(r.q.text)
+	if err != nil {
+		return nil, invalid.Field("query", "direct call: "+err.Error())
+	}
+	calls := make([]*toolmeshv1.ToolCallRecord, len(parsed))
+	for i, c := range parsed {
+		args, err := structpb.NewStruct(c.Arguments)
+		if err != nil {
+			return nil, invalid.Field("query", fmt.Sprintf("arguments of %s: %v", c.ToolID, err))
+		}
+		calls[i] = &toolmeshv1.ToolCallRecord{Tool: c.ToolID, Arguments: args}
+	}
+	r.resp.Steps = []*toolmeshv1.Step{{Number: 1}}
+	r.resp.Iterations = 1
+	r.execute(ctx, 1, calls)
+	if ctx.Err() != nil {
+		return r.fail(ctx, ctx.Err(), 1, "calling tools")
+	}
+	var b strings.Builder
+	for i, c := range calls {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		if len(calls) > 1 {
+			b.WriteString(c.GetTool() + ": ")
+		}
+		b.WriteString(c.GetOutput())
+	}
+	r.resp.Answer = b.String()
+	r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_ANSWERED
+	r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_AnswerDelta{AnswerDelta: r.resp.Answer}})
+	return r.resp, nil
+}
+
+// execute runs the calls of one step, at most cfg.MaxParallelCalls at a time, and records
+// each result; a failed call is a result with is_error set, for the model to see.
+func (r *runner) execute(ctx context.Context, step int, calls []*toolmeshv1.ToolCallRecord) {
+	first := len(r.resp.ToolCalls)
+	for i, c := range calls {
+		c.Step, c.Index = int32(step), int32(first+i)
+	}
+	r.resp.ToolCalls = append(r.resp.ToolCalls, calls...)
+	sem := make(chan struct{}, r.h.cfg.MaxParallelCalls)
+	var wg sync.WaitGroup
+	for _, c := range calls {
+		wg.Go(func() {
+			select {
+			case sem <- struct{}{}:
+				defer func() { <-sem }()
+			case <-ctx.Done():
+				c.IsError, c.Output = true, "not run: "+context.Cause(ctx).Error()
+				return
+			}
+			r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_ToolCallStarted{ToolCallStarted: c}})
+			r.call(ctx, c)
+			r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_ToolCallFinished{ToolCallFinished: c}})
+		})
+	}
+	wg.Wait()
+}
+
+func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord) {
+	ctx, cancel := context.WithTimeout(ctx, r.h.cfg.CallTimeout)
+	defer cancel()
+	start := time.Now()
+	res, err := r.h.executor.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: c.GetTool(), Arguments: c.GetArguments()})
+	if err != nil {
+		err = dependencyError("executor", r.h.cfg.ExecutorAddr, err)
+		c.IsError, c.Output = true, status.Convert(err).Message()
+		c.DurationMs = float64(time.Since(start).Microseconds()) / 1000
+		return
+	}
+	c.Output = renderOutput(res.GetContent(), res.GetStructuredContent(), r.h.cfg.MaxOutputBytes)
+	c.IsError = res.GetIsError()
+	c.DurationMs = res.GetDurationMs()
+}
+
+// compose asks the model for the final answer from the calls' results and streams it. When
+// composing fails, the model's own text or the last results stand in, so the work is not lost.
+func (r *runner) compose(ctx context.Context, modelAnswer string) (*toolmeshv1.QueryResponse, error) {
+	answer, err := r.composeStream(ctx)
+	if err == nil {
+		r.resp.Answer = answer
+		return r.resp, nil
+	}
+	if ctx.Err() != nil {
+		r.resp.Answer = answer
+		return r.fail(ctx, ctx.Err(), int(r.resp.GetIterations()), "composing the answer")
+	}
+	r.h.logger.WarnContext(ctx, "composing the answer failed; answering with the results", "err", err)
+	if answer == "" {
+		answer = modelAnswer
+	}
+	if answer == "" {
+		answer = r.resultsText()
+	}
+	r.resp.Answer = answer
+	r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_AnswerDelta{AnswerDelta: answer}})
+	return r.resp, nil
+}
+
+func (r *runner) composeStream(ctx context.Context) (string, error) {
+	stream, err := r.h.inference.ComposeAnswer(ctx, &toolmeshv1.ComposeAnswerRequest{Query: r.q.text, History: r.resp.GetToolCalls()})
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return b.String(), nil
+		}
+		if err != nil {
+			return b.String(), err
+		}
+		if d := m.GetDelta(); d != "" {
+			b.WriteString(d)
+			r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_AnswerDelta{AnswerDelta: d}})
+		}
+	}
+}
+
+// resultsText is the answer of last resort: what the last step's calls returned.
+func (r *runner) resultsText() string {
+	calls := r.resp.GetToolCalls()
+	last := calls[len(calls)-1].GetStep()
+	var lines []string
+	for _, c := range calls {
+		if c.GetStep() == last {
+			lines = append(lines, c.GetTool()+" returned: "+c.GetOutput())
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// fail ends the loop on err. A client that went away gets Canceled. Otherwise, before any
+// tool was called the error is returned as is (a missing backend is a 503, not a 200 with
+// nothing in it); after that the work so far is returned with the stop reason, so nothing
+// done is lost.
+func (r *runner) fail(ctx context.Context, err error, step int, doing string) (*toolmeshv1.QueryResponse, error) {
+	// A dependency can see the deadline (it travels with the call) and cancel a moment
+	// before the timer here fires: a Canceled or DeadlineExceeded at the deadline is the deadline.
+	if dl, ok := ctx.Deadline(); ctx.Err() == nil && ok && time.Until(dl) < 20*time.Millisecond {
+		if c := status.Code(err); c == codes.Canceled || c == codes.DeadlineExceeded {
+			<-ctx.Done()
+		}
+	}
+	if ctx.Err() != nil {
+		cause := context.Cause(ctx)
+		if !errors.Is(cause, errQueryDeadline) {
+			return nil, status.Errorf(codes.Canceled, "query canceled while %s: %v", doing, cause)
+		}
+		r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_DEADLINE
+		r.resp.Error = fmt.Sprintf("the query's %s deadline passed in step %d while %s", r.q.timeout, step, doing)
+		return r.resp, nil
+	}
+	if len(r.resp.GetToolCalls()) == 0 {
+		return nil, err
+	}
+	r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_ERROR
+	r.resp.Error = fmt.Sprintf("step %d, %s: %s", step, doing, status.Convert(err).Message())
+	return r.resp, nil
+}
+
+// inferenceError explains an unreachable model: which backend URL was tried (the inference
+// service knows it) and what to do about it.
+func (r *runner) inferenceError(ctx context.Context, err error) error {
+	err = dependencyError("inference", r.h.cfg.InferenceAddr, err)
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable {
+		return err
+	}
+	tried := ""
+	sctx, cancel := context.WithTimeout(ctx, r.h.cfg.RPCTimeout)
+	defer cancel()
+	if ms, err := r.h.inference.GetModelStatus(sctx, &toolmeshv1.GetModelStatusRequest{}); err == nil && ms.GetBackendUrl() != "" {
+		tried = " at " + ms.GetBackendUrl()
+	}
+	return status.Errorf(codes.Unavailable, "no model to answer with: the model backend%s does not answer (%s); %s", tried, st.Message(), startHint)
+}
+
+// retrievalQuery is the question, and from the second step on the question plus the start of
+// what the last step's calls returned, so tools that fit the new facts can come up.
+func (r *runner) retrievalQuery() string {
+	calls := r.resp.GetToolCalls()
+	if len(calls) == 0 {
+		return r.q.text
+	}
+	b := []byte(r.q.text)
+	last := calls[len(calls)-1].GetStep()
+	for _, c := range calls {
+		if c.GetStep() != last || c.GetIsError() {
+			continue
+		}
+		b = append(b, ' ')
+		b = append(b, c.GetOutput()...)
+	}
+	return truncateUTF8(string(b), max(retrievalQueryBytes, len(r.q.text)))
+}
+
+// renderOutput turns a tool result into the text the model and the user read.
+func renderOutput(content []*toolmeshv1.Content, structured *structpb.Struct, limit int) string {
+	var parts []string
+	for _, c := range content {
+		switch {
+		case c.Text != nil:
+			parts = append(parts, c.GetText())
+		case c.GetType() == "resource_link":
+			parts = append(parts, fmt.Sprintf("[resource link %s %s]", c.GetName(), c.GetUri()))
+		default:
+			parts = append(parts, fmt.Sprintf("[%s %s, %d bytes]", c.GetType(), c.GetMimeType(), len(c.GetData())))
+		}
+	}
+	out := strings.Join(parts, "\n")
+	if out == "" && structured != nil {
+		if data, err := structured.MarshalJSON(); err == nil {
+			out = string(data)
+		}
+	}
+	if len(out) > limit {
+		cut := truncateUTF8(out, limit)
+		out = fmt.Sprintf("%s… [cut: %d more bytes]", cut, len(out)-len(cut))
+	}
+	return out
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
