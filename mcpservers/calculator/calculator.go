@@ -60,13 +60,13 @@ func New() *server.MCPServer {
 		}}
 	}
 	s.AddTools(
-		binary("add", "Add", "Add two numbers: returns a + b. Example: a=2, b=3 gives 5.",
+		binary("add", "Add", "Add two numbers: returns their sum a + b (a plus b). Example: 2 plus 3, a=2, b=3, gives 5.",
 			func(a, b float64) (float64, error) { return a + b, nil }),
-		binary("subtract", "Subtract", "Subtract b from a: returns a - b. Example: a=10, b=4 gives 6.",
+		binary("subtract", "Subtract", "Subtract b from a: returns the difference a - b (a minus b). Example: 10 minus 4, a=10, b=4, gives 6.",
 			func(a, b float64) (float64, error) { return a - b, nil }),
-		binary("multiply", "Multiply", "Multiply two numbers: returns a * b. Example: a=6, b=7 gives 42.",
+		binary("multiply", "Multiply", "Multiply two numbers: returns their product a * b (a times b). Example: 6 times 7, a=6, b=7, gives 42.",
 			func(a, b float64) (float64, error) { return a * b, nil }),
-		binary("divide", "Divide", "Divide a by b: returns a / b as a decimal (7 / 2 gives 3.5, not an integer quotient). Returns an error if b is 0.",
+		binary("divide", "Divide", "Divide a by b: returns the quotient a / b (a divided by b) as a decimal (7 / 2 gives 3.5, not an integer quotient). Returns an error if b is 0.",
 			func(a, b float64) (float64, error) {
 				if b == 0 {
 					return 0, fmt.Errorf("cannot divide %s by zero", Format(a))
