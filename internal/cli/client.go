@@ -14,6 +14,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"google.golang.org/grpc/codes"
 )
 
 // client talks to the api's REST endpoints.
@@ -44,17 +46,76 @@ func (c *client) init() {
 	c.http = &http.Client{Timeout: c.timeout}
 }
 
-// apiError is the api's JSON error body.
+// maxBody caps how much of one response, or of one stream line, the client reads.
+const maxBody = 64 << 20
+
+// apiError is the api's JSON error body, or the error line that ends a failed stream.
 type apiError struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
-	status  int
+	status  int    // HTTP status; 0 for an error that came as a stream line after a 200
 }
 
-func (e *apiError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Message, e.status) }
+func (e *apiError) Error() string {
+	if e.status == 0 {
+		// A stream line has no HTTP status of its own, only the gRPC code.
+		return fmt.Sprintf("%s (%s)", e.Message, codes.Code(e.Code))
+	}
+	return fmt.Sprintf("%s (HTTP %d)", e.Message, e.status)
+}
+
+// decodeAPIError reads an error body. grpc-gateway sends {"code","message","details"} for a
+// unary call, but {"error":{...}} (with the HTTP status set) for a stream that fails before
+// its first event, so both shapes are accepted; anything else is shown as text.
+func decodeAPIError(status int, data []byte) *apiError {
+	var body struct {
+		Code    int       `json:"code"`
+		Message string    `json:"message"`
+		Error   *apiError `json:"error"`
+	}
+	e := &apiError{status: status}
+	switch {
+	case json.Unmarshal(data, &body) != nil:
+		e.Message = oneLine(string(data), 300)
+	case body.Error != nil && body.Error.Message != "":
+		e.Code, e.Message = body.Error.Code, body.Error.Message
+	case body.Message != "":
+		e.Code, e.Message = body.Code, body.Message
+	default:
+		e.Message = oneLine(string(data), 300)
+	}
+	if e.Message == "" {
+		e.Message = http.StatusText(status)
+	}
+	return e
+}
 
 // do sends a request and returns the raw body of a 2xx answer.
 func (c *client) do(ctx context.Context, method, path string, body any) ([]byte, error) {
+	resp, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return nil, fmt.Errorf("read response: %w", err)
+	}
+	return data, nil
+}
+
+// stream sends a request and returns the body of a 2xx answer unread, for streaming
+// endpoints; the caller closes it. Cancelling ctx aborts the request.
+func (c *client) stream(ctx context.Context, method, path string, body any) (io.ReadCloser, error) {
+	resp, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// send sends a request; a non-2xx answer is read and returned as an *apiError.
+func (c *client) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -75,19 +136,15 @@ func (c *client) do(ctx context.Context, method, path string, body any) ([]byte,
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach the toolmesh api at %s (is `toolmesh up` running? set --api or TOOLMESH_API): %w", c.base, err)
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, fmt.Errorf("read response: %w", err)
-	}
 	if resp.StatusCode/100 != 2 {
-		e := &apiError{status: resp.StatusCode}
-		if json.Unmarshal(data, e) != nil || e.Message == "" {
-			e.Message = strings.TrimSpace(string(data))
+		defer resp.Body.Close()
+		data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+		if err != nil {
+			return nil, fmt.Errorf("read error response (HTTP %d): %w", resp.StatusCode, err)
 		}
-		return nil, e
+		return nil, decodeAPIError(resp.StatusCode, data)
 	}
-	return data, nil
+	return resp, nil
 }
 
 type toolJSON struct {
@@ -267,4 +324,39 @@ func firstLine(s string, max int) string {
 		return string(r[:max-1]) + "…"
 	}
 	return s
+}
+
+// oneLine makes s one readable line: whitespace runs, newlines included, become one space,
+// and it is cut to max runes.
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > max {
+		return string(r[:max-1]) + "…"
+	}
+	return s
+}
+
+// listFlag collects a flag given several times or as a comma-separated list.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(s string) error {
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l = append(*l, v)
+		}
+	}
+	return nil
+}
+
+// writeJSON writes an api JSON body indented, with a final newline.
+func writeJSON(w io.Writer, data []byte) error {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, data, "", "  "); err != nil {
+		return fmt.Errorf("the api's answer is not JSON: %w", err)
+	}
+	buf.WriteByte('\n')
+	_, err := w.Write(buf.Bytes())
+	return err
 }
