@@ -21,6 +21,7 @@ Usage:
   toolmesh tools [--server S]                 list the tools of the running mesh
   toolmesh tools search "TEXT" [-k N]         the top-k tools for TEXT
   toolmesh call SERVER.TOOL '{"arg":1}'       call one tool
+  toolmesh query "TEXT" [-k N] [--server S]   answer TEXT using the tools: steps on stderr, answer on stdout
 
 Client commands read --api (env TOOLMESH_API, default http://127.0.0.1:7700) and --token
 (env TOOLMESH_TOKEN). Run "toolmesh COMMAND -h" for a command's flags.
@@ -44,6 +45,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = runTools(ctx, rest, stdout, stderr)
 	case "call":
 		err = runCall(ctx, rest, stdout, stderr)
+	case "query":
+		err = runQuery(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
