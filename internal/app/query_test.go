@@ -562,3 +562,45 @@ func TestQueryWithoutModel(t *testing.T) {
 		t.Errorf("/readyz = %s; want inference not ready, naming its URL and why", rb)
 	}
 }
+
+// TestQueryOnRealServer runs the whole loop against a real llama-server with the tiny
+// random-weight model: its text is noise, but under the grammar whatever it emits must become
+// calls to offered tools that the executor runs, and every query must end with a stop reason.
+func TestQueryOnRealServer(t *testing.T) {
+	srv := llamatest.StartServer(t, llamatest.ServerOptions{})
+	base := startApp(t, []string{
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
+		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
+		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0",
+		"--drain-timeout=2s", "--llm-url=" + srv.URL,
+	}, "demo", "executor", "retriever", "inference", "api")
+	questions := []string{
+		"What is %d plus 3?", "Multiply %d by 7.", "Convert %d degrees celsius to fahrenheit.",
+		"Divide %d by 4 and add 2.", "What is %d fahrenheit in celsius?", "Calculate (%d + 2) * 5.",
+	}
+	stops := map[string]int{}
+	calls := 0
+	for i := range 18 {
+		text := fmt.Sprintf(questions[i%len(questions)], i)
+		q, _ := json.Marshal(text)
+		got := query(t, base, `{"query":`+string(q)+`,"max_iterations":3,"timeout_seconds":120}`)
+		stops[got.StopReason]++
+		if got.StopReason != "STOP_REASON_ANSWERED" && got.StopReason != "STOP_REASON_MAX_ITERATIONS" {
+			t.Errorf("%q: stop_reason %s, error %q", text, got.StopReason, got.Error)
+		}
+		for _, c := range got.ToolCalls {
+			calls++
+			var offered []string
+			for _, r := range got.Steps[c.Step-1].Retrieved {
+				offered = append(offered, r.Tool.ID)
+			}
+			if !strings.Contains(" "+strings.Join(offered, " ")+" ", " "+c.Tool+" ") {
+				t.Errorf("%q: step %d called %s, not among the tools offered: %v", text, c.Step, c.Tool, offered)
+			}
+			if c.Output == "" {
+				t.Errorf("%q: call %s %v has no output", text, c.Tool, c.Arguments)
+			}
+		}
+	}
+	t.Logf("18 queries: stop reasons %v, %d tool calls run", stops, calls)
+}
