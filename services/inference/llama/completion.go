@@ -152,7 +152,7 @@ func (c *Client) CompleteStream(ctx context.Context, req CompletionRequest, fn f
 		return c.unstreamed(ctx, resp.Body, fn, start)
 	}
 
-	sse := &sseReader{r: bufio.NewReaderSize(resp.Body, 64<<10), onLine: func() { timer.Reset(idle) }}
+	sse := NewSSEReader(resp.Body, func() { timer.Reset(idle) })
 	var text utf8Acc
 	var content strings.Builder
 	emit := func(b []byte, ev *event, final bool) error {
@@ -167,13 +167,13 @@ func (c *Client) CompleteStream(ctx context.Context, req CompletionRequest, fn f
 		return fn(Chunk{Text: s, Tokens: ev.Tokens, TokensPredicted: ev.TokensPredicted})
 	}
 	for {
-		data, errField, err := sse.next()
+		data, errField, err := sse.Next()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil, &Error{Op: "completion", Code: codes.Unavailable,
 					Message: "stream ended before its last event (\"stop\": true)"}
 			}
-			if ctx.Err() == nil && errors.Is(err, errEventTooLarge) {
+			if ctx.Err() == nil && errors.Is(err, ErrEventTooLarge) {
 				return nil, &Error{Op: "completion", Code: codes.Internal, Message: err.Error()}
 			}
 			return nil, c.transportError(ctx, "completion", err)
@@ -355,18 +355,31 @@ func (ev *event) completion(content string) *Completion {
 	}
 }
 
-var errEventTooLarge = fmt.Errorf("stream event larger than %d bytes", maxResponseBytes)
+// ErrEventTooLarge is returned by SSEReader.Next for an event over 16 MiB.
+var ErrEventTooLarge = fmt.Errorf("stream event larger than %d bytes", maxResponseBytes)
 
-// sseReader reads server-sent events (https://html.spec.whatwg.org/multipage/server-sent-events.html):
+// SSEReader reads server-sent events (https://html.spec.whatwg.org/multipage/server-sent-events.html):
 // `field: value` lines, an event ends at a blank line, lines starting with ':' are comments
-// (llama-server's pings). It returns the event's data, or the value of llama-server's old
-// non-standard `error:` field.
-type sseReader struct {
+// (llama-server's pings). Both backends read their streams with it: /completion here, the
+// OpenAI-compatible /v1/chat/completions in package chat.
+type SSEReader struct {
 	r      *bufio.Reader
 	onLine func()
 }
 
-func (s *sseReader) next() (data, errField []byte, err error) {
+// NewSSEReader reads events from r; onLine, if not nil, is called for every line read (to
+// reset an idle timer).
+func NewSSEReader(r io.Reader, onLine func()) *SSEReader {
+	if onLine == nil {
+		onLine = func() {}
+	}
+	return &SSEReader{r: bufio.NewReaderSize(r, 64<<10), onLine: onLine}
+}
+
+// Next returns the next event's data, or the value of llama-server's old non-standard
+// `error:` field (before PR #16109). At the end of the stream it returns io.EOF; an event
+// whose blank line is missing at the end is still returned.
+func (s *SSEReader) Next() (data, errField []byte, err error) {
 	var buf []byte
 	has := false
 	for {
@@ -404,12 +417,12 @@ func (s *sseReader) next() (data, errField []byte, err error) {
 }
 
 // line reads one line without its line ending (\n, \r\n or \r\n-less at EOF).
-func (s *sseReader) line() ([]byte, error) {
+func (s *SSEReader) line() ([]byte, error) {
 	var out []byte
 	for {
 		frag, err := s.r.ReadSlice('\n')
 		if len(out)+len(frag) > maxResponseBytes {
-			return nil, errEventTooLarge
+			return nil, ErrEventTooLarge
 		}
 		out = append(out, frag...)
 		switch {
