@@ -3,7 +3,8 @@
 // template and --jinja, vLLM, Ollama, or any OpenAI-compatible server). Where package llama
 // drives Gorilla OpenFunctions v2 through its own prompt and a grammar, this backend leaves
 // the prompt format to the server's chat template and reads the calls from the answer's
-// tool_calls.
+// tool_calls. Compose streams the final answer from the calls' results (a streamed chat
+// completion without tools, stream_options.include_usage set).
 //
 // Tool ids (SERVER.TOOL) are not valid OpenAI function names; Names maps them to names that
 // are (SERVER__TOOL) and back exactly. Failures come back as *Error, whose Code is the gRPC
@@ -443,42 +444,58 @@ type errTimeout struct{ d time.Duration }
 func (e errTimeout) Error() string { return fmt.Sprintf("timed out after %v", e.d) }
 func (e errTimeout) Unwrap() error { return context.DeadlineExceeded }
 
-// post sends body and returns the 200 answer.
-func (c *Client) post(ctx context.Context, body []byte) ([]byte, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, c.cfg.Timeout, errTimeout{c.cfg.Timeout})
-	defer cancel()
+// send posts body, asking for accept; the caller closes the answer's body. A non-nil error is
+// an *Error.
+func (c *Client) send(ctx context.Context, body []byte, accept string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
 	if err != nil {
 		return nil, &Error{Op: "chat", Code: codes.Internal, Message: "building the request: " + c.redact(err.Error())}
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", accept)
 	// A nil Idempotency-Key lets net/http resend the request when a kept-alive connection
 	// turns out closed before anything was read; the header itself is not sent.
 	req.Header["Idempotency-Key"] = nil
 	if c.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
 	}
-	start := time.Now()
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, c.transportError(ctx, err)
 	}
-	defer resp.Body.Close()
-	limit := int64(maxResponseBytes)
-	if resp.StatusCode != http.StatusOK {
-		limit = maxErrorBytes
+	return resp, nil
+}
+
+// errorAnswer is the error for a non-200 answer, quoting its body.
+func (c *Client) errorAnswer(ctx context.Context, resp *http.Response) *Error {
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+	if err != nil && len(raw) == 0 {
+		return c.transportError(ctx, err)
 	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	e := statusError(resp.StatusCode, raw)
+	e.Message = c.redact(e.Message)
+	return e
+}
+
+// post sends body and returns the 200 answer.
+func (c *Client) post(ctx context.Context, body []byte) ([]byte, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, c.cfg.Timeout, errTimeout{c.cfg.Timeout})
+	defer cancel()
+	start := time.Now()
+	resp, err := c.send(ctx, body, "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		c.log.DebugContext(ctx, "chat completions call", "status", resp.StatusCode, "duration", time.Since(start))
+		return nil, c.errorAnswer(ctx, resp)
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
 		return nil, c.transportError(ctx, err)
 	}
 	c.log.DebugContext(ctx, "chat completions call", "status", resp.StatusCode, "duration", time.Since(start))
-	if resp.StatusCode != http.StatusOK {
-		e := statusError(resp.StatusCode, raw)
-		e.Message = c.redact(e.Message)
-		return nil, e
-	}
 	if len(raw) > maxResponseBytes {
 		return nil, &Error{Op: "chat", Code: codes.ResourceExhausted, Message: fmt.Sprintf("answer larger than %d bytes", maxResponseBytes)}
 	}

@@ -23,8 +23,11 @@ type Error struct {
 	Op string
 	// Code classifies the failure.
 	Code codes.Code
-	// HTTPStatus is the answer's status code (0 when there was no answer).
+	// HTTPStatus is the answer's status code (0 when there was no answer, or for an error
+	// event inside a stream that had started with 200: then Streamed is true).
 	HTTPStatus int
+	// Streamed marks an error event received mid-stream.
+	Streamed bool
 	// Type is the server's error.type ("invalid_request_error", "exceed_context_size_error"...).
 	Type string
 	// ErrCode is the server's error.code when it is a string (OpenAI: "context_length_exceeded",
@@ -44,14 +47,19 @@ func (e *Error) Error() string {
 	b.WriteString("chat completions ")
 	b.WriteString(e.Op)
 	b.WriteString(": ")
-	if e.HTTPStatus != 0 {
-		fmt.Fprintf(&b, "%d %s", e.HTTPStatus, http.StatusText(e.HTTPStatus))
+	switch {
+	case e.HTTPStatus != 0 || e.Streamed:
+		if e.Streamed {
+			b.WriteString("error in stream")
+		} else {
+			fmt.Fprintf(&b, "%d %s", e.HTTPStatus, http.StatusText(e.HTTPStatus))
+		}
 		if t := strings.Trim(e.Type+" "+e.ErrCode, " "); t != "" {
 			b.WriteString(" (" + t + ")")
 		}
 		b.WriteString(": ")
 		b.WriteString(strconv.Quote(e.Message))
-	} else {
+	default:
 		b.WriteString(e.Message)
 	}
 	if e.Hint != "" {
@@ -141,6 +149,26 @@ func statusError(httpStatus int, raw []byte) *Error {
 	e.Code, e.sentinel = classify(httpStatus, body)
 	if strings.Contains(strings.ToLower(body.Message), "requires --jinja") {
 		e.Hint = "this backend needs llama-server started with --jinja and a tool-calling chat template"
+	}
+	return e
+}
+
+// streamError is the error for an error event inside a 200 stream: llama.cpp's
+// `data: {"error":{"code","message","type"}}` (before PR #16109 the non-standard field
+// `error: {...}`), OpenAI's `data: {"error":{"message","type","code"}}`, vLLM's
+// `data: {"object":"error","message",...}`. raw is the event's data or error field.
+func streamError(raw []byte) *Error {
+	body, ok := parseErrorBody(raw)
+	if !ok {
+		body = errorBody{Message: llama.Snippet(raw)}
+	}
+	if body.Message == "" {
+		body.Message = "(no message)"
+	}
+	e := &Error{Op: "chat", Streamed: true, Type: body.Type, ErrCode: body.Code, Message: body.Message}
+	e.Code, e.sentinel = classify(0, body)
+	if e.Code == codes.Unknown || e.Code == codes.OK {
+		e.Code = codes.Internal // the server gave up mid-answer and said no more
 	}
 	return e
 }

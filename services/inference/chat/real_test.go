@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -74,5 +75,42 @@ func TestRealServerNoJinja(t *testing.T) {
 	t.Logf("refused as expected: %v", err)
 	if _, err := c.Generate(t.Context(), "Say hello.", nil, nil, 4); err != nil {
 		t.Errorf("plain chat without --jinja: %v", err)
+	}
+}
+
+// TestRealServerCompose streams a composed answer from a real llama-server's
+// /v1/chat/completions with stream_options.include_usage: the deltas add up to the answer, the
+// finish_reason comes, and the usage arrives on the empty-choices chunk before [DONE].
+func TestRealServerCompose(t *testing.T) {
+	srv := llamatest.StartServer(t, llamatest.ServerOptions{CtxSize: 1024})
+	c, _ := newTestClient(t, srv.URL, Config{Timeout: 30 * time.Second, Temperature: new(0.0)})
+	var deltas []string
+	res, err := c.Compose(t.Context(), "What is the weather in Paris?", history(t), 8, func(s string) error {
+		deltas = append(deltas, s)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("compose: %v", err)
+	}
+	if strings.Join(deltas, "") != res.Answer || !utf8.ValidString(res.Answer) || res.PromptTokens <= 0 ||
+		res.CompletionTokens < 1 || res.CompletionTokens > 8 || (res.FinishReason != "length" && res.FinishReason != "stop") {
+		t.Errorf("compose = %+v from %d deltas", res, len(deltas))
+	}
+	t.Logf("compose: %d deltas, %+v", len(deltas), res)
+
+	// Over the context: refused with 400 before the stream starts.
+	_, err = c.Compose(t.Context(), strings.Repeat("word ", 1500), nil, 8, func(string) error { return nil })
+	if Code(err) != codes.ResourceExhausted || !errors.Is(err, llama.ErrContextExceeded) {
+		t.Errorf("over the context: %v (%v)", err, Code(err))
+	}
+
+	// A caller that goes away mid-answer stops it; the server serves the next one.
+	ctx, cancel := context.WithCancel(t.Context())
+	_, err = c.Compose(ctx, "Say a lot.", nil, 2000, func(string) error { cancel(); return nil })
+	if Code(err) != codes.Canceled {
+		t.Errorf("canceled compose: %v (%v)", err, Code(err))
+	}
+	if _, err := c.Compose(t.Context(), "Again.", nil, 4, func(string) error { return nil }); err != nil {
+		t.Errorf("compose after a cancel: %v", err)
 	}
 }
