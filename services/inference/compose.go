@@ -1,6 +1,7 @@
 package inference
 
 import (
+	"context"
 	"fmt"
 	"unicode/utf8"
 
@@ -10,6 +11,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/services/inference/chat"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
@@ -31,7 +33,7 @@ func (s *Service) ComposeAnswer(req *toolmeshv1.ComposeAnswerRequest, stream grp
 		return invalid.Field("max_tokens", "must not be negative")
 	}
 	if s.chat != nil {
-		return status.Error(codes.Unimplemented, "compose is not available with the openai backend yet")
+		return s.composeChat(ctx, req, stream)
 	}
 	cat, err := gorilla.Build(nil)
 	if err != nil {
@@ -59,4 +61,24 @@ func (s *Service) ComposeAnswer(req *toolmeshv1.ComposeAnswerRequest, stream grp
 	}
 	return stream.Send(&toolmeshv1.ComposeAnswerResponse{Done: true,
 		Usage: &toolmeshv1.Usage{PromptTokens: int32(comp.TokensEvaluated), CompletionTokens: int32(comp.TokensPredicted)}})
+}
+
+// composeChat streams the answer from an OpenAI-compatible server: a chat completion without
+// tools whose message holds the question and the calls' results. The stream's context is the
+// request's, so a client that goes away cancels the HTTP request and the server stops.
+func (s *Service) composeChat(ctx context.Context, req *toolmeshv1.ComposeAnswerRequest, stream grpc.ServerStreamingServer[toolmeshv1.ComposeAnswerResponse]) error {
+	res, err := s.chat.Compose(ctx, req.GetQuery(), req.GetHistory(), int(req.GetMaxTokens()), func(delta string) error {
+		return stream.Send(&toolmeshv1.ComposeAnswerResponse{Delta: delta})
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		return status.Error(chat.Code(err), err.Error())
+	}
+	if res.FinishReason == "length" {
+		s.log.DebugContext(ctx, "composed answer cut off at max_tokens", "completion_tokens", res.CompletionTokens)
+	}
+	return stream.Send(&toolmeshv1.ComposeAnswerResponse{Done: true,
+		Usage: &toolmeshv1.Usage{PromptTokens: int32(res.PromptTokens), CompletionTokens: int32(res.CompletionTokens)}})
 }

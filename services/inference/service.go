@@ -29,6 +29,7 @@ type completer interface {
 // chatBackend is an OpenAI-compatible chat server with tools.
 type chatBackend interface {
 	Generate(ctx context.Context, query string, tools []*toolmeshv1.Tool, history []*toolmeshv1.ToolCallRecord, maxTokens int) (*chat.Result, error)
+	Compose(ctx context.Context, query string, history []*toolmeshv1.ToolCallRecord, maxTokens int, fn func(delta string) error) (*chat.ComposeResult, error)
 }
 
 // Service is the inference target.
