@@ -44,6 +44,11 @@ type GRPC struct {
 
 // NewGRPC binds addr at once, so a port in use fails at start-up rather than later.
 // drain bounds how long Run waits for in-flight calls once its context ends.
+//
+// opts are added after the server's own. Interceptors given with grpc.ChainUnaryInterceptor and
+// grpc.ChainStreamInterceptor (as auth.Guard.ServerOptions does) run inside panic recovery and
+// the call log, so a call they refuse is still logged and a panic in them is recovered. Do not
+// use grpc.UnaryInterceptor or grpc.StreamInterceptor: gRPC runs those outside the chain.
 func NewGRPC(addr string, logger *slog.Logger, drain time.Duration, opts ...grpc.ServerOption) (*GRPC, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -51,7 +56,7 @@ func NewGRPC(addr string, logger *slog.Logger, drain time.Duration, opts ...grpc
 	}
 	opts = append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unaryRecover(logger), unaryLog(logger)),
-		grpc.ChainStreamInterceptor(streamRecover(logger)),
+		grpc.ChainStreamInterceptor(streamRecover(logger), streamLog(logger)),
 		// A pool of workers instead of a new goroutine per RPC: a tool call runs deep mcp-go
 		// stacks, and a fresh goroutine grows its stack on every call.
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
@@ -133,5 +138,24 @@ func unaryLog(logger *slog.Logger) grpc.UnaryServerInterceptor {
 			logger.Log(ctx, level, "grpc call", "method", info.FullMethod, "code", code.String(), "duration", time.Since(start))
 		}
 		return resp, err
+	}
+}
+
+// streamLog logs a stream when it ends, like unaryLog. A cancelled stream is the normal end of
+// a watch whose client went away, so it stays at debug with the successes.
+func streamLog(logger *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+		start := time.Now()
+		err := next(srv, ss)
+		code := status.Code(err)
+		level := slog.LevelDebug
+		if code != codes.OK && code != codes.NotFound && code != codes.InvalidArgument && code != codes.Canceled {
+			level = slog.LevelWarn
+		}
+		ctx := ss.Context()
+		if logger.Enabled(ctx, level) {
+			logger.Log(ctx, level, "grpc stream", "method", info.FullMethod, "code", code.String(), "duration", time.Since(start))
+		}
+		return err
 	}
 }

@@ -1,17 +1,23 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -105,4 +111,124 @@ func TestGRPCDrainDeadline(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return within 5s although the drain deadline is 200ms")
 	}
+}
+
+// TestGRPCExtraInterceptors checks that interceptors passed to NewGRPC run inside its panic
+// recovery and call log: a call they refuse is logged, and a panic in them is recovered.
+func TestGRPCExtraInterceptors(t *testing.T) {
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	refuse := func(ctx context.Context) error {
+		md, _ := metadata.FromIncomingContext(ctx)
+		switch {
+		case len(md.Get("panic")) > 0:
+			panic("interceptor panic")
+		case len(md.Get("refuse")) > 0:
+			return status.Error(codes.Unauthenticated, "refused")
+		}
+		return nil
+	}
+	unary := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+		if err := refuse(ctx); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+	stream := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+		if err := refuse(ss.Context()); err != nil {
+			return err
+		}
+		return next(srv, ss)
+	}
+	g, err := NewGRPC("127.0.0.1:0", logger, time.Second, grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	conn, err := grpc.NewClient(g.Addr(), DialOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+
+	// A panic unwinds through the call log, so the recovery's own line is what records it.
+	tests := []struct {
+		key                   string
+		wantCode              codes.Code
+		wantUnary, wantStream []string // substrings of one log line each
+	}{
+		{key: "refuse", wantCode: codes.Unauthenticated,
+			wantUnary:  []string{`msg="grpc call"`, "Health/Check", "code=Unauthenticated"},
+			wantStream: []string{`msg="grpc stream"`, "Health/Watch", "code=Unauthenticated"}},
+		{key: "panic", wantCode: codes.Internal,
+			wantUnary:  []string{`msg="panic in grpc handler"`, "Health/Check", "interceptor panic"},
+			wantStream: []string{`msg="panic in grpc stream handler"`, "Health/Watch", "interceptor panic"}},
+		// The watch ends when the client cancels it after the first message.
+		{key: "none", wantCode: codes.OK,
+			wantUnary:  []string{`msg="grpc call"`, "Health/Check", "code=OK"},
+			wantStream: []string{`msg="grpc stream"`, "Health/Watch", "code=Canceled"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key, func(t *testing.T) {
+			ctx := metadata.AppendToOutgoingContext(context.Background(), tt.key, "1")
+			_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+			if status.Code(err) != tt.wantCode {
+				t.Errorf("unary: %v, want %v", err, tt.wantCode)
+			}
+			sctx, scancel := context.WithCancel(ctx)
+			w, err := hc.Watch(sctx, &healthpb.HealthCheckRequest{})
+			if err == nil {
+				_, err = w.Recv()
+			}
+			scancel()
+			if status.Code(err) != tt.wantCode {
+				t.Errorf("stream: %v, want %v", err, tt.wantCode)
+			}
+		})
+		for _, want := range [][]string{tt.wantUnary, tt.wantStream} {
+			if !logs.waitFor(want...) {
+				t.Errorf("%s: no log line with all of %q:\n%s", tt.key, want, logs.String())
+			}
+		}
+	}
+}
+
+// syncBuffer collects log lines written by server goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitFor reports whether a line containing all of subs appears within a second: a stream's
+// log line is written after the client has already seen the stream end.
+func (b *syncBuffer) waitFor(subs ...string) bool {
+	for range 100 {
+		for line := range strings.SplitSeq(b.String(), "\n") {
+			all := true
+			for _, s := range subs {
+				all = all && strings.Contains(line, s)
+			}
+			if all {
+				return true
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
 }
