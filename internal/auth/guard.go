@@ -1,0 +1,194 @@
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc/codes"
+)
+
+// Config says where the tokens file is and how fast each token may call. The tokens
+// themselves are never a flag: flags show up in ps and in shell history.
+type Config struct {
+	TokensFile string
+	// RateLimit is requests per second per token; 0 means no limit.
+	RateLimit float64
+	// RateBurst is how many requests a token may make at once; 0 means RateLimit rounded up.
+	RateBurst int
+
+	prefix string // of the flag names, so Validate can name the flag
+}
+
+// RegisterFlags sets the defaults and binds them to prefix+"tokens-file", prefix+"rate-limit"
+// and prefix+"rate-burst" (the api passes "api.").
+func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
+	c.prefix = prefix
+	fs.StringVar(&c.TokensFile, prefix+"tokens-file", "", "file of API tokens, one NAME:TOKEN (or bare TOKEN) a line; $"+EnvTokens+" adds comma-separated ones; no tokens turns auth off")
+	fs.Float64Var(&c.RateLimit, prefix+"rate-limit", 0, "requests per second allowed to each API token (0 = no limit)")
+	fs.IntVar(&c.RateBurst, prefix+"rate-burst", 0, "requests an API token may make at once above its rate (0 = the rate rounded up)")
+}
+
+// Validate reports the first bad value, naming its flag.
+func (c *Config) Validate() error {
+	if math.IsNaN(c.RateLimit) || math.IsInf(c.RateLimit, 0) || c.RateLimit < 0 {
+		return fmt.Errorf("%srate-limit: %v is not a number of requests per second >= 0", c.prefix, c.RateLimit)
+	}
+	if c.RateBurst < 0 {
+		return fmt.Errorf("%srate-burst: %d is negative", c.prefix, c.RateBurst)
+	}
+	return nil
+}
+
+// Guard checks bearer tokens and per-token rate limits for HTTP handlers (Guard.HTTP) and gRPC
+// servers (Guard.ServerOptions). A Guard without tokens, and a nil *Guard, let everything through.
+type Guard struct {
+	tokens []Token
+	// limiters[i] limits tokens[i]; nil when there is no rate limit.
+	limiters []*rate.Limiter
+	logger   *slog.Logger
+}
+
+// New loads the tokens from cfg.TokensFile and env (the caller's os.Getenv(EnvTokens)) and
+// returns the Guard that checks them.
+func New(cfg Config, env string, logger *slog.Logger) (*Guard, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	tokens, err := Load(cfg.TokensFile, env)
+	if err != nil {
+		return nil, err
+	}
+	g := &Guard{tokens: tokens, logger: logger}
+	if len(tokens) == 0 {
+		if cfg.RateLimit > 0 {
+			logger.Warn("api rate limit has no effect: no API tokens are configured, so calls are neither authenticated nor limited")
+		}
+		return g, nil
+	}
+	names := make([]string, len(tokens))
+	for i, t := range tokens {
+		names[i] = t.Name
+	}
+	attrs := []any{"tokens", len(tokens), "names", names}
+	if cfg.RateLimit > 0 {
+		burst := cfg.RateBurst
+		if burst == 0 {
+			burst = max(1, int(math.Ceil(cfg.RateLimit)))
+		}
+		g.limiters = make([]*rate.Limiter, len(tokens))
+		for i := range g.limiters {
+			g.limiters[i] = rate.NewLimiter(rate.Limit(cfg.RateLimit), burst)
+		}
+		attrs = append(attrs, "rate_limit", cfg.RateLimit, "rate_burst", burst)
+	}
+	logger.Info("api tokens required", attrs...)
+	return g, nil
+}
+
+// Enabled reports whether tokens are configured, that is whether calls are checked at all.
+func (g *Guard) Enabled() bool { return g != nil && len(g.tokens) > 0 }
+
+type nameKey struct{}
+
+// Name is the name of the token that authenticated the call in ctx, or "" when auth is off or
+// the call needed no token. It is safe to log; the token itself is never in the context.
+func Name(ctx context.Context) string {
+	n, _ := ctx.Value(nameKey{}).(string)
+	return n
+}
+
+func withName(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, nameKey{}, name)
+}
+
+// denial is why a call was refused, in terms both transports can render.
+type denial struct {
+	code    codes.Code // Unauthenticated or ResourceExhausted
+	message string     // for the client and the log; never contains the token
+	retry   int        // whole seconds, for ResourceExhausted
+	name    string     // the client, when the token was good but over its limit
+}
+
+func (d *denial) Error() string { return d.message }
+
+// admit checks the Authorization values of one call and takes one request from the token's
+// rate limit. It returns the token's name, or why the call is refused.
+func (g *Guard) admit(values []string) (string, *denial) {
+	secret, err := bearer(values)
+	if err != nil {
+		return "", &denial{code: codes.Unauthenticated, message: err.Error()}
+	}
+	i := g.lookup(secret)
+	if i < 0 {
+		return "", &denial{code: codes.Unauthenticated, message: "unknown token"}
+	}
+	name := g.tokens[i].Name
+	if g.limiters == nil {
+		return name, nil
+	}
+	// Reserve and cancel rather than Allow, because the reservation says how long to wait.
+	now := time.Now()
+	r := g.limiters[i].ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		secs := max(1, int(math.Ceil(d.Seconds())))
+		return name, &denial{code: codes.ResourceExhausted, name: name, retry: secs,
+			message: fmt.Sprintf("rate limit exceeded for %s: retry after %ds", name, secs)}
+	}
+	return name, nil
+}
+
+// bearer returns the token of the one "Bearer TOKEN" value; its errors say what is wrong with
+// the header without quoting it.
+func bearer(values []string) (string, error) {
+	switch len(values) {
+	case 0:
+		return "", errors.New(`missing Authorization header: send "Authorization: Bearer TOKEN"`)
+	case 1:
+	default:
+		return "", errors.New("more than one Authorization header")
+	}
+	scheme, rest, _ := strings.Cut(strings.TrimSpace(values[0]), " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return "", errors.New(`the Authorization header is not a Bearer token: send "Authorization: Bearer TOKEN"`)
+	}
+	secret := strings.TrimSpace(rest)
+	if secret == "" {
+		return "", errors.New("empty Bearer token in the Authorization header")
+	}
+	return secret, nil
+}
+
+// compare is subtle.ConstantTimeCompare; a test counts its calls.
+var compare = subtle.ConstantTimeCompare
+
+// lookup returns the index of the token whose secret is secret, or -1. It compares the digest
+// of secret with every token's digest and never stops early, so how long it takes says neither
+// which token matched nor, because digests of different lengths' secrets are all 32 bytes, how
+// much of one matched.
+func (g *Guard) lookup(secret string) int {
+	d := sha256.Sum256([]byte(secret))
+	found := -1
+	for i := range g.tokens {
+		found = subtle.ConstantTimeSelect(compare(d[:], g.tokens[i].digest[:]), i, found)
+	}
+	return found
+}
+
+// logDenial logs a refused call with where it came from; attrs must not include the token.
+func (g *Guard) logDenial(ctx context.Context, d *denial, attrs ...any) {
+	attrs = append(attrs, "reason", d.message)
+	if d.name != "" {
+		attrs = append(attrs, "client", d.name)
+	}
+	g.logger.InfoContext(ctx, "api call refused", attrs...)
+}

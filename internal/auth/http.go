@@ -1,0 +1,75 @@
+package auth
+
+import (
+	"encoding/json"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+)
+
+// HTTP checks the bearer token and rate limit of every request for which skip is false (skip
+// may be nil). A refused request gets 401 with "WWW-Authenticate: Bearer", or 429 with
+// Retry-After, and the API's JSON error body {"code","message","details"}; an admitted one
+// carries its token's name for Name(r.Context()). With auth off HTTP returns next itself.
+//
+// Skip /healthz, and the routes the REST gateway forwards to the gRPC server: that server's
+// interceptor checks them, and checking here too would count one request twice against the
+// token's rate limit. Paths builds such a predicate.
+func (g *Guard) HTTP(next http.Handler, skip func(*http.Request) bool) http.Handler {
+	if !g.Enabled() {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if skip != nil && skip(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		name, d := g.admit(r.Header.Values("Authorization"))
+		if d != nil {
+			g.logDenial(r.Context(), d, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+			writeDenial(w, d)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(withName(r.Context(), name)))
+	})
+}
+
+func writeDenial(w http.ResponseWriter, d *denial) {
+	status := http.StatusUnauthorized
+	if d.code == codes.ResourceExhausted {
+		status = http.StatusTooManyRequests
+		w.Header().Set("Retry-After", strconv.Itoa(d.retry))
+	} else {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"code": d.code, "message": d.message, "details": []any{}})
+}
+
+// Paths returns a skip predicate for Guard.HTTP that is true for requests whose path is one
+// of paths, or lies under one that ends in "/" (as http.ServeMux patterns do):
+// Paths("/healthz", "/v1/") skips the health probe and the gateway's /v1 routes. A path that
+// is not clean ("/v1/../readyz", "//healthz") is never skipped: http.ServeMux would redirect it
+// to a path that may not be skipped.
+func Paths(paths ...string) func(*http.Request) bool {
+	return func(r *http.Request) bool {
+		p := r.URL.Path
+		clean := path.Clean(p)
+		if strings.HasSuffix(p, "/") && clean != "/" {
+			clean += "/"
+		}
+		if p != clean {
+			return false
+		}
+		for _, want := range paths {
+			if p == want || strings.HasSuffix(want, "/") && (strings.HasPrefix(p, want) || p+"/" == want) {
+				return true
+			}
+		}
+		return false
+	}
+}
