@@ -214,7 +214,7 @@ func initAPI(a *App) ([]runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, err := server.NewGRPC(a.cfg.API.GRPCAddr, logger, a.cfg.DrainTimeout)
+	g, err := server.NewGRPC(a.cfg.API.GRPCAddr, logger, a.cfg.DrainTimeout, svc.ServerOptions()...)
 	if err != nil {
 		svc.Close()
 		return nil, err

@@ -84,13 +84,13 @@ func startMesh(t *testing.T, extra ...string) *mesh {
 		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0",
 		"--drain-timeout=2s", "--llm-url=" + d.URL,
 	}, extra...)
-	base := startApp(t, args, "demo", "executor", "retriever", "inference", "api")
+	base := startApp(t, "", args, "demo", "executor", "retriever", "inference", "api")
 	return &mesh{base: base, model: m, double: d}
 }
 
 // startApp runs targets with args until the test ends and returns the REST base URL once
 // /readyz says ready.
-func startApp(t *testing.T, args []string, targets ...string) string {
+func startApp(t *testing.T, token string, args []string, targets ...string) string {
 	t.Helper()
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -133,7 +133,11 @@ func startApp(t *testing.T, args []string, targets ...string) string {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get(base + "/readyz")
+		req, _ := http.NewRequest(http.MethodGet, base+"/readyz", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -521,7 +525,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestQueryWithoutModel(t *testing.T) {
 	// Nothing listens on port 1 of loopback: a llama-server that is not running.
-	base := startApp(t, []string{
+	base := startApp(t, "", []string{
 		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
 		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
 		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0",
@@ -568,7 +572,7 @@ func TestQueryWithoutModel(t *testing.T) {
 // calls to offered tools that the executor runs, and every query must end with a stop reason.
 func TestQueryOnRealServer(t *testing.T) {
 	srv := llamatest.StartServer(t, llamatest.ServerOptions{})
-	base := startApp(t, []string{
+	base := startApp(t, "", []string{
 		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
 		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
 		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0",
@@ -603,4 +607,64 @@ func TestQueryOnRealServer(t *testing.T) {
 		}
 	}
 	t.Logf("18 queries: stop reasons %v, %d tool calls run", stops, calls)
+}
+
+func TestQueryNeedsToken(t *testing.T) {
+	const token = "a-long-enough-test-token-0123456789"
+	t.Setenv("TOOLMESH_API_TOKENS", "tester:"+token)
+	base := startApp(t, token, []string{
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
+		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
+		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0",
+		"--drain-timeout=2s", "--llm-url=http://127.0.0.1:1", "--api.rate-limit=0.01", "--api.rate-burst=20",
+	}, "demo", "executor", "retriever", "inference", "api")
+	do := func(method, path, body, auth string) (int, http.Header, string) {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	direct := `{"query":"@calculator.add({\"a\":2,\"b\":3})"}`
+	cases := []struct {
+		method, path, body, auth string
+		want                     int
+	}{
+		{"GET", "/healthz", "", "", 200},
+		{"GET", "/readyz", "", "", 401},
+		{"GET", "/openapi.json", "", "Bearer wrong-token-wrong-token", 401},
+		{"GET", "/v1/tools", "", "", 401},
+		{"GET", "/v1/tools", "", "Basic " + token, 401},
+		{"POST", "/v1/query", direct, "Bearer nope-nope-nope-nope-nope", 401},
+		{"POST", "/v1/query:stream", direct, "", 401},
+		{"GET", "/v1/tools", "", "Bearer " + token, 200},
+		{"POST", "/v1/query", direct, "Bearer " + token, 200},
+		{"GET", "/readyz", "", "Bearer " + token, 200},
+	}
+	for _, tc := range cases {
+		code, h, body := do(tc.method, tc.path, tc.body, tc.auth)
+		if code != tc.want {
+			t.Errorf("%s %s with %q: %d %s, want %d", tc.method, tc.path, tc.auth, code, body, tc.want)
+		}
+		if code == 401 && (h.Get("WWW-Authenticate") != "Bearer" || strings.Contains(body, token)) {
+			t.Errorf("%s %s: 401 with WWW-Authenticate %q, body %s", tc.method, tc.path, h.Get("WWW-Authenticate"), body)
+		}
+	}
+	// The burst of 20 is spent by now or soon: the next requests are refused with a wait.
+	for range 25 {
+		code, h, body := do("GET", "/v1/tools", "", "Bearer "+token)
+		if code == http.StatusTooManyRequests {
+			if h.Get("Retry-After") == "" {
+				t.Errorf("429 without Retry-After: %s", body)
+			}
+			return
+		}
+	}
+	t.Error("no 429 after the burst was spent")
 }

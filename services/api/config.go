@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/toolmesh/toolmesh/internal/auth"
 )
 
 // Config is the api target's configuration.
@@ -27,6 +29,8 @@ type Config struct {
 	MaxOutputBytes int
 	// ReadyNeedsInference makes /readyz fail while the model is not reachable.
 	ReadyNeedsInference bool
+	// Auth holds where API tokens come from and the per-token rate limit; tokens are never flags.
+	Auth auth.Config
 }
 
 // RegisterFlags sets the defaults and binds them to flags prefixed "api.".
@@ -43,6 +47,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CallTimeout, "api.call-timeout", 2*time.Minute, "upper bound on one tool call made through the api")
 	fs.DurationVar(&c.RPCTimeout, "api.rpc-timeout", 10*time.Second, "timeout of every other call from the api to a dependency")
 	fs.Int64Var(&c.MaxBodyBytes, "api.max-body-bytes", 1<<20, "largest REST request body accepted, in bytes")
+	c.Auth.RegisterFlags(fs, "api.")
 }
 
 // Validate reports the first bad value, naming its flag.
@@ -75,6 +80,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxOutputBytes < 256 {
 		return fmt.Errorf("api.max-output-bytes: %d is below the 256-byte minimum", c.MaxOutputBytes)
+	}
+	if err := c.Auth.Validate(); err != nil {
+		return err
 	}
 	if c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("api.max-body-bytes: %d is below the 1024-byte minimum", c.MaxBodyBytes)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/server"
 )
 
@@ -34,6 +35,8 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 		}),
 		runtime.WithRoutingErrorHandler(routingError),
+		runtime.WithOutgoingHeaderMatcher(auth.OutgoingHeaderMatcher),
+		runtime.WithErrorHandler(auth.GatewayErrorHandler(nil)),
 	)
 	if err := toolmeshv1.RegisterToolServiceHandlerClient(ctx, gw, toolmeshv1.NewToolServiceClient(conn)); err != nil {
 		_ = conn.Close()
@@ -53,7 +56,10 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 		_, _ = w.Write(openAPI)
 	})
 	mux.Handle("/", gw)
-	return checkBody(s.cfg.MaxBodyBytes, mux), func() { _ = conn.Close() }, nil
+	// /v1/ routes go through the gateway to the gRPC server, whose interceptor checks the
+	// token (once, so one request counts once against the rate limit); the rest are checked here.
+	h := s.guard.HTTP(checkBody(s.cfg.MaxBodyBytes, mux), auth.Paths("/healthz", "/v1/"))
+	return h, func() { _ = conn.Close() }, nil
 }
 
 // readyz is 200 when the executor answers, every MCP server is connected and (when one is

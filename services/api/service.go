@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"google.golang.org/grpc"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/server"
 )
 
@@ -19,11 +21,19 @@ type Service struct {
 	conns  []*grpc.ClientConn
 	tools  *toolHandler
 	agent  *agentHandler
+	guard  *auth.Guard
 }
 
 // New dials the dependencies lazily: the api starts even while they are still coming up.
 func New(cfg Config, logger *slog.Logger) (*Service, error) {
-	s := &Service{cfg: cfg, logger: logger}
+	guard, err := auth.New(cfg.Auth, os.Getenv(auth.EnvTokens), logger)
+	if err != nil {
+		return nil, fmt.Errorf("api tokens: %w", err)
+	}
+	if guard.Enabled() {
+		logger.Info("api tokens required", "source", "--api.tokens-file and "+auth.EnvTokens)
+	}
+	s := &Service{cfg: cfg, logger: logger, guard: guard}
 	execConn, err := s.dial(cfg.ExecutorAddr)
 	if err != nil {
 		return nil, fmt.Errorf("executor client: %w", err)
@@ -60,6 +70,9 @@ func (s *Service) dial(addr string) (*grpc.ClientConn, error) {
 	s.conns = append(s.conns, conn)
 	return conn, nil
 }
+
+// ServerOptions are the options the api's gRPC server needs: the token check when tokens are set.
+func (s *Service) ServerOptions() []grpc.ServerOption { return s.guard.ServerOptions() }
 
 // Register adds the public gRPC services.
 func (s *Service) Register(g grpc.ServiceRegistrar) {
