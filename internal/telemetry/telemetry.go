@@ -1,0 +1,334 @@
+// Package telemetry sets up OpenTelemetry tracing and metrics for toolmesh's targets and
+// returns them as values: one Telemetry per process, one Service per target, so each target
+// reports as its own service (toolmesh-api, toolmesh-executor, ...) in `up` mode too.
+//
+// Traces are exported over OTLP/gRPC when an endpoint is given (--otel.endpoint, or the
+// standard OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT); the sampler
+// follows OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG, extra resource attributes
+// OTEL_RESOURCE_ATTRIBUTES, and OTEL_SDK_DISABLED=true turns everything off. Without an
+// endpoint spans are never sampled: they still carry trace ids (for responses and logs) but
+// record nothing and export nothing. Metrics are always kept for /metrics (Prometheus text)
+// and also pushed over OTLP when an endpoint is given.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
+)
+
+// Config is the telemetry configuration shared by a process's targets.
+type Config struct {
+	// Endpoint is the OTLP/gRPC collector (host:port, or a URL); empty falls back to the
+	// standard OTEL_EXPORTER_OTLP_* variables, and without them nothing is exported.
+	Endpoint string
+	// Insecure sends OTLP without TLS (a collector on loopback or a private network).
+	Insecure bool
+	// RecordPayloads records tool arguments and results on spans, cut to PayloadLimit bytes.
+	// Off by default: they may hold secrets.
+	RecordPayloads bool
+	PayloadLimit   int
+}
+
+// RegisterFlags sets the defaults and binds them to flags prefixed "otel.".
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Endpoint, "otel.endpoint", "", "OTLP/gRPC collector for traces and metrics (host:port, e.g. Jaeger's 127.0.0.1:4317); empty uses OTEL_EXPORTER_OTLP_ENDPOINT, and without either nothing is exported")
+	fs.BoolVar(&c.Insecure, "otel.insecure", true, "send OTLP without TLS (collector on loopback or a private network); OTEL_EXPORTER_OTLP_INSECURE applies when --otel.endpoint is empty")
+	fs.BoolVar(&c.RecordPayloads, "otel.record-payloads", false, "record tool arguments and results on spans (they may hold secrets), cut to --otel.payload-limit bytes")
+	fs.IntVar(&c.PayloadLimit, "otel.payload-limit", 1024, "longest tool argument or result recorded on a span, in bytes")
+}
+
+// Validate reports the first bad value, naming its flag.
+func (c *Config) Validate() error {
+	if c.PayloadLimit < 0 {
+		return fmt.Errorf("otel.payload-limit: %d must not be negative", c.PayloadLimit)
+	}
+	return nil
+}
+
+// Telemetry is one process's telemetry: the Prometheus registry its targets share and the
+// providers to flush on shutdown.
+type Telemetry struct {
+	cfg      Config
+	export   bool
+	disabled bool
+	registry *prometheus.Registry
+
+	mu       sync.Mutex
+	services []*Service
+}
+
+// New checks the configuration; nothing connects until a span or metric is exported.
+func New(cfg Config) (*Telemetry, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	t := &Telemetry{cfg: cfg, registry: prometheus.NewRegistry()}
+	t.disabled = strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true")
+	t.export = !t.disabled && (cfg.Endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" ||
+		os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "")
+	if err := t.registry.Register(collectors.NewGoCollector()); err != nil {
+		return nil, fmt.Errorf("go metrics: %w", err)
+	}
+	if err := t.registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, fmt.Errorf("process metrics: %w", err)
+	}
+	return t, nil
+}
+
+// Exporting says whether spans and metrics go to an OTLP collector.
+func (t *Telemetry) Exporting() bool { return t.export }
+
+// Service makes the providers of one target, reported as service name (e.g. "toolmesh-api").
+func (t *Telemetry) Service(ctx context.Context, name string) (*Service, error) {
+	s := &Service{
+		Name:       name,
+		Propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		Payloads:   PayloadPolicy{Record: t.cfg.RecordPayloads, Limit: t.cfg.PayloadLimit},
+	}
+	if t.disabled {
+		s.tracerProvider = tracenoop.NewTracerProvider()
+		s.meterProvider = metricnoop.NewMeterProvider()
+		return s, nil
+	}
+	res, err := resource.New(ctx, resource.WithFromEnv(), resource.WithTelemetrySDK(),
+		resource.WithAttributes(semconv.ServiceName(name), semconv.ServiceNamespace("toolmesh")))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry resource for %s: %w", name, err)
+	}
+	// OTEL_SERVICE_NAME must not rename every target alike; ours wins over the environment's.
+	res, err = resource.Merge(res, resource.NewSchemaless(semconv.ServiceName(name)))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry resource for %s: %w", name, err)
+	}
+
+	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if t.export {
+		var eopts []otlptracegrpc.Option
+		if t.cfg.Endpoint != "" {
+			eopts = append(eopts, endpointOption(t.cfg.Endpoint, otlptracegrpc.WithEndpoint, otlptracegrpc.WithEndpointURL))
+			if t.cfg.Insecure {
+				eopts = append(eopts, otlptracegrpc.WithInsecure())
+			}
+		}
+		exp, err := otlptracegrpc.New(ctx, eopts...)
+		if err != nil {
+			return nil, fmt.Errorf("otlp trace exporter: %w", err)
+		}
+		tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
+	} else {
+		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.NeverSample()))
+	}
+	tp := sdktrace.NewTracerProvider(tpOpts...)
+	s.tracerProvider, s.sdkTracer = tp, tp
+
+	promExp, err := otelprom.New(otelprom.WithRegisterer(t.registry),
+		otelprom.WithResourceAsConstantLabels(attribute.NewAllowKeysFilter(semconv.ServiceNameKey)),
+		otelprom.WithoutScopeInfo())
+	if err != nil {
+		_ = tp.Shutdown(ctx)
+		return nil, fmt.Errorf("prometheus exporter for %s: %w", name, err)
+	}
+	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(promExp)}
+	if t.export {
+		var mopts []otlpmetricgrpc.Option
+		if t.cfg.Endpoint != "" {
+			mopts = append(mopts, endpointOption(t.cfg.Endpoint, otlpmetricgrpc.WithEndpoint, otlpmetricgrpc.WithEndpointURL))
+			if t.cfg.Insecure {
+				mopts = append(mopts, otlpmetricgrpc.WithInsecure())
+			}
+		}
+		mexp, err := otlpmetricgrpc.New(ctx, mopts...)
+		if err != nil {
+			_ = tp.Shutdown(ctx)
+			return nil, fmt.Errorf("otlp metric exporter: %w", err)
+		}
+		mpOpts = append(mpOpts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp)))
+	}
+	mp := sdkmetric.NewMeterProvider(mpOpts...)
+	s.meterProvider, s.sdkMeter = mp, mp
+
+	t.mu.Lock()
+	t.services = append(t.services, s)
+	t.mu.Unlock()
+	return s, nil
+}
+
+// endpointOption takes host:port as an endpoint and anything with a scheme as a URL.
+func endpointOption[O any](endpoint string, hostPort func(string) O, url func(string) O) O {
+	if strings.Contains(endpoint, "://") {
+		return url(endpoint)
+	}
+	return hostPort(endpoint)
+}
+
+// MetricsHandler serves every target's metrics and the process's Go runtime metrics in the
+// Prometheus text format.
+func (t *Telemetry) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// Shutdown flushes and stops every target's providers; spans still buffered are sent first.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	t.mu.Lock()
+	services := t.services
+	t.services = nil
+	t.mu.Unlock()
+	var errs []error
+	for _, s := range services {
+		if s.sdkTracer != nil {
+			errs = append(errs, s.sdkTracer.Shutdown(ctx))
+		}
+		if s.sdkMeter != nil {
+			errs = append(errs, s.sdkMeter.Shutdown(ctx))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// PayloadPolicy says whether tool arguments and results may be recorded on spans.
+type PayloadPolicy struct {
+	Record bool
+	Limit  int
+}
+
+// Cut returns s as it may be recorded: cut to the limit without splitting a character.
+func (p PayloadPolicy) Cut(s string) string {
+	if len(s) <= p.Limit {
+		return s
+	}
+	n := p.Limit
+	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// Service is one target's tracer and meter providers. A nil *Service is valid and records
+// nothing, so code under test needs no telemetry.
+type Service struct {
+	Name       string
+	Propagator propagation.TextMapPropagator
+	Payloads   PayloadPolicy
+
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
+	sdkTracer      *sdktrace.TracerProvider
+	sdkMeter       *sdkmetric.MeterProvider
+}
+
+// TracerProvider is the target's tracer provider (a no-op one for a nil Service).
+func (s *Service) TracerProvider() trace.TracerProvider {
+	if s == nil {
+		return tracenoop.NewTracerProvider()
+	}
+	return s.tracerProvider
+}
+
+// MeterProvider is the target's meter provider (a no-op one for a nil Service).
+func (s *Service) MeterProvider() metric.MeterProvider {
+	if s == nil {
+		return metricnoop.NewMeterProvider()
+	}
+	return s.meterProvider
+}
+
+// Tracer is the target's tracer for an instrumentation scope.
+func (s *Service) Tracer(scope string) trace.Tracer { return s.TracerProvider().Tracer(scope) }
+
+// Meter is the target's meter for an instrumentation scope.
+func (s *Service) Meter(scope string) metric.Meter { return s.MeterProvider().Meter(scope) }
+
+func (s *Service) propagator() propagation.TextMapPropagator {
+	if s == nil {
+		return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	}
+	return s.Propagator
+}
+
+// GRPCServerOptions trace and measure every RPC the target serves.
+func (s *Service) GRPCServerOptions() []grpc.ServerOption {
+	if s == nil {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(
+		otelgrpc.WithTracerProvider(s.tracerProvider), otelgrpc.WithMeterProvider(s.meterProvider),
+		otelgrpc.WithPropagators(s.Propagator),
+		// Health probes would drown every other span.
+		otelgrpc.WithFilter(func(info *stats.RPCTagInfo) bool { return !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.") }),
+	))}
+}
+
+// GRPCDialOptions trace and measure every RPC the target makes, and carry the trace context.
+func (s *Service) GRPCDialOptions() []grpc.DialOption {
+	if s == nil {
+		return nil
+	}
+	return []grpc.DialOption{grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+		otelgrpc.WithTracerProvider(s.tracerProvider), otelgrpc.WithMeterProvider(s.meterProvider),
+		otelgrpc.WithPropagators(s.Propagator),
+	))}
+}
+
+// HTTPTransport traces outbound HTTP requests made through base (nil: http.DefaultTransport)
+// and sends the trace context in their headers.
+func (s *Service) HTTPTransport(base http.RoundTripper) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if s == nil {
+		return base
+	}
+	return otelhttp.NewTransport(base, otelhttp.WithTracerProvider(s.tracerProvider),
+		otelhttp.WithMeterProvider(s.meterProvider), otelhttp.WithPropagators(s.Propagator))
+}
+
+// HTTPHandler traces inbound HTTP requests, continuing a trace the caller sent.
+func (s *Service) HTTPHandler(h http.Handler, operation string, skip func(*http.Request) bool) http.Handler {
+	if s == nil {
+		return h
+	}
+	opts := []otelhttp.Option{otelhttp.WithTracerProvider(s.tracerProvider),
+		otelhttp.WithMeterProvider(s.meterProvider), otelhttp.WithPropagators(s.Propagator),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + r.URL.Path })}
+	if skip != nil {
+		opts = append(opts, otelhttp.WithFilter(func(r *http.Request) bool { return !skip(r) }))
+	}
+	return otelhttp.NewHandler(h, operation, opts...)
+}
+
+// Inject writes ctx's trace context into carrier (e.g. an MCP request's params._meta).
+func (s *Service) Inject(ctx context.Context, carrier propagation.TextMapCarrier) {
+	s.propagator().Inject(ctx, carrier)
+}
+
+// Extract reads a trace context from carrier into ctx.
+func (s *Service) Extract(ctx context.Context, carrier propagation.TextMapCarrier) context.Context {
+	return s.propagator().Extract(ctx, carrier)
+}
