@@ -60,7 +60,7 @@ func newExecutorScenarioTuned(ctx context.Context, tr, url string, o options, na
 	}}
 	// The per-server limit must not throttle the concurrent phase.
 	cfg.MaxConcurrency = max(cfg.MaxConcurrency, o.concurrency)
-	svc, err := executor.New(cfg, slog.New(slog.DiscardHandler))
+	svc, err := executor.New(cfg, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/toolmesh/toolmesh/internal/server"
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/services/api"
 	"github.com/toolmesh/toolmesh/services/executor"
 	"github.com/toolmesh/toolmesh/services/inference"
@@ -45,6 +47,7 @@ var serveTargets = []string{"executor", "retriever", "inference", "api"}
 type App struct {
 	cfg    Config
 	logger *slog.Logger
+	tel    *telemetry.Telemetry
 	// Endpoints lists what each started target listens on, for `up` to print.
 	Endpoints []Endpoint
 }
@@ -61,7 +64,16 @@ func New(cfg Config, logger *slog.Logger) (*App, error) {
 			return nil, fmt.Errorf("target %q: unknown; choose from %s", t, strings.Join(serveTargets, ", "))
 		}
 	}
-	return &App{cfg: cfg, logger: logger}, nil
+	tel, err := telemetry.New(cfg.Telemetry)
+	if err != nil {
+		return nil, err
+	}
+	return &App{cfg: cfg, logger: logger, tel: tel}, nil
+}
+
+// telemetry makes the providers of one target; each reports as its own service.
+func (a *App) telemetry(target string) (*telemetry.Service, error) {
+	return a.tel.Service(context.Background(), "toolmesh-"+target)
 }
 
 // order lists the requested targets so that each comes after the dependencies that are also requested.
@@ -105,6 +117,19 @@ func (a *App) Run(ctx context.Context, started func()) error {
 			all[i].wg.Wait()
 		}
 	}
+	if a.cfg.MetricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", a.tel.MetricsHandler())
+		hs, err := server.NewHTTP(a.cfg.MetricsAddr, mux, a.logger, a.cfg.DrainTimeout)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		a.endpoint("metrics", "http://"+hs.Addr()+"/metrics")
+		mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { defer close(done); _ = hs.Run(mctx) }()
+		defer func() { stop(); <-done }()
+	}
 	for _, name := range names {
 		runners, err := targets[name].init(a)
 		if err != nil {
@@ -139,6 +164,12 @@ func (a *App) Run(ctx context.Context, started func()) error {
 	for e := range failed {
 		err = errors.Join(err, e)
 	}
+	// Spans of the last requests are still buffered: send them before the process ends.
+	fctx, cancel := context.WithTimeout(context.Background(), a.cfg.DrainTimeout)
+	defer cancel()
+	if ferr := a.tel.Shutdown(fctx); ferr != nil {
+		a.logger.Warn("flushing telemetry", "err", ferr)
+	}
 	return err
 }
 
@@ -148,11 +179,15 @@ func (a *App) endpoint(name, addr string) {
 
 func initExecutor(a *App) ([]runner, error) {
 	logger := a.logger.With("target", "executor")
-	svc, err := executor.New(a.cfg.Executor, logger)
+	tel, err := a.telemetry("executor")
 	if err != nil {
 		return nil, err
 	}
-	g, err := server.NewGRPC(a.cfg.ExecutorAddr, logger, a.cfg.DrainTimeout)
+	svc, err := executor.New(a.cfg.Executor, logger, tel)
+	if err != nil {
+		return nil, err
+	}
+	g, err := server.NewGRPC(a.cfg.ExecutorAddr, logger, a.cfg.DrainTimeout, tel.GRPCServerOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -171,11 +206,15 @@ func initExecutor(a *App) ([]runner, error) {
 
 func initRetriever(a *App) ([]runner, error) {
 	logger := a.logger.With("target", "retriever")
-	svc, err := retriever.New(context.Background(), a.cfg.Retriever, logger)
+	tel, err := a.telemetry("retriever")
 	if err != nil {
 		return nil, err
 	}
-	g, err := server.NewGRPC(a.cfg.Retriever.GRPCAddr, logger, a.cfg.DrainTimeout)
+	svc, err := retriever.New(context.Background(), a.cfg.Retriever, logger, tel)
+	if err != nil {
+		return nil, err
+	}
+	g, err := server.NewGRPC(a.cfg.Retriever.GRPCAddr, logger, a.cfg.DrainTimeout, tel.GRPCServerOptions()...)
 	if err != nil {
 		svc.Close()
 		return nil, err
@@ -191,11 +230,15 @@ func initRetriever(a *App) ([]runner, error) {
 
 func initInference(a *App) ([]runner, error) {
 	logger := a.logger.With("target", "inference")
+	tel, err := a.telemetry("inference")
+	if err != nil {
+		return nil, err
+	}
 	svc, err := inference.New(a.cfg.Inference, logger)
 	if err != nil {
 		return nil, err
 	}
-	g, err := server.NewGRPC(a.cfg.Inference.GRPCAddr, logger, a.cfg.DrainTimeout)
+	g, err := server.NewGRPC(a.cfg.Inference.GRPCAddr, logger, a.cfg.DrainTimeout, tel.GRPCServerOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +253,11 @@ func initInference(a *App) ([]runner, error) {
 
 func initAPI(a *App) ([]runner, error) {
 	logger := a.logger.With("target", "api")
-	svc, err := api.New(a.cfg.API, logger)
+	tel, err := a.telemetry("api")
+	if err != nil {
+		return nil, err
+	}
+	svc, err := api.New(a.cfg.API, logger, tel)
 	if err != nil {
 		return nil, err
 	}
@@ -220,6 +267,7 @@ func initAPI(a *App) ([]runner, error) {
 		return nil, err
 	}
 	svc.Register(g.Server)
+	svc.SetMetrics(a.tel.MetricsHandler())
 	g.Health.SetServingStatus("toolmesh.v1.ToolService", healthpb.HealthCheckResponse_SERVING)
 	g.Health.SetServingStatus("toolmesh.v1.AgentService", healthpb.HealthCheckResponse_SERVING)
 	h, closeGateway, err := svc.Gateway(context.Background(), g.Addr())

@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/services/api"
 	"github.com/toolmesh/toolmesh/services/executor"
 	"github.com/toolmesh/toolmesh/services/inference"
@@ -35,6 +36,9 @@ type Config struct {
 	Inference    inference.Config
 	API          api.Config
 	Demo         DemoConfig
+	Telemetry    telemetry.Config
+	// MetricsAddr serves GET /metrics on its own listener (the api's REST port always does).
+	MetricsAddr string
 
 	// servers holds mcpServers given inline in the YAML file.
 	servers map[string]mcpconfig.Server
@@ -60,6 +64,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Retriever.RegisterFlags(fs)
 	c.Inference.RegisterFlags(fs)
 	c.API.RegisterFlags(fs)
+	c.Telemetry.RegisterFlags(fs)
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "also serve Prometheus metrics at http://ADDR/metrics (for targets without the api's REST port); empty: off")
 }
 
 // RegisterDemoFlags adds the flags of the demo MCP servers that only `up` runs.
@@ -201,6 +207,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("log.format: %q is not text or json", c.LogFormat)
+	}
+	if err := c.Telemetry.Validate(); err != nil {
+		return err
 	}
 	for _, t := range c.Targets {
 		if t == "executor" || t == "all" {

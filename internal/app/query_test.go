@@ -180,6 +180,7 @@ type queryResponse struct {
 	Iterations int    `json:"iterations"`
 	StopReason string `json:"stop_reason"`
 	Error      string `json:"error"`
+	TraceID    string `json:"trace_id"`
 }
 
 // calls lists the response's calls as "tool args -> output" lines, in order.
@@ -667,4 +668,39 @@ func TestQueryNeedsToken(t *testing.T) {
 		}
 	}
 	t.Error("no 429 after the burst was spent")
+}
+
+// TestTraceIDsAndMetrics: without a collector spans are not exported, but every answer and
+// every error still names its trace, and /metrics counts what happened.
+func TestTraceIDsAndMetrics(t *testing.T) {
+	m := startMesh(t)
+	got := query(t, m.base, `{"query":"@calculator.add({\"a\":2,\"b\":3})"}`)
+	code, b := post(t, m.base+"/v1/query", `{"query":"x","k":99}`)
+	var bad struct {
+		Message string `json:"message"`
+		TraceID string `json:"trace_id"`
+	}
+	_ = json.Unmarshal(b, &bad)
+	traceID := regexp.MustCompile(`^[0-9a-f]{32}$`)
+	if code != http.StatusBadRequest || !traceID.MatchString(bad.TraceID) {
+		t.Errorf("bad request: %d %s; want 400 with a trace_id", code, b)
+	}
+	resp, err := http.Get(m.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`toolmesh_query_tool_calls_total{gen_ai_tool_name="calculator.add",outcome="ok",service_name="toolmesh-api"} 1`,
+		`toolmesh_query_duration_seconds_count{service_name="toolmesh-api",toolmesh_query_stop_reason="answered"} 1`,
+		`rpc_server_call_duration_seconds_count{`, `service_name="toolmesh-executor"`, `service_name="toolmesh-retriever"`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if !traceID.MatchString(got.TraceID) {
+		t.Errorf("query response trace_id = %q", got.TraceID)
+	}
 }

@@ -10,6 +10,8 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
 
 const usage = `toolmesh: MCP tool calling for open LLMs.
@@ -85,10 +87,11 @@ func usageError(format string, a ...any) error {
 
 func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
+	// Lines logged inside a request carry its trace_id and span_id.
 	if strings.EqualFold(format, "json") {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, opts)))
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(telemetry.LogHandler(slog.NewTextHandler(w, opts)))
 }
 
 // slogLevel parses a level name for flags.

@@ -6,11 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -19,6 +24,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
 
 // inferenceClient is the part of the inference service the loop needs.
@@ -53,6 +59,30 @@ type agentHandler struct {
 	executor  executorClient
 	retriever retrieverClient // nil: no retriever configured
 	inference inferenceClient // nil: no inference configured
+
+	tracer   trace.Tracer
+	payloads telemetry.PayloadPolicy
+	queries  metric.Float64Histogram
+	calls    metric.Int64Counter
+}
+
+func newAgentHandler(cfg Config, logger *slog.Logger, tel *telemetry.Service, executor executorClient) *agentHandler {
+	h := &agentHandler{cfg: cfg, logger: logger, executor: executor,
+		tracer: tel.Tracer("github.com/toolmesh/toolmesh/services/api")}
+	if tel != nil {
+		h.payloads = tel.Payloads
+	}
+	meter := tel.Meter("github.com/toolmesh/toolmesh/services/api")
+	var err error
+	if h.queries, err = meter.Float64Histogram("toolmesh.query.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time to answer a query, by stop reason."),
+		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)); err != nil {
+		h.queries, _ = metricnoop.Meter{}.Float64Histogram("")
+	}
+	if h.calls, err = meter.Int64Counter("toolmesh.query.tool_calls", metric.WithDescription("Tool calls made by queries, by tool and outcome.")); err != nil {
+		h.calls, _ = metricnoop.Meter{}.Int64Counter("")
+	}
+	return h
 }
 
 // query is a checked request: the same for Query and QueryStream.
@@ -120,15 +150,21 @@ func (h *agentHandler) QueryStream(req *toolmeshv1.QueryStreamRequest, stream gr
 // run answers one query. send, when not nil, receives each event as it happens; when it
 // fails (the client went away) the loop stops. Failures after work was done end the loop
 // with a stop reason and the work so far; failures before it are errors.
-func (h *agentHandler) run(ctx context.Context, q query, send func(*toolmeshv1.QueryStreamResponse) error) (*toolmeshv1.QueryResponse, error) {
+func (h *agentHandler) run(ctx context.Context, q query, send func(*toolmeshv1.QueryStreamResponse) error) (_ *toolmeshv1.QueryResponse, err error) {
+	ctx, span := h.tracer.Start(ctx, "invoke_agent toolmesh", trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(attribute.String("gen_ai.operation.name", "invoke_agent"), attribute.String("gen_ai.agent.name", "toolmesh"),
+			attribute.Int("gen_ai.request.top_k", int(q.k)), attribute.Int("toolmesh.query.max_iterations", q.maxIterations),
+			attribute.Bool("toolmesh.query.direct", isDirect(q.text))))
+	start := time.Now()
 	ctx, cancelDeadline := context.WithTimeoutCause(ctx, q.timeout, errQueryDeadline)
 	defer cancelDeadline()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	r := &runner{h: h, q: q, resp: &toolmeshv1.QueryResponse{}}
-	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+	if sc := span.SpanContext(); sc.HasTraceID() {
 		r.resp.TraceId = sc.TraceID().String()
 	}
+	defer func() { h.finish(ctx, span, start, r.resp, err) }()
 	if send != nil {
 		r.send = func(ev *toolmeshv1.QueryStreamResponse) {
 			// Calls of one step finish concurrently; a stream takes one Send at a time.
@@ -153,6 +189,23 @@ func (h *agentHandler) run(ctx context.Context, q query, send func(*toolmeshv1.Q
 	return r.loop(ctx)
 }
 
+// finish ends the query's span and records its metrics.
+func (h *agentHandler) finish(ctx context.Context, span trace.Span, start time.Time, resp *toolmeshv1.QueryResponse, err error) {
+	stop := strings.ToLower(strings.TrimPrefix(resp.GetStopReason().String(), "STOP_REASON_"))
+	if err != nil {
+		stop = "failed"
+		span.SetStatus(otelcodes.Error, status.Convert(err).Message())
+		span.SetAttributes(attribute.String("error.type", status.Code(err).String()))
+	} else if resp.GetStopReason() == toolmeshv1.StopReason_STOP_REASON_ERROR || resp.GetStopReason() == toolmeshv1.StopReason_STOP_REASON_DEADLINE {
+		span.SetStatus(otelcodes.Error, resp.GetError())
+		span.SetAttributes(attribute.String("error.type", stop))
+	}
+	span.SetAttributes(attribute.String("toolmesh.query.stop_reason", stop), attribute.Int("toolmesh.query.iterations", int(resp.GetIterations())),
+		attribute.Int("toolmesh.query.tool_calls", len(resp.GetToolCalls())))
+	span.End()
+	h.queries.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), metric.WithAttributes(attribute.String("toolmesh.query.stop_reason", stop)))
+}
+
 // runner is the state of one query.
 type runner struct {
 	h    *agentHandler
@@ -163,62 +216,80 @@ type runner struct {
 }
 
 func (r *runner) loop(ctx context.Context) (*toolmeshv1.QueryResponse, error) {
-	h := r.h
 	var modelAnswer string
 	for n := 1; n <= r.q.maxIterations; n++ {
-		step := &toolmeshv1.Step{Number: int32(n)}
-		r.resp.Steps = append(r.resp.Steps, step)
-		r.resp.Iterations = int32(n)
-
-		sctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
-		found, err := h.retriever.SearchTools(sctx, &toolmeshv1.RetrieverServiceSearchToolsRequest{
-			Query: r.retrievalQuery(), K: r.q.k, Servers: r.q.servers,
-		})
-		cancel()
-		switch {
-		case status.Code(err) == codes.InvalidArgument:
-			// A question with no searchable words ("Who are you?") matches no tool; the
-			// model answers it with none.
-			found = nil
-		case err != nil:
-			return r.fail(ctx, dependencyError("retriever", h.cfg.RetrieverAddr, err), n, "retrieving tools")
-		}
-		step.Retrieved = found.GetResults()
-		r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_Retrieved{Retrieved: step}})
-
-		gen, err := h.inference.Generate(ctx, &toolmeshv1.GenerateRequest{
-			Query: r.q.text, Tools: step.GetRetrieved(), History: r.resp.GetToolCalls(),
-		})
-		if err != nil {
-			return r.fail(ctx, r.inferenceError(ctx, err), n, "asking the model")
-		}
-		step.ModelOutput = gen.GetRawOutput()
-		step.Usage = gen.GetUsage()
-		step.DroppedToolIds = gen.GetDroppedToolIds()
-		r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_ModelOutput{ModelOutput: step}})
-
-		if len(gen.GetCalls()) == 0 {
-			r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_ANSWERED
-			if len(r.resp.GetToolCalls()) == 0 {
-				// Nothing was called: the model's text is the whole answer.
-				r.resp.Answer = gen.GetAnswer()
-				r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_AnswerDelta{AnswerDelta: r.resp.Answer}})
-				return r.resp, nil
-			}
-			return r.compose(ctx, gen.GetAnswer())
-		}
-		modelAnswer = gen.GetAnswer()
-		calls := make([]*toolmeshv1.ToolCallRecord, len(gen.GetCalls()))
-		for i, c := range gen.GetCalls() {
-			calls[i] = &toolmeshv1.ToolCallRecord{Tool: c.GetToolId(), Arguments: c.GetArguments()}
-		}
-		r.execute(ctx, n, calls)
-		if ctx.Err() != nil {
-			return r.fail(ctx, ctx.Err(), n, "calling tools")
+		resp, done, err := r.step(ctx, n, &modelAnswer)
+		if done {
+			return resp, err
 		}
 	}
 	r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_MAX_ITERATIONS
 	return r.compose(ctx, modelAnswer)
+}
+
+// step runs iteration n: retrieve, ask the model, call the tools. It returns true when the
+// loop ends here, with the response or error the query ends with.
+func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmeshv1.QueryResponse, bool, error) {
+	h := r.h
+	ctx, span := h.tracer.Start(ctx, fmt.Sprintf("step %d", n), trace.WithAttributes(attribute.Int("toolmesh.step.number", n)))
+	defer span.End()
+	step := &toolmeshv1.Step{Number: int32(n)}
+	r.resp.Steps = append(r.resp.Steps, step)
+	r.resp.Iterations = int32(n)
+
+	sctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
+	found, err := h.retriever.SearchTools(sctx, &toolmeshv1.RetrieverServiceSearchToolsRequest{
+		Query: r.retrievalQuery(), K: r.q.k, Servers: r.q.servers,
+	})
+	cancel()
+	switch {
+	case status.Code(err) == codes.InvalidArgument:
+		// A question with no searchable words ("Who are you?") matches no tool; the
+		// model answers it with none.
+		found = nil
+	case err != nil:
+		resp, err := r.fail(ctx, dependencyError("retriever", h.cfg.RetrieverAddr, err), n, "retrieving tools")
+		return resp, true, err
+	}
+	step.Retrieved = found.GetResults()
+	span.SetAttributes(attribute.Int("toolmesh.step.tools_retrieved", len(step.Retrieved)))
+	r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_Retrieved{Retrieved: step}})
+
+	gen, err := h.inference.Generate(ctx, &toolmeshv1.GenerateRequest{
+		Query: r.q.text, Tools: step.GetRetrieved(), History: r.resp.GetToolCalls(),
+	})
+	if err != nil {
+		resp, err := r.fail(ctx, r.inferenceError(ctx, err), n, "asking the model")
+		return resp, true, err
+	}
+	step.ModelOutput = gen.GetRawOutput()
+	step.Usage = gen.GetUsage()
+	step.DroppedToolIds = gen.GetDroppedToolIds()
+	r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_ModelOutput{ModelOutput: step}})
+
+	if len(gen.GetCalls()) == 0 {
+		r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_ANSWERED
+		if len(r.resp.GetToolCalls()) == 0 {
+			// Nothing was called: the model's text is the whole answer.
+			r.resp.Answer = gen.GetAnswer()
+			r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_AnswerDelta{AnswerDelta: r.resp.Answer}})
+			return r.resp, true, nil
+		}
+		resp, err := r.compose(ctx, gen.GetAnswer())
+		return resp, true, err
+	}
+	*modelAnswer = gen.GetAnswer()
+	calls := make([]*toolmeshv1.ToolCallRecord, len(gen.GetCalls()))
+	for i, c := range gen.GetCalls() {
+		calls[i] = &toolmeshv1.ToolCallRecord{Tool: c.GetToolId(), Arguments: c.GetArguments()}
+	}
+	span.SetAttributes(attribute.Int("toolmesh.step.tool_calls", len(calls)))
+	r.execute(ctx, n, calls)
+	if ctx.Err() != nil {
+		resp, err := r.fail(ctx, ctx.Err(), n, "calling tools")
+		return resp, true, err
+	}
+	return nil, false, nil
 }
 
 // direct runs the calls a query of the form @SERVER.TOOL({...}) names, without a model.
@@ -285,6 +356,29 @@ func (r *runner) execute(ctx context.Context, step int, calls []*toolmeshv1.Tool
 }
 
 func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord) {
+	ctx, span := r.h.tracer.Start(ctx, "execute_tool "+c.GetTool(), trace.WithAttributes(
+		attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", c.GetTool()),
+		attribute.String("gen_ai.tool.call.id", strconv.Itoa(int(c.GetIndex()))), attribute.Int("toolmesh.step.number", int(c.GetStep()))))
+	defer func() {
+		outcome := "ok"
+		if c.GetIsError() {
+			outcome = "error"
+			// The error text is part of the result: recorded only where results may be.
+			msg := "the tool returned an error"
+			if r.h.payloads.Record {
+				msg = r.h.payloads.Cut(c.GetOutput())
+			}
+			span.SetStatus(otelcodes.Error, msg)
+			span.SetAttributes(attribute.String("error.type", "tool_error"))
+		}
+		if r.h.payloads.Record {
+			args, _ := c.GetArguments().MarshalJSON()
+			span.SetAttributes(attribute.String("gen_ai.tool.call.arguments", r.h.payloads.Cut(string(args))),
+				attribute.String("gen_ai.tool.call.result", r.h.payloads.Cut(c.GetOutput())))
+		}
+		span.End()
+		r.h.calls.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("gen_ai.tool.name", c.GetTool()), attribute.String("outcome", outcome)))
+	}()
 	ctx, cancel := context.WithTimeout(ctx, r.h.cfg.CallTimeout)
 	defer cancel()
 	start := time.Now()

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -25,7 +27,7 @@ var openAPI []byte
 // Gateway is the REST front of the api. It calls the api's own gRPC server over loopback so
 // REST and gRPC requests pass the same interceptors. The returned func closes its connection.
 func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, func(), error) {
-	conn, err := grpc.NewClient(grpcAddr, server.DialOptions()...)
+	conn, err := grpc.NewClient(grpcAddr, append(server.DialOptions(), s.tel.GRPCDialOptions()...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gateway client: %w", err)
 	}
@@ -36,7 +38,7 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 		}),
 		runtime.WithRoutingErrorHandler(routingError),
 		runtime.WithOutgoingHeaderMatcher(auth.OutgoingHeaderMatcher),
-		runtime.WithErrorHandler(auth.GatewayErrorHandler(nil)),
+		runtime.WithErrorHandler(auth.GatewayErrorHandler(withTraceID(runtime.DefaultHTTPErrorHandler))),
 	)
 	if err := toolmeshv1.RegisterToolServiceHandlerClient(ctx, gw, toolmeshv1.NewToolServiceClient(conn)); err != nil {
 		_ = conn.Close()
@@ -51,6 +53,9 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
+	if s.metrics != nil {
+		mux.Handle("GET /metrics", s.metrics)
+	}
 	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
@@ -59,6 +64,8 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 	// /v1/ routes go through the gateway to the gRPC server, whose interceptor checks the
 	// token (once, so one request counts once against the rate limit); the rest are checked here.
 	h := s.guard.HTTP(checkBody(s.cfg.MaxBodyBytes, mux), auth.Paths("/healthz", "/v1/"))
+	// Probes and scrapes would drown the traces of real requests.
+	h = s.tel.HTTPHandler(traceHeader(h), "rest", auth.Paths("/healthz", "/readyz", "/metrics"))
 	return h, func() { _ = conn.Close() }, nil
 }
 
@@ -155,4 +162,56 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// traceHeader names the request's trace in an X-Trace-Id response header, so any answer,
+// an error included, can be looked up in Jaeger.
+func traceHeader(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if sc := trace.SpanContextFromContext(r.Context()); sc.HasTraceID() {
+			w.Header().Set("X-Trace-Id", sc.TraceID().String())
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// withTraceID adds the request's trace_id to the gateway's JSON error body.
+func withTraceID(next runtime.ErrorHandlerFunc) runtime.ErrorHandlerFunc {
+	return func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+		sc := trace.SpanContextFromContext(r.Context())
+		if !sc.HasTraceID() {
+			next(ctx, mux, m, w, r, err)
+			return
+		}
+		buf := &bufferedWriter{ResponseWriter: w}
+		next(ctx, mux, m, buf, r, err)
+		body := buf.body.Bytes()
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(body, &fields) == nil {
+			id, _ := json.Marshal(sc.TraceID().String())
+			fields["trace_id"] = id
+			if b, err := json.Marshal(fields); err == nil {
+				body = b
+			}
+		}
+		w.Header().Del("Content-Length")
+		w.WriteHeader(buf.code)
+		_, _ = w.Write(body)
+	}
+}
+
+// bufferedWriter holds an error response back so its body can be amended.
+type bufferedWriter struct {
+	http.ResponseWriter
+	code int
+	body bytes.Buffer
+}
+
+func (b *bufferedWriter) WriteHeader(code int) { b.code = code }
+
+func (b *bufferedWriter) Write(p []byte) (int, error) {
+	if b.code == 0 {
+		b.code = http.StatusOK
+	}
+	return b.body.Write(p)
 }

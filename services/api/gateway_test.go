@@ -60,7 +60,7 @@ func newGateway(t *testing.T, execAddr string) *httptest.Server {
 	var cfg Config
 	cfg.HTTPAddr, cfg.GRPCAddr, cfg.ExecutorAddr = "127.0.0.1:0", "127.0.0.1:0", execAddr
 	cfg.CallTimeout, cfg.RPCTimeout, cfg.MaxBodyBytes = 5*time.Second, 2*time.Second, 4096
-	svc, err := New(cfg, slog.New(slog.DiscardHandler))
+	svc, err := New(cfg, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 
 	"google.golang.org/grpc"
@@ -12,6 +13,7 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/server"
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
 
 // Service is the api target. It holds client connections to its dependencies.
@@ -22,10 +24,16 @@ type Service struct {
 	tools  *toolHandler
 	agent  *agentHandler
 	guard  *auth.Guard
+	tel    *telemetry.Service
+	// metrics serves GET /metrics when set (SetMetrics).
+	metrics http.Handler
 }
 
+// SetMetrics makes the REST server answer GET /metrics with h (the process's registry).
+func (s *Service) SetMetrics(h http.Handler) { s.metrics = h }
+
 // New dials the dependencies lazily: the api starts even while they are still coming up.
-func New(cfg Config, logger *slog.Logger) (*Service, error) {
+func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, error) {
 	guard, err := auth.New(cfg.Auth, os.Getenv(auth.EnvTokens), logger)
 	if err != nil {
 		return nil, fmt.Errorf("api tokens: %w", err)
@@ -33,7 +41,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	if guard.Enabled() {
 		logger.Info("api tokens required", "source", "--api.tokens-file and "+auth.EnvTokens)
 	}
-	s := &Service{cfg: cfg, logger: logger, guard: guard}
+	s := &Service{cfg: cfg, logger: logger, guard: guard, tel: tel}
 	execConn, err := s.dial(cfg.ExecutorAddr)
 	if err != nil {
 		return nil, fmt.Errorf("executor client: %w", err)
@@ -47,7 +55,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		}
 		s.tools.retriever = toolmeshv1.NewRetrieverServiceClient(conn)
 	}
-	s.agent = &agentHandler{cfg: cfg, logger: logger, executor: s.tools.executor}
+	s.agent = newAgentHandler(cfg, logger, tel, s.tools.executor)
 	if s.tools.retriever != nil {
 		s.agent.retriever = s.tools.retriever
 	}
@@ -63,7 +71,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 }
 
 func (s *Service) dial(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr, server.DialOptions()...)
+	conn, err := grpc.NewClient(addr, append(server.DialOptions(), s.tel.GRPCDialOptions()...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +80,9 @@ func (s *Service) dial(addr string) (*grpc.ClientConn, error) {
 }
 
 // ServerOptions are the options the api's gRPC server needs: the token check when tokens are set.
-func (s *Service) ServerOptions() []grpc.ServerOption { return s.guard.ServerOptions() }
+func (s *Service) ServerOptions() []grpc.ServerOption {
+	return append(s.tel.GRPCServerOptions(), s.guard.ServerOptions()...)
+}
 
 // Register adds the public gRPC services.
 func (s *Service) Register(g grpc.ServiceRegistrar) {

@@ -433,7 +433,7 @@ func TestDeleteOnClose(t *testing.T) {
 	cfg := Config{Servers: map[string]mcpconfig.Server{
 		"del": {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://" + hh.addr + "/mcp"},
 	}}
-	svc, err := New(cfg, nil)
+	svc, err := New(cfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

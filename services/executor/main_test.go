@@ -286,7 +286,7 @@ func startExecutor(t testing.TB, cfg Config) *executorHarness {
 		level = slog.LevelWarn
 	}
 	logger := slog.New(slog.NewTextHandler(testWriter{t, logDone}, &slog.HandlerOptions{Level: level}))
-	svc, err := New(cfg, logger)
+	svc, err := New(cfg, logger, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
 
 // Service is the executor.
@@ -35,10 +36,11 @@ type Service struct {
 	names    []string
 	started  atomic.Bool
 	stopped  chan struct{} // closed when Run returns
+	tel      *telemetry.Service
 }
 
 // New builds the executor; Run connects the servers.
-func New(cfg Config, logger *slog.Logger) (*Service, error) {
+func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("executor config: %w", err)
 	}
@@ -52,6 +54,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		cat:      newCatalog(),
 		sessions: make(map[string]*session, len(cfg.Servers)),
 		stopped:  make(chan struct{}),
+		tel:      tel,
 	}
 	for name, srv := range cfg.Servers {
 		srv.Name = name

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/services/retriever/embed"
 	"github.com/toolmesh/toolmesh/services/retriever/index"
 	"github.com/toolmesh/toolmesh/services/retriever/lexical"
@@ -22,7 +23,7 @@ import (
 // New builds the index the config names (embedders, store) and the service around it.
 // With an http embedder and the qdrant store it asks the embeddings server once for the
 // vector dimension, because the collection name carries it.
-func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Service, error) {
+func New(ctx context.Context, cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -94,7 +95,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (*Service, error)
 		}
 		return err
 	}
-	return newService(cfg, idx, st.Ready, closer, logger), nil
+	s := newService(cfg, idx, st.Ready, closer, logger)
+	s.setTelemetry(tel, model)
+	return s, nil
 }
 
 // Close releases the store and embedder when Run was never called.

@@ -56,7 +56,7 @@ func TestPersistedIndexSurvivesRestart(t *testing.T) {
 		GRPCAddr: "127.0.0.1:0", ResyncBackoffMax: 100 * time.Millisecond}
 
 	run := func() (*Service, *countingIndex, func()) {
-		s, err := New(context.Background(), cfg, nil)
+		s, err := New(context.Background(), cfg, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

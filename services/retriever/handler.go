@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -51,13 +55,27 @@ func (s *Service) SearchTools(ctx context.Context, req *toolmeshv1.RetrieverServ
 	if empty {
 		return nil, status.Error(codes.Unavailable, errNotSynced.Error())
 	}
+	ctx, span := s.tracer.Start(ctx, "retrieval "+s.source, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("gen_ai.operation.name", "retrieval"),
+			attribute.String("gen_ai.data_source.id", s.source), attribute.Int("gen_ai.request.top_k", k),
+			attribute.StringSlice("toolmesh.retrieval.servers", req.GetServers())))
+	defer span.End()
+	start := time.Now()
 	results, err := s.idx.Search(ctx, q, k, req.GetServers())
+	s.searches.Record(ctx, time.Since(start).Seconds())
 	if errors.Is(err, index.ErrEmptyQuery) {
+		span.SetAttributes(attribute.Int("toolmesh.retrieval.results", 0))
 		return nil, invalid.Field("query", "has no searchable words (only stop words, numbers or punctuation)")
 	}
 	if err != nil {
+		span.SetStatus(otelcodes.Error, err.Error())
+		span.SetAttributes(attribute.String("error.type", status.Code(toStatus(err)).String()))
 		return nil, toStatus(fmt.Errorf("search: %w", err))
 	}
+	s.mu.Lock()
+	considered := len(s.known)
+	s.mu.Unlock()
+	span.SetAttributes(attribute.Int("toolmesh.retrieval.tools_considered", considered), attribute.Int("toolmesh.retrieval.results", len(results)))
 	return &toolmeshv1.RetrieverServiceSearchToolsResponse{Results: results}, nil
 }
 

@@ -13,10 +13,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/server"
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
 
 // toolIndex is what the service needs of the index: encode-and-store, delete, search.
@@ -50,6 +54,25 @@ type Service struct {
 	lastErr string
 
 	revision atomic.Uint64
+
+	tel      *telemetry.Service
+	tracer   trace.Tracer
+	source   string // gen_ai.data_source.id: the store and the embedder
+	searches metric.Float64Histogram
+}
+
+// setTelemetry traces each search as a GenAI retrieval span and measures its latency.
+func (s *Service) setTelemetry(tel *telemetry.Service, model string) {
+	s.tel = tel
+	s.tracer = tel.Tracer("github.com/toolmesh/toolmesh/services/retriever")
+	s.source = s.cfg.Store + "/" + model
+	h, err := tel.Meter("github.com/toolmesh/toolmesh/services/retriever").Float64Histogram("toolmesh.retrieval.duration",
+		metric.WithUnit("s"), metric.WithDescription("Time to find the top-k tools for a query."),
+		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1))
+	if err != nil {
+		h, _ = metricnoop.Meter{}.Float64Histogram("")
+	}
+	s.searches = h
 }
 
 func newService(cfg Config, idx toolIndex, ready func(context.Context) error, closer func() error, logger *slog.Logger) *Service {
@@ -62,7 +85,9 @@ func newService(cfg Config, idx toolIndex, ready func(context.Context) error, cl
 	if closer == nil {
 		closer = func() error { return nil }
 	}
-	return &Service{cfg: cfg, log: logger, idx: idx, ready: ready, closer: closer}
+	s := &Service{cfg: cfg, log: logger, idx: idx, ready: ready, closer: closer}
+	s.setTelemetry(nil, "")
+	return s
 }
 
 // Register adds the RetrieverService.
@@ -79,7 +104,7 @@ func (s *Service) Run(ctx context.Context) error {
 			s.log.Warn("close tool index store", "err", err)
 		}
 	}()
-	conn, err := grpc.NewClient(s.cfg.ExecutorAddr, server.DialOptions()...)
+	conn, err := grpc.NewClient(s.cfg.ExecutorAddr, append(server.DialOptions(), s.tel.GRPCDialOptions()...)...)
 	if err != nil {
 		return fmt.Errorf("executor client: %w", err)
 	}
