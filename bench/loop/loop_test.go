@@ -1,0 +1,90 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// logWriter sends the bench's progress lines to the test log.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// runShort runs the bench for about a second and checks that every query was answered right
+// and took the scripted path: 3 requests to the model per query.
+func runShort(t *testing.T, mode string) {
+	t.Helper()
+	o := options{duration: time.Second, warmup: 200 * time.Millisecond, clients: []int{1},
+		modes: []string{mode}, vias: []string{"rest"}, timeout: 10 * time.Second}
+	results, err := run(t.Context(), o, logWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 1 {
+		t.Fatalf("got %d results, want 1", len(results))
+	}
+	r := results[0]
+	if r.errors != 0 || r.queries == 0 {
+		t.Errorf("%d queries, %d errors (first: %s); want some queries and no errors", r.queries, r.errors, r.firstErr)
+	}
+	if r.llamaPerQuery != 3 {
+		t.Errorf("%.2f model requests per query, want 3 (2 steps and the compose)", r.llamaPerQuery)
+	}
+	if r.modelPerQuery <= 0 || r.iterP50 <= 0 || r.cpuPerQuery <= 0 {
+		t.Errorf("model time %s, overhead/iter p50 %s, CPU/query %s; want all positive", r.modelPerQuery, r.iterP50, r.cpuPerQuery)
+	}
+}
+
+func TestInproc(t *testing.T) { runShort(t, "inproc") }
+
+func TestMicro(t *testing.T) {
+	if testing.Short() {
+		t.Skip("micro mode builds toolmesh and starts six processes")
+	}
+	runShort(t, "micro")
+}
+
+func TestCheck(t *testing.T) {
+	good := answer{text: wantAnswer, stopReason: "STOP_REASON_ANSWERED", iterations: 2,
+		calls: []call{{tool: "calculator.add", output: "5"}}}
+	if err := good.check(); err != nil {
+		t.Fatalf("check(right answer) = %v", err)
+	}
+	bad := map[string]func(a *answer){
+		"error":      func(a *answer) { a.err = "step 2: boom" },
+		"stop":       func(a *answer) { a.stopReason = "STOP_REASON_MAX_ITERATIONS" },
+		"iterations": func(a *answer) { a.iterations = 3 },
+		"no call":    func(a *answer) { a.calls = nil },
+		"output":     func(a *answer) { a.calls = []call{{tool: "calculator.add", output: "6"}} },
+		"is_error":   func(a *answer) { a.calls = []call{{tool: "calculator.add", output: "5", isError: true}} },
+		"answer":     func(a *answer) { a.text = "2 plus 3 is ." },
+	}
+	for name, spoil := range bad {
+		a := good
+		spoil(&a)
+		if a.check() == nil {
+			t.Errorf("%s: check accepted %+v", name, a)
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i))
+	}
+	if p50, p99 := percentile(ds, 0.5), percentile(ds, 0.99); p50 != 50 || p99 != 99 {
+		t.Errorf("p50, p99 of 1..100 = %d, %d; want 50, 99", p50, p99)
+	}
+	if got := percentile([]time.Duration{7}, 0.99); got != 7 {
+		t.Errorf("p99 of one = %d, want 7", got)
+	}
+}

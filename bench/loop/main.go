@@ -1,0 +1,372 @@
+// Command loop measures the agent loop's own overhead: what toolmesh spends on a question when
+// the model costs (almost) nothing.
+//
+// The workload is the standard question "What is 2 plus 3?" against a llama-server double
+// (llamatest) that answers at once: step 1 calls calculator.add(a=2, b=3), step 2 answers in
+// text, then the answer is composed — 2 iterations and a compose request per query, each
+// answer checked (the answer, one call with output 5, stop reason answered, 2 iterations;
+// anything else counts as an error). Clients send POST /v1/query (what users call) or, with
+// -via grpc, the api's gRPC Query, each client one question at a time, for -duration after a
+// -warmup.
+//
+// Two ways to run the mesh:
+//   - inproc: every target in this process (internal/app, as `toolmesh up`), the demo MCP
+//     servers over SSE on loopback;
+//   - micro: `go build ./cmd/toolmesh`, then one `toolmesh serve --target=X` process per
+//     target and one `toolmesh mcp NAME --transport sse` process per MCP server, on free
+//     loopback ports. The double stays in this process.
+//
+// Model time is measured at the double (see model): the query's time minus its model time,
+// divided by its iterations, is the loop's overhead per iteration. With one client each query's
+// own model time is subtracted; with more, queries overlap at the double, so the mean model
+// time per query is subtracted instead (marked ~).
+//
+//	go run ./bench/loop [-duration 10s] [-clients 1,32] [-mode inproc,micro] [-via rest,grpc] [-markdown]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+type options struct {
+	duration   time.Duration
+	warmup     time.Duration
+	clients    []int
+	modes      []string
+	vias       []string
+	binary     string
+	cpuprofile string
+	markdown   bool
+	timeout    time.Duration
+	logs       string
+	noProxy    bool
+}
+
+// Targets of the issue: the loop's own overhead per iteration at p50.
+var targets = map[string]time.Duration{"inproc": time.Millisecond, "micro": 1500 * time.Microsecond}
+
+func main() {
+	var o options
+	var clients, modes, vias string
+	fs := flag.NewFlagSet("loop", flag.ExitOnError)
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "timed phase per mode, API and client count")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "untimed phase before each timed one")
+	fs.StringVar(&clients, "clients", "1,32", "comma-separated numbers of concurrent clients")
+	fs.StringVar(&modes, "mode", "inproc,micro", "comma-separated modes: inproc (one process), micro (a process per target)")
+	fs.StringVar(&vias, "via", "rest", "comma-separated APIs the clients call: rest (POST /v1/query), grpc (AgentService.Query)")
+	fs.StringVar(&o.binary, "binary", "", "toolmesh binary for micro mode; empty: go build ./cmd/toolmesh into a temporary folder")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process per timed phase to PREFIX-MODE-VIA-cN.pprof (in micro mode the mesh is in the child processes, not in it)")
+	fs.BoolVar(&o.markdown, "markdown", false, "print a Markdown table")
+	fs.StringVar(&o.logs, "logs", "", "folder for the mesh's logs (and micro mode's mcp.json and binary); empty: a temporary folder, removed at the end")
+	fs.BoolVar(&o.noProxy, "no-model-time", false, "point the mesh at the double directly, without the timing proxy: no model time (overhead/iter is then the whole query ÷ iterations), to see what the proxy costs")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound of one query; a query that exceeds it counts as an error")
+	_ = fs.Parse(os.Args[1:])
+	var err error
+	if o.clients, err = parseInts(clients); err != nil {
+		fmt.Fprintln(os.Stderr, "loop: -clients:", err)
+		os.Exit(2)
+	}
+	o.modes, o.vias = splitList(modes), splitList(vias)
+	if err := o.check(); err != nil {
+		fmt.Fprintln(os.Stderr, "loop:", err)
+		os.Exit(2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Printf("go run ./bench/loop %s\n", strings.Join(os.Args[1:], " "))
+	results, err := run(ctx, o, os.Stderr)
+	if len(results) > 0 {
+		report(os.Stdout, o, results)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loop:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func (o options) check() error {
+	if o.duration <= 0 || o.warmup < 0 || o.timeout <= 0 {
+		return fmt.Errorf("-duration and -timeout must be positive, -warmup not negative")
+	}
+	if len(o.clients) == 0 || len(o.modes) == 0 || len(o.vias) == 0 {
+		return fmt.Errorf("-clients, -mode and -via need at least one value each")
+	}
+	for _, c := range o.clients {
+		if c < 1 {
+			return fmt.Errorf("-clients: %d is not positive", c)
+		}
+	}
+	for _, m := range o.modes {
+		if m != "inproc" && m != "micro" {
+			return fmt.Errorf("-mode: %q is not inproc or micro", m)
+		}
+	}
+	for _, v := range o.vias {
+		if v != "rest" && v != "grpc" {
+			return fmt.Errorf("-via: %q is not rest or grpc", v)
+		}
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// run measures every mode, API and client count, in that nesting, and returns what it
+// measured (also when it stops on an error).
+func run(ctx context.Context, o options, progress io.Writer) ([]result, error) {
+	logf := func(format string, args ...any) { fmt.Fprintf(progress, format+"\n", args...) }
+	dir := o.logs
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "toolmesh-bench-loop-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+
+	m, err := startModel(!o.noProxy)
+	if err != nil {
+		return nil, err
+	}
+	defer m.close()
+
+	var results []result
+	for _, mode := range o.modes {
+		rs, err := runMode(ctx, o, mode, dir, m, logf)
+		results = append(results, rs...)
+		if err != nil {
+			return results, fmt.Errorf("%s: %w", mode, err)
+		}
+	}
+	return results, nil
+}
+
+func runMode(ctx context.Context, o options, mode, dir string, m *model, logf func(string, ...any)) (results []result, err error) {
+	var ms *mesh
+	start := time.Now()
+	switch mode {
+	case "inproc":
+		ms, err = startInproc(m.URL, dir+"/inproc.log")
+	case "micro":
+		bin := o.binary
+		if bin == "" {
+			logf("building ./cmd/toolmesh")
+			if bin, err = buildBinary(ctx, dir); err != nil {
+				return nil, err
+			}
+		}
+		ms, err = startMicro(ctx, bin, dir, m.URL)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if serr := ms.stop(); serr != nil {
+			logf("%s: stopping the mesh: %v", mode, serr)
+		}
+	}()
+	if err := waitReady(ctx, ms, 60*time.Second); err != nil {
+		return nil, err
+	}
+	logf("%s: mesh ready in %s (REST %s, api gRPC %s)", mode, time.Since(start).Round(time.Millisecond), ms.rest, ms.grpc)
+
+	for _, via := range o.vias {
+		ask, closeAsker, err := newAsker(via, ms, slices.Max(o.clients), o.timeout)
+		if err != nil {
+			return results, err
+		}
+		for _, c := range o.clients {
+			if err := ctx.Err(); err != nil {
+				closeAsker()
+				return results, err
+			}
+			r, err := measure(ctx, o, mode, via, c, ms, m, ask)
+			if err != nil {
+				closeAsker()
+				return results, err
+			}
+			results = append(results, r)
+			logf("%-6s %-4s clients %-3d %6d queries %7.1f q/s  p50 %6.2f ms  p99 %6.2f ms  overhead/iter p50 %5.0f µs p99 %6.0f µs  model %4.1f%%  cpu %5.0f µs/query  errors %d%s",
+				mode, via, c, r.queries, r.qps, ms2(r.p50), ms2(r.p99), us(r.iterP50), us(r.iterP99),
+				100*r.modelShare, us(r.cpuPerQuery), r.errors, firstErr(r))
+			if err := ms.exited(); err != nil {
+				closeAsker()
+				return results, err
+			}
+		}
+		closeAsker()
+	}
+	return results, nil
+}
+
+func firstErr(r result) string {
+	if r.firstErr == "" {
+		return ""
+	}
+	return " (first: " + r.firstErr + ")"
+}
+
+// measure warms up, then runs clients concurrent clients for o.duration on a fresh double.
+func measure(ctx context.Context, o options, mode, via string, clients int, ms *mesh, m *model, ask asker) (result, error) {
+	m.swap()
+	warm := drive(ctx, ask, clients, o.warmup, m)
+	if warm.errors > 0 {
+		// Counted in the table only if they go on in the timed phase.
+		fmt.Fprintf(os.Stderr, "%s %s clients %d: %d errors while warming up (first: %s)\n", mode, via, clients, warm.errors, warm.firstErr)
+	}
+
+	r := result{mode: mode, via: via, clients: clients, load: loadavg()}
+	cpu0 := selfCPU()
+	child0, err := ms.childCPU()
+	if err != nil {
+		return r, err
+	}
+	mc0 := m.counters()
+	stopProfile, err := startProfile(o.cpuprofile, fmt.Sprintf("%s-%s-c%d", mode, via, clients))
+	if err != nil {
+		return r, err
+	}
+	d := drive(ctx, ask, clients, o.duration, m)
+	stopProfile()
+	mc := m.counters().sub(mc0)
+	cpu := selfCPU() - cpu0
+	child1, err := ms.childCPU()
+	if err != nil {
+		return r, err
+	}
+	r.fill(d, mc, cpu, child1-child0, len(ms.children) > 0)
+	return r, nil
+}
+
+func startProfile(prefix, name string) (stop func(), err error) {
+	if prefix == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(prefix + "-" + name + ".pprof")
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
+// report prints the table, then each mode's verdict against its target.
+func report(w io.Writer, o options, results []result) {
+	fmt.Fprintf(w, "%s, GOOS/GOARCH %s/%s, GOMAXPROCS %d, NumCPU %d; %s timed after %s warm-up per row; started %s\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.NumCPU(),
+		o.duration, o.warmup, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	header := []string{"mode", "via", "clients", "queries", "q/s", "p50 ms", "p99 ms",
+		"overhead/iter p50 µs", "overhead/iter p99 µs", "model share", "model µs/query", "llama req/query", "llama conns/query",
+		"errors", "CPU µs/query", "of which mesh children", "load avg at start"}
+	var rows [][]string
+	for _, r := range results {
+		approx := ""
+		if r.clients > 1 {
+			approx = "~"
+		}
+		mesh := "—"
+		if r.mode == "micro" {
+			mesh = fmt.Sprintf("%.0f", us(r.meshCPUPerQuery))
+		}
+		rows = append(rows, []string{r.mode, r.via, strconv.Itoa(r.clients), strconv.Itoa(r.queries),
+			fmt.Sprintf("%.1f", r.qps), fmt.Sprintf("%.2f", ms2(r.p50)), fmt.Sprintf("%.2f", ms2(r.p99)),
+			fmt.Sprintf("%s%.0f", approx, us(r.iterP50)), fmt.Sprintf("%s%.0f", approx, us(r.iterP99)),
+			fmt.Sprintf("%.1f%%", 100*r.modelShare), fmt.Sprintf("%.0f", us(r.modelPerQuery)),
+			fmt.Sprintf("%.2f", r.llamaPerQuery), fmt.Sprintf("%.2f", r.llamaConnsPerQ), fmt.Sprintf("%d/%d", r.errors, r.queries+r.errors),
+			fmt.Sprintf("%.0f", us(r.cpuPerQuery)), mesh, r.load})
+	}
+	printTable(w, o.markdown, header, rows)
+	fmt.Fprintln(w, "overhead/iter = (query time − its model time) ÷ iterations (2); ~ = with more than one client the mean model time per query is subtracted;")
+	fmt.Fprintln(w, "model time = time llama requests spend in the timing proxy in front of the double (see bench/loop/model.go); CPU = this process (clients, proxy, double, and in inproc the mesh) + mesh children, per query")
+
+	fmt.Fprintln(w)
+	header = []string{"mode", "via", "target", "measured (1 client)", "result"}
+	rows = nil
+	for _, r := range results {
+		if r.clients != 1 {
+			continue
+		}
+		verdict := "PASS"
+		if r.errors > 0 || r.queries == 0 {
+			verdict = "FAIL (errors)"
+		} else if r.iterP50 > targets[r.mode] {
+			verdict = "FAIL"
+		}
+		rows = append(rows, []string{r.mode, r.via, fmt.Sprintf("overhead/iter p50 ≤ %.0f µs", us(targets[r.mode])),
+			fmt.Sprintf("%.0f µs", us(r.iterP50)), verdict})
+	}
+	if len(rows) > 0 {
+		printTable(w, o.markdown, header, rows)
+	}
+}
+
+func printTable(w io.Writer, markdown bool, header []string, rows [][]string) {
+	if markdown {
+		fmt.Fprintln(w, "| "+strings.Join(header, " | ")+" |")
+		sep := make([]string, len(header))
+		for i := range sep {
+			sep[i] = "---:"
+			if i < 2 {
+				sep[i] = "---"
+			}
+		}
+		fmt.Fprintln(w, "|"+strings.Join(sep, "|")+"|")
+		for _, r := range rows {
+			fmt.Fprintln(w, "| "+strings.Join(r, " | ")+" |")
+		}
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, strings.Join(header, "\t")+"\t")
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t")+"\t")
+	}
+	tw.Flush()
+}
+
+func us(d time.Duration) float64  { return float64(d) / float64(time.Microsecond) }
+func ms2(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
