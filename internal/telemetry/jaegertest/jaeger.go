@@ -26,7 +26,7 @@ const EnvJaeger = "TOOLMESH_JAEGER"
 
 // SkipReason is what tests say when EnvJaeger is not set.
 const SkipReason = EnvJaeger + ` not set: build Jaeger v2 with eval "$(scripts/jaeger)" ` +
-	`from the repository root (about 4 minutes the first time, cached after)`
+	`from the repository root (a few minutes the first time, cached after)`
 
 // readyTimeout bounds the wait for the health endpoint; Jaeger is ready in about a second,
 // the rest is room for a machine busy with `go test -race ./...`.
