@@ -286,8 +286,8 @@ func tokenize(sql string) ([]token, error) {
 }
 
 // quoteEnd returns the index just past the closing quote of a literal whose
-// content starts at i. A doubled quote (” "" “) is an escaped one; ] has no
-// escape, as in SQLite.
+// content starts at i. A quote character written twice stands for itself;
+// ']' has no such escape, as in SQLite.
 func quoteEnd(sql string, i int, closer byte) (int, bool) {
 	for i < len(sql) {
 		if sql[i] != closer {
