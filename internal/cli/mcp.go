@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/toolmesh/toolmesh/mcpservers"
 	"github.com/toolmesh/toolmesh/mcpservers/serve"
+	"github.com/toolmesh/toolmesh/mcpservers/sqlite"
 )
 
 func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -19,6 +21,7 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	addr := fs.String("addr", "127.0.0.1:7801", "HTTP listen address; loopback unless you say otherwise")
 	origins := fs.String("allowed-origins", "", "comma-separated extra Origin values allowed on HTTP (loopback origins always are)")
 	logLevel := fs.String("log.level", "info", "log level: debug, info, warn, error")
+	dbPath := fs.String("db", "", "sqlite only: the SQLite database file to serve read-only (never created); default: a built-in demo database")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: toolmesh mcp NAME [flags]\n\nRuns a shipped MCP server: %s.\n\nFlags:\n", strings.Join(mcpservers.Names(), ", "))
 		fs.PrintDefaults()
@@ -37,6 +40,9 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	newServer, ok := mcpservers.Lookup(name)
 	if !ok {
 		return usageError("toolmesh mcp: unknown server %q; choose from %s", name, strings.Join(mcpservers.Names(), ", "))
+	}
+	if *dbPath != "" && name != sqlite.Name {
+		return usageError("toolmesh mcp: --db is only for the %s server, not %s", sqlite.Name, name)
 	}
 	var level slogLevel
 	if err := level.Set(*logLevel); err != nil {
@@ -57,5 +63,17 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if *origins != "" {
 		opts.AllowedOrigins = strings.Split(*origins, ",")
 	}
-	return serve.Run(ctx, newServer(), opts)
+	srv, err := newServer(mcpservers.Options{DBPath: *dbPath})
+	if err != nil {
+		return fmt.Errorf("toolmesh mcp %s: %w", name, err)
+	}
+	if name == sqlite.Name {
+		db := *dbPath
+		if db == "" {
+			db = "the built-in demo database"
+		}
+		logger.Info("serving a SQLite database read-only", "db", db)
+	}
+	// Close removes the sqlite demo database, so it runs however Run ends.
+	return errors.Join(serve.Run(ctx, srv.MCP, opts), srv.Close())
 }
