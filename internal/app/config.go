@@ -49,6 +49,7 @@ type DemoConfig struct {
 	Enabled        bool
 	CalculatorAddr string
 	ConverterAddr  string
+	SQLiteAddr     string
 }
 
 // RegisterFlags sets every default. Each flag's name is also its key in the YAML file:
@@ -71,9 +72,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // RegisterDemoFlags adds the flags of the demo MCP servers that only `up` runs.
 func (c *Config) RegisterDemoFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Inference.LLM.URL, "llm-url", c.Inference.LLM.URL, "llama-server running Gorilla OpenFunctions v2 (same as --inference.llm.url)")
-	fs.BoolVar(&c.Demo.Enabled, "demo", true, "run the shipped calculator and converter MCP servers and connect them")
+	fs.BoolVar(&c.Demo.Enabled, "demo", true, "run the shipped calculator, converter and sqlite (demo database) MCP servers and connect them")
 	fs.StringVar(&c.Demo.CalculatorAddr, "demo.calculator-addr", "127.0.0.1:7801", "calculator MCP server address (SSE at /sse, streamable HTTP at /mcp)")
 	fs.StringVar(&c.Demo.ConverterAddr, "demo.converter-addr", "127.0.0.1:7802", "converter MCP server address (SSE at /sse, streamable HTTP at /mcp)")
+	fs.StringVar(&c.Demo.SQLiteAddr, "demo.sqlite-addr", "127.0.0.1:7803", "sqlite MCP server address, serving its demo database read-only (SSE at /sse, streamable HTTP at /mcp)")
 }
 
 // flagAliases maps short flags to the flag they set, so a file never overrides either.

@@ -2,45 +2,78 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/mcpservers"
+	"github.com/toolmesh/toolmesh/mcpservers/calculator"
+	"github.com/toolmesh/toolmesh/mcpservers/converter"
 	"github.com/toolmesh/toolmesh/mcpservers/serve"
+	"github.com/toolmesh/toolmesh/mcpservers/sqlite"
 )
 
-// initDemo starts the shipped calculator and converter on loopback and adds them to the
-// executor's servers over SSE, the transport the source tutorial used.
-func initDemo(a *App) ([]runner, error) {
-	var runners []runner
+// initDemo starts the shipped calculator, converter and sqlite (serving its demo database)
+// on loopback and adds them to the executor's servers over SSE, the transport the source
+// tutorial used. Each stops taking requests before what it holds is released: the sqlite
+// demo database file is removed when its runner ends.
+func initDemo(a *App) (_ []runner, err error) {
 	servers := maps.Clone(a.cfg.Executor.Servers)
 	if servers == nil {
 		servers = map[string]mcpconfig.Server{}
 	}
+	// A failed start leaves nothing behind: the listeners bound so far are closed and the
+	// servers' resources released, newest first.
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	var runners []runner
 	for _, d := range []struct{ name, addr string }{
-		{"calculator", a.cfg.Demo.CalculatorAddr},
-		{"converter", a.cfg.Demo.ConverterAddr},
+		{calculator.Name, a.cfg.Demo.CalculatorAddr},
+		{converter.Name, a.cfg.Demo.ConverterAddr},
+		{sqlite.Name, a.cfg.Demo.SQLiteAddr},
 	} {
 		if _, taken := servers[d.name]; taken {
 			return nil, fmt.Errorf("demo server %q: an MCP server of that name is configured; run with --demo=false", d.name)
 		}
 		newServer, _ := mcpservers.Lookup(d.name)
+		srv, err := newServer(mcpservers.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("demo server %s: %w", d.name, err)
+		}
+		undo = append(undo, func() { _ = srv.Close() })
 		logger := a.logger.With("target", "demo", "mcp_server", d.name)
-		h := serve.Handler(newServer(), serve.Options{Logger: logger})
+		h := serve.Handler(srv.MCP, serve.Options{Logger: logger})
 		hs, err := server.NewHTTP(d.addr, h, logger, a.cfg.DrainTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("demo server %s: %w", d.name, err)
 		}
+		undo = append(undo, func() { closeUnstarted(hs) })
 		servers[d.name] = mcpconfig.Server{
 			Name:      d.name,
 			Transport: mcpconfig.TransportSSE,
 			URL:       "http://" + hs.Addr() + "/sse",
 		}
 		a.endpoint(d.name+" MCP", "http://"+hs.Addr()+"/sse")
-		runners = append(runners, func(ctx context.Context) error { return hs.Run(ctx) })
+		runners = append(runners, func(ctx context.Context) error {
+			return errors.Join(hs.Run(ctx), srv.Close())
+		})
 	}
 	a.cfg.Executor.Servers = servers
 	return runners, nil
+}
+
+// closeUnstarted closes the listener of an HTTP server that never ran: Run on an ended
+// context serves nothing and shuts down at once.
+func closeUnstarted(hs *server.HTTP) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = hs.Run(ctx)
 }
