@@ -47,7 +47,8 @@ func TestUpBlackBox(t *testing.T) {
 			}
 		}
 		for _, want := range []string{"calculator.add", "calculator.subtract", "calculator.multiply", "calculator.divide",
-			"calculator.calculate", "converter.celsius_to_fahrenheit", "converter.fahrenheit_to_celsius", "converter.convert_temperature"} {
+			"calculator.calculate", "converter.celsius_to_fahrenheit", "converter.fahrenheit_to_celsius", "converter.convert_temperature",
+			"sqlite.list_tables", "sqlite.describe_table", "sqlite.query_database"} {
 			if !slices.Contains(ids, want) {
 				t.Errorf("GET /v1/tools: %s missing from %v", want, ids)
 			}
@@ -156,7 +157,7 @@ func startUp(t *testing.T, bin string, extra ...string) (*upProcess, string) {
 	args := append([]string{"up",
 		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
 		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
-		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0"}, extra...)
+		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0"}, extra...)
 	up := exec.Command(bin, args...)
 	stdout, err := up.StdoutPipe()
 	if err != nil {
