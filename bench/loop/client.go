@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -88,6 +89,9 @@ type restResponse struct {
 	Error      string `json:"error"`
 }
 
+// restBytes is the size of the last REST answer, for the progress log.
+var restBytes atomic.Int64
+
 func restAsker(base string, hc *http.Client) asker {
 	url := base + "/v1/query"
 	return func(ctx context.Context) (int, error) {
@@ -108,6 +112,7 @@ func restAsker(base string, hc *http.Client) asker {
 		if resp.StatusCode != http.StatusOK {
 			return 0, fmt.Errorf("POST /v1/query: %d %.200s", resp.StatusCode, b)
 		}
+		restBytes.Store(int64(len(b)))
 		var r restResponse
 		if err := json.Unmarshal(b, &r); err != nil {
 			return 0, fmt.Errorf("POST /v1/query: %v: %.200s", err, b)
@@ -225,7 +230,9 @@ type result struct {
 	llamaPerQuery    float64 // /completion requests per query
 	llamaConnsPerQ   float64 // new connections to the llama-server per query
 	cpuPerQuery      time.Duration
-	meshCPUPerQuery  time.Duration // micro: the child processes' part of cpuPerQuery
+	meshCPUPerQuery  time.Duration            // micro: the child processes' part of cpuPerQuery
+	childCPU         map[string]time.Duration // micro: CPU of each child process in the phase
+	allocPerQuery    float64                  // bytes allocated in this process per query
 }
 
 func (r *result) fill(d driven, mc modelCounters, cpu, childCPU time.Duration, micro bool) {

@@ -186,14 +186,16 @@ func runMode(ctx context.Context, o options, mode, dir string, m *model, logf fu
 	case "inproc":
 		ms, err = startInproc(m.URL, dir+"/inproc.log")
 	case "micro":
+		// Profiles of the mesh's processes need the self-profiling build of the same program.
+		profiled := o.cpuprofile != "" && o.binary == "" && runtime.GOOS == "linux"
 		bin := o.binary
 		if bin == "" {
-			logf("building ./cmd/toolmesh")
-			if bin, err = buildBinary(ctx, dir); err != nil {
+			logf("building ./cmd/toolmesh (profiled: %v)", profiled)
+			if bin, err = buildBinary(ctx, dir, profiled); err != nil {
 				return nil, err
 			}
 		}
-		ms, err = startMicro(ctx, bin, dir, m.URL)
+		ms, err = startMicro(ctx, bin, dir, m.URL, profiled)
 	}
 	if err != nil {
 		return nil, err
@@ -227,6 +229,10 @@ func runMode(ctx context.Context, o options, mode, dir string, m *model, logf fu
 			logf("%-6s %-4s clients %-3d %6d queries %7.1f q/s  p50 %6.2f ms  p99 %6.2f ms  overhead/iter p50 %5.0f µs p99 %6.0f µs  model %4.1f%%  cpu %5.0f µs/query  errors %d%s",
 				mode, via, c, r.queries, r.qps, ms2(r.p50), ms2(r.p99), us(r.iterP50), us(r.iterP99),
 				100*r.modelShare, us(r.cpuPerQuery), r.errors, firstErr(r))
+			logf("       alloc in this process %.0f KB/query; REST answer %d bytes", r.allocPerQuery/1024, restBytes.Load())
+			if line := r.perProcess(); line != "" {
+				logf("       CPU µs/query by process: %s", line)
+			}
 			if err := ms.exited(); err != nil {
 				closeAsker()
 				return results, err
@@ -235,6 +241,17 @@ func runMode(ctx context.Context, o options, mode, dir string, m *model, logf fu
 		closeAsker()
 	}
 	return results, nil
+}
+
+// perProcess lists a micro row's CPU per query by child process, in start order.
+func (r result) perProcess() string {
+	var parts []string
+	for _, name := range []string{"api", "inference", "retriever", "executor", "calculator", "converter"} {
+		if t, ok := r.childCPU[name]; ok && r.queries+r.errors > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f", name, us(t)/float64(r.queries+r.errors)))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func firstErr(r result) string {
@@ -260,19 +277,38 @@ func measure(ctx context.Context, o options, mode, via string, clients int, ms *
 		return r, err
 	}
 	mc0 := m.counters()
-	stopProfile, err := startProfile(o.cpuprofile, fmt.Sprintf("%s-%s-c%d", mode, via, clients))
+	name := fmt.Sprintf("%s-%s-c%d", mode, via, clients)
+	stopProfile, err := startProfile(o.cpuprofile, name)
 	if err != nil {
 		return r, err
 	}
+	if err := ms.startProfiles(); err != nil {
+		stopProfile()
+		return r, err
+	}
+	var allocs runtime.MemStats
+	runtime.ReadMemStats(&allocs)
+	alloc0 := allocs.TotalAlloc
 	d := drive(ctx, ask, clients, o.duration, m)
+	runtime.ReadMemStats(&allocs)
+	r.allocPerQuery = float64(allocs.TotalAlloc-alloc0) / float64(max(1, len(d.samples)+d.errors))
 	stopProfile()
+	if err := ms.stopProfiles(o.cpuprofile + "-" + name); err != nil {
+		return r, err
+	}
 	mc := m.counters().sub(mc0)
 	cpu := selfCPU() - cpu0
 	child1, err := ms.childCPU()
 	if err != nil {
 		return r, err
 	}
-	r.fill(d, mc, cpu, child1-child0, len(ms.children) > 0)
+	r.childCPU = map[string]time.Duration{}
+	var children time.Duration
+	for name, t := range child1 {
+		r.childCPU[name] = t - child0[name]
+		children += t - child0[name]
+	}
+	r.fill(d, mc, cpu, children, len(ms.children) > 0)
 	return r, nil
 }
 
@@ -301,7 +337,7 @@ func report(w io.Writer, o options, results []result) {
 		o.duration, o.warmup, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	header := []string{"mode", "via", "clients", "queries", "q/s", "p50 ms", "p99 ms",
 		"overhead/iter p50 µs", "overhead/iter p99 µs", "model share", "model µs/query", "llama req/query", "llama conns/query",
-		"errors", "CPU µs/query", "of which mesh children", "load avg at start"}
+		"errors", "CPU µs/query", "of which mesh children", "alloc KB/query in this process", "load avg at start"}
 	var rows [][]string
 	for _, r := range results {
 		approx := ""
@@ -317,11 +353,16 @@ func report(w io.Writer, o options, results []result) {
 			fmt.Sprintf("%s%.0f", approx, us(r.iterP50)), fmt.Sprintf("%s%.0f", approx, us(r.iterP99)),
 			fmt.Sprintf("%.1f%%", 100*r.modelShare), fmt.Sprintf("%.0f", us(r.modelPerQuery)),
 			fmt.Sprintf("%.2f", r.llamaPerQuery), fmt.Sprintf("%.2f", r.llamaConnsPerQ), fmt.Sprintf("%d/%d", r.errors, r.queries+r.errors),
-			fmt.Sprintf("%.0f", us(r.cpuPerQuery)), mesh, r.load})
+			fmt.Sprintf("%.0f", us(r.cpuPerQuery)), mesh, fmt.Sprintf("%.0f", r.allocPerQuery/1024), r.load})
 	}
 	printTable(w, o.markdown, header, rows)
 	fmt.Fprintln(w, "overhead/iter = (query time − its model time) ÷ iterations (2); ~ = with more than one client the mean model time per query is subtracted;")
 	fmt.Fprintln(w, "model time = time llama requests spend in the timing proxy in front of the double (see bench/loop/model.go); CPU = this process (clients, proxy, double, and in inproc the mesh) + mesh children, per query")
+	for _, r := range results {
+		if line := r.perProcess(); line != "" {
+			fmt.Fprintf(w, "%s %s %d clients, mesh CPU µs/query by process: %s\n", r.mode, r.via, r.clients, line)
+		}
+	}
 
 	fmt.Fprintln(w)
 	header = []string{"mode", "via", "target", "measured (1 client)", "result"}

@@ -29,17 +29,18 @@ type mesh struct {
 	stop     func() error
 }
 
-// childCPU is the CPU time the mesh's child processes have used so far (0 in inproc mode).
-func (m *mesh) childCPU() (time.Duration, error) {
-	var sum time.Duration
+// childCPU is the CPU time each of the mesh's child processes has used so far (none in
+// inproc mode).
+func (m *mesh) childCPU() (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
 	for _, c := range m.children {
 		t, err := processCPU(c.cmd.Process.Pid)
 		if err != nil {
-			return 0, fmt.Errorf("%s: %w", c.name, err)
+			return nil, fmt.Errorf("%s: %w", c.name, err)
 		}
-		sum += t
+		out[c.name] = t
 	}
-	return sum, nil
+	return out, nil
 }
 
 // exited names the first child that is no longer running, and how it ended.
@@ -130,12 +131,14 @@ type child struct {
 	name    string
 	cmd     *exec.Cmd
 	logPath string
+	profile string        // where it writes its CPU profile on SIGUSR1/SIGUSR2 (bench/loop/profiled); "" when not
 	done    chan struct{} // closed when the process has exited
 	err     error         // how it exited, once done is closed
 }
 
-// startChild starts bin with args, its output in dir/name.log.
-func startChild(dir, name, bin string, args ...string) (*child, error) {
+// startChild starts bin with args, its output in dir/name.log. With profiled, bin is
+// bench/loop/profiled and the child is told where to write its CPU profile.
+func startChild(dir, name, bin string, profiled bool, args ...string) (*child, error) {
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -144,11 +147,15 @@ func startChild(dir, name, bin string, args ...string) (*child, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = childAttr()
+	c := &child{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	if profiled {
+		c.profile = filepath.Join(dir, name+".cpu.pprof")
+		cmd.Env = append(os.Environ(), "TOOLMESH_BENCH_PROFILE="+c.profile)
+	}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	c := &child{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		c.err = cmd.Wait()
 		f.Close()
@@ -175,15 +182,65 @@ func stopChild(c *child) error {
 	return fmt.Errorf("%s did not stop within 5s of SIGINT; killed", c.name)
 }
 
-// buildBinary builds cmd/toolmesh into dir.
-func buildBinary(ctx context.Context, dir string) (string, error) {
+// buildBinary builds cmd/toolmesh into dir, or with profiled bench/loop/profiled (the same
+// program, able to profile itself on a signal).
+func buildBinary(ctx context.Context, dir string, profiled bool) (string, error) {
 	bin := filepath.Join(dir, "toolmesh")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/toolmesh/toolmesh/cmd/toolmesh")
+	pkg := "github.com/toolmesh/toolmesh/cmd/toolmesh"
+	if profiled {
+		pkg = "github.com/toolmesh/toolmesh/bench/loop/profiled"
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go build ./cmd/toolmesh: %w\n%s", err, out)
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 	}
 	return bin, nil
+}
+
+// startProfiles asks every child that can to start its CPU profile.
+func (m *mesh) startProfiles() error {
+	for _, c := range m.children {
+		if c.profile == "" {
+			continue
+		}
+		_ = os.Remove(c.profile + ".done")
+		if err := signalProfile(c.cmd.Process, true); err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+	}
+	return nil
+}
+
+// stopProfiles stops the children's CPU profiles and moves each to prefix-CHILD.pprof.
+func (m *mesh) stopProfiles(prefix string) error {
+	for _, c := range m.children {
+		if c.profile == "" {
+			continue
+		}
+		if err := signalProfile(c.cmd.Process, false); err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+	}
+	for _, c := range m.children {
+		if c.profile == "" {
+			continue
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err := os.Stat(c.profile + ".done"); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: no CPU profile within 10s", c.name)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := os.Rename(c.profile, prefix+"-"+c.name+".pprof"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // freeAddrs returns n loopback addresses that were free a moment ago. Another process could
@@ -210,7 +267,7 @@ func freeAddrs(n int) ([]string, error) {
 // startMicro runs the mesh as `toolmesh serve` processes, one per target, and the demo MCP
 // servers as `toolmesh mcp` processes, on free loopback ports; the executor finds the MCP
 // servers in an mcp.json. On any failure every child started so far is stopped.
-func startMicro(ctx context.Context, bin, dir, modelURL string) (m *mesh, err error) {
+func startMicro(ctx context.Context, bin, dir, modelURL string, profiled bool) (m *mesh, err error) {
 	addrs, err := freeAddrs(7)
 	if err != nil {
 		return nil, err
@@ -240,7 +297,7 @@ func startMicro(ctx context.Context, bin, dir, modelURL string) (m *mesh, err er
 		}
 	}()
 	start := func(name string, args ...string) error {
-		c, err := startChild(dir, name, bin, args...)
+		c, err := startChild(dir, name, bin, profiled, args...)
 		if err != nil {
 			return err
 		}

@@ -47,6 +47,14 @@ func processCPU(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * time.Second / userHZ, nil
 }
 
+// signalProfile starts (SIGUSR1) or stops (SIGUSR2) a child's CPU profile (bench/loop/profiled).
+func signalProfile(p *os.Process, start bool) error {
+	if start {
+		return p.Signal(syscall.SIGUSR1)
+	}
+	return p.Signal(syscall.SIGUSR2)
+}
+
 // childAttr makes the kernel kill a child when this process dies, even by SIGKILL, so no
 // mesh process outlives a crashed or killed bench. (The signal follows the OS thread that
 // started the child; Go only ends threads whose goroutine locked them, which nothing here does.)

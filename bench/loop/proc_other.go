@@ -4,6 +4,7 @@ package main
 
 import (
 	"errors"
+	"os"
 	"syscall"
 	"time"
 )
@@ -18,3 +19,5 @@ func processCPU(int) (time.Duration, error) { return 0, errors.New("process CPU 
 func childAttr() *syscall.SysProcAttr { return nil }
 
 func loadavg() string { return "unknown" }
+
+func signalProfile(*os.Process, bool) error { return errors.New("child profiles need Linux") }
