@@ -41,6 +41,10 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if !ok {
 		return usageError("toolmesh mcp: unknown server %q; choose from %s", name, strings.Join(mcpservers.Names(), ", "))
 	}
+	if fs.NArg() > 0 {
+		// "toolmesh mcp sqlite my.db" must not quietly serve the demo instead.
+		return usageError("toolmesh mcp: unexpected argument %q (a database file is given with --db)", fs.Arg(0))
+	}
 	if *dbPath != "" && name != sqlite.Name {
 		return usageError("toolmesh mcp: --db is only for the %s server, not %s", sqlite.Name, name)
 	}
@@ -65,7 +69,7 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	srv, err := newServer(mcpservers.Options{DBPath: *dbPath})
 	if err != nil {
-		return fmt.Errorf("toolmesh mcp %s: %w", name, err)
+		return err // it names the server or the database; the caller adds "toolmesh mcp:"
 	}
 	if name == sqlite.Name {
 		db := *dbPath
