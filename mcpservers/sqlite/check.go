@@ -87,6 +87,8 @@ func notSelect(keyword string) error {
 		why = "rewrites the database file, and this database is read-only"
 	case "EXPLAIN":
 		why = "is not supported here"
+	case "SHOW", "DESCRIBE", "DESC":
+		why = "is not SQLite; use the list_tables and describe_table tools to see tables and columns"
 	default:
 		return fmt.Errorf("%s: the statement starts with %q", only, keyword)
 	}

@@ -68,6 +68,8 @@ func TestCheckQueryRejects(t *testing.T) {
 		{"transaction", "BEGIN", []string{"BEGIN controls transactions"}},
 		{"vacuum into", "VACUUM INTO '/tmp/copy.db'", []string{"VACUUM rewrites the database"}},
 		{"explain", "EXPLAIN SELECT 1", []string{"EXPLAIN is not supported"}},
+		{"show tables", "SHOW TABLES", []string{"SHOW is not SQLite", "list_tables"}},
+		{"describe", "DESCRIBE employees", []string{"DESCRIBE is not SQLite", "describe_table"}},
 		{"values", "VALUES (1)", []string{"only read-only", `starts with "VALUES"`}},
 		{"leading comment hides nothing", "/* SELECT */ DELETE FROM employees", []string{"DELETE writes data"}},
 		{"two statements", "SELECT 1; DROP TABLE employees", []string{"only one statement", "got 2", `"DROP"`}},
