@@ -18,11 +18,11 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// runShort runs the bench for about a second and checks that every query was answered right
-// and took the scripted path: 3 requests to the model per query.
-func runShort(t *testing.T, mode string) {
+// runShort runs the bench for d and checks that every query was answered right and took the
+// scripted path: 3 requests to the model per query.
+func runShort(t *testing.T, mode string, d time.Duration) {
 	t.Helper()
-	o := options{duration: time.Second, warmup: 200 * time.Millisecond, clients: []int{1},
+	o := options{duration: d, warmup: 100 * time.Millisecond, clients: []int{1},
 		modes: []string{mode}, vias: []string{"rest"}, timeout: 10 * time.Second}
 	results, err := run(t.Context(), o, logWriter{t})
 	if err != nil {
@@ -43,13 +43,14 @@ func runShort(t *testing.T, mode string) {
 	}
 }
 
-func TestInproc(t *testing.T) { runShort(t, "inproc") }
+func TestInproc(t *testing.T) { runShort(t, "inproc", time.Second) }
 
 func TestMicro(t *testing.T) {
 	if testing.Short() {
-		t.Skip("micro mode builds toolmesh and starts six processes")
+		t.Skip("micro mode builds toolmesh and starts seven processes")
 	}
-	runShort(t, "micro")
+	// Shorter: building toolmesh and starting the processes take most of this test's time.
+	runShort(t, "micro", 500*time.Millisecond)
 }
 
 func TestCheck(t *testing.T) {

@@ -9,11 +9,12 @@
 // -via grpc, the api's gRPC Query, each client one question at a time, for -duration after a
 // -warmup.
 //
-// Two ways to run the mesh:
+// Two ways to run the mesh, each with the MCP servers `toolmesh up` runs as its demo
+// (calculator, converter, sqlite):
 //   - inproc: every target in this process (internal/app, as `toolmesh up`), the demo MCP
 //     servers over SSE on loopback;
 //   - micro: `go build ./cmd/toolmesh`, then one `toolmesh serve --target=X` process per
-//     target and one `toolmesh mcp NAME --transport sse` process per MCP server, on free
+//     target and one `toolmesh mcp NAME --transport sse` process per demo MCP server, on free
 //     loopback ports. The double stays in this process.
 //
 // Model time is measured at the double (see model): the query's time minus its model time,
@@ -49,6 +50,7 @@ type options struct {
 	vias       []string
 	binary     string
 	cpuprofile string
+	memprofile string
 	markdown   bool
 	timeout    time.Duration
 	logs       string
@@ -69,6 +71,7 @@ func main() {
 	fs.StringVar(&vias, "via", "rest", "comma-separated APIs the clients call: rest (POST /v1/query), grpc (AgentService.Query)")
 	fs.StringVar(&o.binary, "binary", "", "toolmesh binary for micro mode; empty: go build ./cmd/toolmesh into a temporary folder")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process per timed phase to PREFIX-MODE-VIA-cN.pprof (in micro mode the mesh is in the child processes, not in it)")
+	fs.StringVar(&o.memprofile, "memprofile", "", "write this process's allocation profile (whole run) to this file at the end; in inproc mode it holds the mesh's allocations")
 	fs.BoolVar(&o.markdown, "markdown", false, "print a Markdown table")
 	fs.StringVar(&o.logs, "logs", "", "folder for the mesh's logs (and micro mode's mcp.json and binary); empty: a temporary folder, removed at the end")
 	fs.BoolVar(&o.noProxy, "no-model-time", false, "point the mesh at the double directly, without the timing proxy: no model time (overhead/iter is then the whole query ÷ iterations), to see what the proxy costs")
@@ -168,6 +171,15 @@ func run(ctx context.Context, o options, progress io.Writer) ([]result, error) {
 	}
 	defer m.close()
 
+	if o.memprofile != "" {
+		// Sample every allocation's bytes at the usual rate from the start; written at the end.
+		defer func() {
+			if f, err := os.Create(o.memprofile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
+	}
 	var results []result
 	for _, mode := range o.modes {
 		rs, err := runMode(ctx, o, mode, dir, m, logf)
@@ -246,7 +258,7 @@ func runMode(ctx context.Context, o options, mode, dir string, m *model, logf fu
 // perProcess lists a micro row's CPU per query by child process, in start order.
 func (r result) perProcess() string {
 	var parts []string
-	for _, name := range []string{"api", "inference", "retriever", "executor", "calculator", "converter"} {
+	for _, name := range []string{"api", "inference", "retriever", "executor", "calculator", "converter", "sqlite"} {
 		if t, ok := r.childCPU[name]; ok && r.queries+r.errors > 0 {
 			parts = append(parts, fmt.Sprintf("%s %.0f", name, us(t)/float64(r.queries+r.errors)))
 		}

@@ -56,7 +56,7 @@ func (m *mesh) exited() error {
 }
 
 // startInproc runs every target in this process on :0 ports, as `toolmesh up` does, with the
-// demo MCP servers (calculator, converter) over SSE on loopback.
+// demo MCP servers (calculator, converter, sqlite) over SSE on loopback.
 func startInproc(modelURL, logPath string) (*mesh, error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -65,7 +65,7 @@ func startInproc(modelURL, logPath string) (*mesh, error) {
 	args := []string{
 		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
 		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
-		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0",
+		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0",
 		"--drain-timeout=2s", "--llm-url=" + modelURL,
 	}
 	fs := flag.NewFlagSet("inproc", flag.ContinueOnError)
@@ -265,20 +265,22 @@ func freeAddrs(n int) ([]string, error) {
 }
 
 // startMicro runs the mesh as `toolmesh serve` processes, one per target, and the demo MCP
-// servers as `toolmesh mcp` processes, on free loopback ports; the executor finds the MCP
+// servers (calculator, converter, sqlite) as `toolmesh mcp` processes, on free loopback ports; the executor finds the MCP
 // servers in an mcp.json. On any failure every child started so far is stopped.
 func startMicro(ctx context.Context, bin, dir, modelURL string, profiled bool) (m *mesh, err error) {
-	addrs, err := freeAddrs(7)
+	addrs, err := freeAddrs(8)
 	if err != nil {
 		return nil, err
 	}
-	calc, conv, executor, retriever, inference, apiGRPC, apiHTTP := addrs[0], addrs[1], addrs[2], addrs[3], addrs[4], addrs[5], addrs[6]
+	calc, conv, sqlite, executor, retriever, inference, apiGRPC, apiHTTP := addrs[0], addrs[1], addrs[2], addrs[3], addrs[4], addrs[5], addrs[6], addrs[7]
+	// The MCP servers `toolmesh up` runs as its demo, so both modes index the same tools.
 	mcpJSON := filepath.Join(dir, "mcp.json")
 	conf := fmt.Sprintf(`{"mcpServers": {
   "calculator": {"url": "http://%s/sse", "transport": "sse"},
-  "converter": {"url": "http://%s/sse", "transport": "sse"}
+  "converter": {"url": "http://%s/sse", "transport": "sse"},
+  "sqlite": {"url": "http://%s/sse", "transport": "sse"}
 }}
-`, calc, conv)
+`, calc, conv, sqlite)
 	if err := os.WriteFile(mcpJSON, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
@@ -312,7 +314,10 @@ func startMicro(ctx context.Context, bin, dir, modelURL string, profiled bool) (
 	if err := start("converter", "mcp", "converter", "--transport", "sse", "--addr", conv); err != nil {
 		return m, err
 	}
-	for _, a := range []string{calc, conv} {
+	if err := start("sqlite", "mcp", "sqlite", "--transport", "sse", "--addr", sqlite); err != nil {
+		return m, err
+	}
+	for _, a := range []string{calc, conv, sqlite} {
 		if err := waitListening(ctx, m, a, 30*time.Second); err != nil {
 			return m, err
 		}
