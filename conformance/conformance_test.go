@@ -1,0 +1,349 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolmesh/toolmesh/mcpservers"
+)
+
+// versions are the protocol versions toolmesh speaks that the suite tests
+// on the wire. Each scenario runs at every one of them it applies to: the
+// dated versions use the initialize handshake, 2026-07-28 is stateless, and
+// passing on one says nothing about the other.
+var versions = []string{"2025-06-18", "2025-11-25", "2026-07-28"}
+
+// scope says why scenarios (or checks) toolmesh does not claim are not run
+// against it. pattern is matched with path.Match against the scenario name,
+// or against "SCENARIO#CHECK-ID" for a check.
+type scope struct {
+	pattern string
+	reason  string
+}
+
+func lookup(scopes []scope, name string) (string, bool) {
+	for _, s := range scopes {
+		if ok, _ := path.Match(s.pattern, name); ok {
+			return s.reason, true
+		}
+	}
+	return "", false
+}
+
+// clientNotClaimed: toolmesh's MCP client (the executor) calls tools; it
+// declares no client capabilities and authenticates with the static headers
+// of the server's configuration.
+var clientNotClaimed = []scope{
+	{"auth/*", "OAuth: the executor sends the static headers configured for a server (mcp.json \"headers\") and runs no OAuth flow"},
+	{"elicitation-*", "elicitation: the executor is a tools-only client and declares no elicitation capability"},
+	{"sep-2322-client-request-state", "MRTR input requests (SEP-2322) carry elicitation answers; the executor declares no elicitation, sampling or roots capability"},
+	{"sep-2640-*", "skills extension (SEP-2640): not a tools feature"},
+}
+
+// fixtureTools: scenarios that call tools only the suite's reference server
+// has (test_simple_text, test_image_content, ...), so they test that server's
+// fixtures, not a tools server in general.
+const fixtureTools = "calls the suite's fixture tools (test_*), which only its reference server has"
+
+// serverNotClaimed: the shipped servers serve tools and nothing else, and
+// never ask the client for input.
+var serverNotClaimed = []scope{
+	{"resources-*", "resources: the shipped servers are tools-only"},
+	{"sep-2164-resource-not-found", "resources: the shipped servers are tools-only"},
+	{"prompts-*", "prompts: the shipped servers are tools-only"},
+	{"completion-complete", "completions: the shipped servers are tools-only"},
+	{"logging-set-level", "logging: the shipped servers declare no logging capability"},
+	{"tools-call-*", fixtureTools},
+	{"json-schema-2020-12", fixtureTools},
+	{"elicitation-*", "elicitation: the shipped servers never ask the client for input; " + fixtureTools},
+	{"input-required-result-*", "input requests (elicitation, sampling, roots): the shipped servers never ask the client for input; " + fixtureTools},
+	{"tasks-*", "tasks extension: the shipped servers run calls synchronously"},
+	{"sep-2640-*", "skills extension (SEP-2640): not a tools feature"},
+}
+
+// serverChecksNotApplicable: single checks of claimed scenarios that are
+// about what a tools-only server does not have. Checks the suite itself marks
+// untestable (a fixture tool is missing) are skipped without being listed.
+var serverChecksNotApplicable = []scope{
+	{"caching#sep-2549-prompts-*", "prompts: the shipped servers are tools-only"},
+	{"caching#sep-2549-resources-*", "resources: the shipped servers are tools-only"},
+}
+
+func TestConformance(t *testing.T) {
+	s := findSuite(t)
+	xf, err := loadExpectations(expectedFailuresFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	// Runs once every subtest below, parallel ones included, has finished.
+	t.Cleanup(func() {
+		t.Logf("conformance suite: %s", time.Since(start).Round(10*time.Millisecond))
+		checkUnused(t, xf)
+	})
+
+	// The client and the servers are tested side by side: most of the time
+	// is Node starting and the suite waiting on sockets, not CPU.
+	t.Run("client", func(t *testing.T) {
+		t.Parallel()
+		// The suite runs this test binary as the client command; TestMain
+		// turns it into conformance.Main.
+		env := []string{envRole + "=client"}
+		command := shellQuote(os.Args[0])
+		scenarios := s.list(t, "client")
+		for _, v := range versions {
+			t.Run(v, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+				defer cancel()
+				results := s.run(ctx, t, env, v, "client", "--command", command)
+				for _, name := range scenarios[v] {
+					t.Run(name, func(t *testing.T) {
+						res, ok := results[name]
+						judge(t, xf, "client/"+v+"/"+name, res, ok, clientNotClaimed, nil)
+					})
+				}
+			})
+		}
+	})
+
+	t.Run("server", func(t *testing.T) {
+		t.Parallel()
+		scenarios := s.list(t, "server")
+		for _, name := range mcpservers.Names() {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				url := startServer(t, name)
+				for _, v := range versions {
+					t.Run(v, func(t *testing.T) {
+						ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+						defer cancel()
+						results := s.run(ctx, t, nil, v, "server", "--url", url)
+						for _, sc := range scenarios[v] {
+							t.Run(sc, func(t *testing.T) {
+								res, ok := results[sc]
+								judge(t, xf, "server/"+name+"/"+v+"/"+sc, res, ok, serverNotClaimed, serverChecksNotApplicable)
+							})
+						}
+					})
+				}
+				t.Run("sse", func(t *testing.T) {
+					t.Skip("the suite drives servers over streamable HTTP only (its server runner connects with the SDK's StreamableHTTPClientTransport); " +
+						"the SSE endpoint is the same mcp-go server behind mcpservers/serve and is covered by that package's tests")
+				})
+			})
+		}
+	})
+
+}
+
+// checkUnused fails on entries of expected-failures.txt that matched no
+// scenario: a scenario that no longer exists, or a misspelt key. It can only
+// tell when every subtest ran.
+func checkUnused(t *testing.T, xf expectations) {
+	if f := flag.Lookup("test.run"); f != nil && f.Value.String() != "" {
+		return
+	}
+	if t.Skipped() || t.Failed() {
+		return
+	}
+	for _, x := range xf {
+		if len(x.matched) == 0 {
+			t.Errorf("%s:%d: %s matches no scenario that ran: remove or correct the entry", expectedFailuresFile, x.line, x.key)
+		}
+	}
+}
+
+// judge decides one scenario's subtest from the suite's checks: skipped when
+// toolmesh does not claim what it tests; otherwise every counted check must
+// pass, unless the scenario is listed in expected-failures.txt, and a listed
+// scenario that does pass is itself a failure, so the list only shrinks.
+func judge(t *testing.T, xf expectations, id string, res result, ok bool, notClaimed, checksNA []scope) {
+	t.Helper()
+	name := id[strings.LastIndex(id, "/")+1:]
+	if i := strings.Index(id, "/auth/"); i >= 0 { // client scenarios auth/NAME
+		name = id[i+1:]
+	}
+	if reason, skip := lookup(notClaimed, name); skip {
+		t.Skipf("not claimed: %s (suite: %s)", reason, summary(res.checks))
+	}
+	x := xf.match(id)
+	if !ok {
+		t.Fatalf("the suite listed %s at this version but left no result for it", name)
+	}
+
+	var failed, warned, na []string
+	counted := 0
+	for _, c := range res.checks {
+		switch c.Status {
+		case "INFO", "SKIPPED":
+			continue
+		}
+		if reason, skip := lookup(checksNA, name+"#"+c.ID); skip {
+			na = append(na, fmt.Sprintf("%s (%s)", c.ID, reason))
+			continue
+		}
+		if c.Status == "FAILURE" && c.Details["untestable"] == true {
+			na = append(na, fmt.Sprintf("%s (%s)", c.ID, c.ErrorMessage))
+			continue
+		}
+		// The suite adds wire-schema checks to every scenario; alone they
+		// do not make a scenario tested, but they must pass.
+		if !strings.HasPrefix(c.ID, "wire-schema-") {
+			counted++
+		}
+		switch c.Status {
+		case "SUCCESS":
+		case "WARNING":
+			warned = append(warned, describe(c))
+		default:
+			failed = append(failed, describe(c))
+		}
+	}
+	for _, w := range warned {
+		t.Logf("warning: %s", w)
+	}
+	for _, n := range na {
+		t.Logf("not applicable: %s", n)
+	}
+
+	switch {
+	case len(failed) > 0 && x != nil:
+		t.Skipf("expected failure (%s:%d): %s\nfailing checks:\n  %s", expectedFailuresFile, x.line, x.reason, strings.Join(failed, "\n  "))
+	case len(failed) > 0:
+		msg := fmt.Sprintf("%d checks failed:\n  %s", len(failed), strings.Join(failed, "\n  "))
+		if out := res.tail("stderr.txt", 3000); out != "" {
+			msg += "\nclient stderr:\n" + out
+		}
+		t.Error(msg + "\n(fix it, or list it in " + expectedFailuresFile + " with the reason)")
+	case x != nil:
+		x.notFailing(id)
+		t.Errorf("passes, but %s:%d lists it as an expected failure: remove the entry", expectedFailuresFile, x.line)
+	case counted == 0:
+		t.Skipf("no check applies (%d not applicable); suite: %s%s", len(na), summary(res.checks), infoNotes(res.checks))
+	default:
+		t.Logf("%d checks passed", counted)
+	}
+}
+
+func describe(c check) string {
+	s := c.Status + " " + c.ID
+	if c.Description != "" {
+		s += ": " + c.Description
+	}
+	if c.ErrorMessage != "" {
+		s += " — " + c.ErrorMessage
+	}
+	return s
+}
+
+func summary(checks []check) string {
+	n := map[string]int{}
+	for _, c := range checks {
+		n[c.Status]++
+	}
+	return fmt.Sprintf("%d passed, %d failed, %d warnings", n["SUCCESS"], n["FAILURE"], n["WARNING"])
+}
+
+// infoNotes returns the explanations the suite attached to its INFO checks
+// (e.g. why it could not exercise anything).
+func infoNotes(checks []check) string {
+	var b strings.Builder
+	for _, c := range checks {
+		if msg, ok := c.Details["message"].(string); ok && c.Status == "INFO" {
+			b.WriteString("; " + msg)
+		}
+	}
+	return b.String()
+}
+
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// startServer runs `toolmesh mcp NAME --transport streamable-http` on a
+// loopback port chosen by the system (this test binary acting as toolmesh)
+// and returns its streamable HTTP URL; the server is interrupted, as Ctrl-C
+// would, when the test ends.
+func startServer(t *testing.T, name string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "mcp", name, "--transport", "streamable-http", "--addr", "127.0.0.1:0", "--log.level", "warn")
+	cmd.Env = append(os.Environ(), envRole+"=toolmesh")
+	w := &urlWatcher{found: make(chan string, 1)}
+	cmd.Stdout = w
+	cmd.Stderr = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("toolmesh mcp %s: %v\n%s", name, err, w.output())
+			}
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Errorf("toolmesh mcp %s did not stop within 10 s of an interrupt\n%s", name, w.output())
+		}
+	}
+	t.Cleanup(stop)
+	select {
+	case url := <-w.found:
+		return url
+	case err := <-exited:
+		stopped = true
+		t.Fatalf("toolmesh mcp %s exited before listening: %v\n%s", name, err, w.output())
+	case <-time.After(30 * time.Second):
+		stop()
+		t.Fatalf("toolmesh mcp %s did not say where it listens within 30 s\n%s", name, w.output())
+	}
+	return ""
+}
+
+// listening is the line `toolmesh mcp` prints once it listens.
+var listening = regexp.MustCompile(`streamable HTTP (http://\S+/mcp)`)
+
+// urlWatcher collects a server's output and reports the URL it listens on.
+type urlWatcher struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	found chan string
+	sent  bool
+}
+
+func (w *urlWatcher) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if !w.sent {
+		if m := listening.FindSubmatch(w.buf.Bytes()); m != nil {
+			w.sent = true
+			w.found <- string(m[1])
+		}
+	}
+	return len(p), nil
+}
+
+func (w *urlWatcher) output() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
