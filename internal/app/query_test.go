@@ -81,7 +81,7 @@ func startMesh(t *testing.T, extra ...string) *mesh {
 	args := append([]string{
 		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
 		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
-		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0",
+		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0",
 		"--drain-timeout=2s", "--llm-url=" + d.URL,
 	}, extra...)
 	base := startApp(t, "", args, "demo", "executor", "retriever", "inference", "api")
@@ -286,6 +286,27 @@ func TestQueryLoop(t *testing.T) {
 			want:   queryResponse{Iterations: 3, StopReason: "STOP_REASON_ANSWERED"},
 			calls:  []string{`1 calculator.add {"a":2,"b":3} -> 5`, `2 calculator.multiply {"a":5,"b":4} -> 20`},
 			answer: "The result is 20.",
+		},
+		{
+			name: "chains a database query and a calculation on its result",
+			question: "What is the average salary in the Engineering department, and what would a 12% raise cost per person?",
+			script: func(p string, calls int, compose bool) string {
+				avg := regexp.MustCompile(`avg_salary\\?"?:(\d+)`).FindStringSubmatch(p)
+				switch {
+				case compose:
+					return "The average Engineering salary is " + avg[1] + "; a 12% raise costs " + outputOf(p) + " per person."
+				case calls == 0:
+					return `<<function>>sqlite.query_database(sql="SELECT AVG(s.annual_salary_usd) AS avg_salary FROM salaries s ` +
+						`JOIN employees e ON e.id = s.employee_id JOIN departments d ON d.id = e.department_id WHERE d.name = 'Engineering'")`
+				case calls == 1:
+					return `<<function>>calculator.calculate(expression="` + avg[1] + ` * 0.12")`
+				}
+				return "done"
+			},
+			want: queryResponse{Iterations: 3, StopReason: "STOP_REASON_ANSWERED"},
+			calls: []string{`1 sqlite.query_database {"sql":"SELECT AVG(s.annual_salary_usd) AS avg_salary FROM salaries s JOIN employees e ON e.id = s.employee_id JOIN departments d ON d.id = e.department_id WHERE d.name = 'Engineering'"} -> 1 row; columns: avg_salary
+{"avg_salary":125200}`, `2 calculator.calculate {"expression":"125200 * 0.12"} -> 15024`},
+			answer: "The average Engineering salary is 125200; a 12% raise costs 15024 per person.",
 		},
 		{
 			name: "two calls in one step", question: "What are 1 plus 2 and 3 times 4?",
@@ -529,7 +550,7 @@ func TestQueryWithoutModel(t *testing.T) {
 	base := startApp(t, "", []string{
 		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
 		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
-		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0",
+		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0",
 		"--drain-timeout=2s", "--llm-url=http://127.0.0.1:1",
 	}, "demo", "executor", "retriever", "inference", "api")
 
@@ -576,7 +597,7 @@ func TestQueryOnRealServer(t *testing.T) {
 	base := startApp(t, "", []string{
 		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
 		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
-		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0",
+		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0",
 		"--drain-timeout=2s", "--llm-url=" + srv.URL,
 	}, "demo", "executor", "retriever", "inference", "api")
 	questions := []string{
@@ -616,7 +637,7 @@ func TestQueryNeedsToken(t *testing.T) {
 	base := startApp(t, token, []string{
 		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
 		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
-		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0",
+		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0",
 		"--drain-timeout=2s", "--llm-url=http://127.0.0.1:1", "--api.rate-limit=0.01", "--api.rate-burst=20",
 	}, "demo", "executor", "retriever", "inference", "api")
 	do := func(method, path, body, auth string) (int, http.Header, string) {
