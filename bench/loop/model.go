@@ -214,7 +214,9 @@ func (m *model) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	flusher, _ := w.(http.Flusher)
-	buf := make([]byte, 32<<10)
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
 	var werr error
 	for {
 		n, rerr := resp.Body.Read(buf)
@@ -228,6 +230,10 @@ func (m *model) forward(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
+
+// copyBufs are forward's copy buffers: pooled, because in inproc mode the mesh shares this
+// process's heap, and 32 KB per request would make the mesh's GC look worse than it is.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // modelCounters is a snapshot of the model's counters.
 type modelCounters struct {
