@@ -1,0 +1,494 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	qc "github.com/qdrant/go-client/qdrant"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
+	"github.com/toolmesh/toolmesh/services/retriever/store/qdrant/qdranttest"
+)
+
+// composeService is the part of a compose.yaml service the mesh test runs.
+type composeService struct {
+	Command []string `yaml:"command"`
+	Volumes []string `yaml:"volumes"`
+}
+
+// readComposeCommands reads compose.yaml's services with their ${VAR:-default} values at their
+// defaults (an unset environment). The Compose loader itself is used by compose_test.go.
+func readComposeCommands(t *testing.T) map[string]composeService {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), composeFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Services map[string]composeService `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for name, svc := range doc.Services {
+		for i, a := range svc.Command {
+			svc.Command[i] = interpolateDefaults(t, a)
+		}
+		doc.Services[name] = svc
+	}
+	return doc.Services
+}
+
+var composeVar = regexp.MustCompile(`\$\{([A-Za-z0-9_]+)(:-([^}]*))?\}`)
+
+func interpolateDefaults(t *testing.T, s string) string {
+	return composeVar.ReplaceAllStringFunc(s, func(m string) string {
+		sub := composeVar.FindStringSubmatch(m)
+		if sub[2] == "" {
+			t.Fatalf("compose.yaml: %s has no default", m)
+		}
+		return sub[3]
+	})
+}
+
+// mountedAt is the repository file the service bind-mounts at a container path.
+func (s composeService) mountedAt(t *testing.T, containerPath string) string {
+	t.Helper()
+	for _, v := range s.Volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) >= 2 && parts[1] == containerPath && strings.HasPrefix(parts[0], "./") {
+			return filepath.Join(repoRoot(t), parts[0])
+		}
+	}
+	t.Fatalf("nothing from the repository is mounted at %s", containerPath)
+	return ""
+}
+
+// listenFlags are the flags each target listens on.
+var listenFlags = map[string][]string{
+	"executor":  {"executor.grpc-addr"},
+	"retriever": {"retriever.grpc-addr"},
+	"inference": {"inference.grpc-addr"},
+	"api":       {"api.grpc-addr", "api.http-addr"},
+}
+
+// TestMeshWithoutContainers runs compose.yaml's topology without containers: the MCP servers
+// and the four `toolmesh serve` services with compose's own commands and the config from
+// deploy/ (every address in it moved to a free loopback port, Qdrant and llama-server swapped
+// for their test doubles), and asks a question that needs a tool end to end.
+func TestMeshWithoutContainers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	services := readComposeCommands(t)
+	bin := buildToolmesh(t)
+
+	// llama-server, as compose starts it (-c, -np), running Gorilla's side of the question.
+	llamaArgs := services["llama-server"].Command
+	ctxSize, _ := flagValue(llamaArgs, "c")
+	slots, _ := flagValue(llamaArgs, "np")
+	llamaPort, _ := flagValue(llamaArgs, "port")
+	c, _ := strconv.Atoi(ctxSize)
+	np, _ := strconv.Atoi(slots)
+	llama := llamatest.NewDouble(t, llamatest.DoubleOptions{CtxSize: c, Parallel: np})
+	scriptTwoPlusThree(llama)
+	qdrant := qdranttest.Start(t)
+	llamaURL, err := url.Parse(llama.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Where each compose "service:port" is on loopback. What the test doubles stand in for is
+	// known; every other port a service listens on gets a free one.
+	loop := map[string]string{
+		"qdrant:6334":                           qdrant.Addr(),
+		"llama-server:" + llamaPort:             llamaURL.Host,
+		"llama-embed:" + embedPort(t, services): freeAddr(t), // unused: the retriever embeds lexically
+		"jaeger:4317":                           "",          // no collector: spans are not exported
+	}
+	configPath := services["api"].mountedAt(t, "/etc/toolmesh/toolmesh.yaml")
+	_, deployFlags := loadServeFlags(t, []string{"--config=" + configPath})
+	serveNames := map[string]string{} // target -> service
+	for name, svc := range services {
+		if len(svc.Command) > 0 && svc.Command[0] == "serve" {
+			tg, _ := flagValue(svc.Command, "target")
+			serveNames[tg] = name
+			for _, f := range listenFlags[tg] {
+				_, port := splitAddr(t, f, deployFlags.Lookup(f).Value.String())
+				loop[name+":"+port] = freeAddr(t)
+			}
+		}
+		if len(svc.Command) > 0 && svc.Command[0] == "mcp" {
+			a, _ := flagValue(svc.Command, "addr")
+			_, port := splitAddr(t, name+" --addr", a)
+			loop[name+":"+port] = freeAddr(t)
+		}
+	}
+	if len(serveNames) != len(serveTargets) {
+		t.Fatalf("compose.yaml serve targets %v, want %v", serveNames, serveTargets)
+	}
+
+	// Every address in the config: a listen address (0.0.0.0:PORT of the service whose target
+	// owns the flag) or a compose service to dial; both become their loopback address.
+	var overrides []string
+	deployFlags.VisitAll(func(f *flag.Flag) {
+		v := f.Value.String()
+		moved, ok := relocate(t, f.Name, v, loop, serveNames)
+		if ok {
+			overrides = append(overrides, "--"+f.Name+"="+moved)
+		}
+	})
+
+	mcpPath := relocateMCPConfig(t, services["executor"].mountedAt(t, "/etc/toolmesh/mcp.json"), loop, bin)
+
+	for _, name := range []string{"calculator", "converter"} {
+		args := slices.Clone(services[name].Command)
+		a, _ := flagValue(args, "addr")
+		_, port := splitAddr(t, name, a)
+		args = replaceFlag(args, "addr", loop[name+":"+port])
+		startProcess(t, bin, args...)
+		waitListening(t, loop[name+":"+port])
+	}
+	for _, tg := range []string{"executor", "retriever", "inference", "api"} {
+		name := serveNames[tg]
+		var args []string
+		for _, a := range services[name].Command {
+			switch {
+			case strings.HasPrefix(a, "--config="):
+				a = "--config=" + services[name].mountedAt(t, strings.TrimPrefix(a, "--config="))
+			case strings.HasPrefix(a, "--mcp-config="):
+				a = "--mcp-config=" + mcpPath
+			}
+			args = append(args, a)
+		}
+		startProcess(t, bin, append(args, overrides...)...)
+		for _, f := range listenFlags[tg] {
+			_, port := splitAddr(t, f, deployFlags.Lookup(f).Value.String())
+			waitListening(t, loop[name+":"+port])
+		}
+	}
+	_, restPort := splitAddr(t, "api.http-addr", deployFlags.Lookup("api.http-addr").Value.String())
+	base := "http://" + loop[serveNames["api"]+":"+restPort]
+	waitReady(t, base)
+
+	var resp struct {
+		Answer     string `json:"answer"`
+		Iterations int    `json:"iterations"`
+		StopReason string `json:"stop_reason"`
+		ToolCalls  []struct {
+			Tool   string `json:"tool"`
+			Output string `json:"output"`
+		} `json:"tool_calls"`
+	}
+	postJSON(t, base+"/v1/query", `{"query":"What is 2 plus 3?"}`, &resp)
+	if resp.Answer != "2 plus 3 is 5." || len(resp.ToolCalls) != 1 || resp.ToolCalls[0].Tool != "calculator.add" ||
+		resp.ToolCalls[0].Output != "5" || resp.Iterations != 2 || resp.StopReason != "STOP_REASON_ANSWERED" {
+		t.Errorf("POST /v1/query = %+v; want calculator.add → 5, then the answer \"2 plus 3 is 5.\" after 2 iterations", resp)
+	}
+	// The tools were indexed in (and the question searched in) Qdrant, not in memory.
+	if qdrant.Calls(qc.Points_Upsert_FullMethodName) == 0 || qdrant.Calls(qc.Points_Query_FullMethodName) == 0 {
+		t.Errorf("Qdrant double: %d upserts, %d queries; want the retriever to use the qdrant store",
+			qdrant.Calls(qc.Points_Upsert_FullMethodName), qdrant.Calls(qc.Points_Query_FullMethodName))
+	}
+	// The stdio server of mcp.json is started by the executor and its tools are served.
+	var tools struct {
+		Tools []struct {
+			ID, Server string
+		} `json:"tools"`
+	}
+	getJSON(t, base+"/v1/tools", &tools)
+	servers := map[string]bool{}
+	for _, tool := range tools.Tools {
+		servers[tool.Server] = true
+	}
+	for _, s := range mcpServerNames(t, mcpPath) {
+		if !servers[s] {
+			t.Errorf("GET /v1/tools has no tool of MCP server %s (servers with tools: %v)", s, servers)
+		}
+	}
+}
+
+func embedPort(t *testing.T, services map[string]composeService) string {
+	t.Helper()
+	p, ok := flagValue(services["llama-embed"].Command, "port")
+	if !ok {
+		t.Fatal("llama-embed has no --port")
+	}
+	return p
+}
+
+// relocate maps a config value holding a compose address to its loopback address: a listen
+// address 0.0.0.0:PORT to the one of the service whose target owns the flag, a host:port or
+// URL naming a compose service to that service's. ok is false for values that hold no address.
+func relocate(t *testing.T, name, v string, loop map[string]string, serveNames map[string]string) (string, bool) {
+	t.Helper()
+	if strings.Contains(v, "://") {
+		u, err := url.Parse(v)
+		if err != nil || u.Host == "" {
+			return "", false
+		}
+		to, ok := dialAddr(t, name, u.Host, loop)
+		if !ok {
+			return "", false
+		}
+		u.Host = to
+		return u.String(), true
+	}
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return "", false
+	}
+	if host == "0.0.0.0" {
+		tg, _, _ := strings.Cut(name, ".")
+		owner, ok := serveNames[tg]
+		if !ok || !slices.Contains(listenFlags[tg], name) {
+			t.Fatalf("%s = %s: a listen address, but not one of a target's listen flags", name, v)
+		}
+		return loop[owner+":"+port], true
+	}
+	return dialAddr(t, name, net.JoinHostPort(host, port), loop)
+}
+
+// dialAddr is the loopback address of a compose "service:port". A loopback host in the config
+// would reach only the container itself and is an error.
+func dialAddr(t *testing.T, name, hostport string, loop map[string]string) (string, bool) {
+	t.Helper()
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return "", false
+	}
+	if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" {
+		t.Errorf("%s = %s: loopback inside a container reaches only that container", name, hostport)
+		return "", false
+	}
+	to, ok := loop[hostport]
+	if !ok {
+		t.Fatalf("%s = %s: not a service and port of compose.yaml (known: %v)", name, hostport, loop)
+	}
+	return to, true
+}
+
+// relocateMCPConfig writes a copy of mcp.json whose URLs point at the loopback MCP servers
+// and whose `toolmesh` commands run the binary under test.
+func relocateMCPConfig(t *testing.T, path string, loop map[string]string, bin string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]map[string]map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	for name, s := range doc["mcpServers"] {
+		if raw, ok := s["url"].(string); ok {
+			moved, ok := relocate(t, "mcpServers."+name+".url", raw, loop, nil)
+			if !ok {
+				t.Fatalf("mcp server %s: url %q", name, raw)
+			}
+			s["url"] = moved
+		}
+		if s["command"] == "toolmesh" {
+			s["command"] = bin
+		}
+	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "mcp.json")
+	if err := os.WriteFile(p, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func mcpServerNames(t *testing.T, path string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		MCPServers map[string]json.RawMessage `json:"mcpServers"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for n := range doc.MCPServers {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func replaceFlag(args []string, name, value string) []string {
+	for i, a := range args {
+		if a == "--"+name && i+1 < len(args) {
+			args[i+1] = value
+		} else if strings.HasPrefix(a, "--"+name+"=") {
+			args[i] = "--" + name + "=" + value
+		}
+	}
+	return args
+}
+
+// scriptTwoPlusThree scripts the llama-server double for "What is 2 plus 3?": call
+// calculator.add, then answer, then compose the final answer (no grammar) from the output.
+func scriptTwoPlusThree(d *llamatest.Double) {
+	d.ScriptFunc(func(r llamatest.Request) (llamatest.Reply, bool) {
+		if !strings.Contains(r.Prompt, "What is 2 plus 3?") {
+			return llamatest.Reply{}, false
+		}
+		switch {
+		case r.Grammar == "":
+			return llamatest.Reply{Pieces: []string{"2 plus 3 ", "is 5."}}, true
+		case !strings.Contains(r.Prompt, "<<call>>"):
+			return llamatest.Reply{Pieces: []string{"<<function>>calculator.add(a=2, b=3)"}}, true
+		}
+		return llamatest.Reply{Pieces: []string{"The sum is 5."}}, true
+	})
+}
+
+func buildToolmesh(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "toolmesh")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/toolmesh/toolmesh/cmd/toolmesh")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startProcess runs bin until the test ends (interrupt, then kill after 10s) and shows its
+// output if the test failed. The environment carries no TOOLMESH_ or OTEL_ variables.
+func startProcess(t *testing.T, bin string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TOOLMESH_") && !strings.HasPrefix(kv, "OTEL_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("toolmesh %s:\n%s", strings.Join(args, " "), out.String())
+		}
+	})
+}
+
+// freeAddr is a loopback address nothing listens on right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on %s after 30s: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitReady polls /readyz until the mesh says it is ready: every MCP server connected, the
+// index in step.
+func waitReady(t *testing.T, base string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, b)
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("GET /readyz not ready after 60s: %s", last)
+}
+
+func postJSON(t *testing.T, u, body string, into any) {
+	t.Helper()
+	resp, err := http.Post(u, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode(t, "POST "+u, resp, into)
+}
+
+func getJSON(t *testing.T, u string, into any) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode(t, "GET "+u, resp, into)
+}
+
+func decode(t *testing.T, what string, resp *http.Response, into any) {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %d %s", what, resp.StatusCode, b)
+	}
+	if err := json.Unmarshal(b, into); err != nil {
+		t.Fatalf("%s: %v in %s", what, err, b)
+	}
+}
