@@ -1,5 +1,5 @@
 # Every target works on a fresh clone; `make test` is the one command CI runs.
-.PHONY: generate lint check-generated test build
+.PHONY: generate lint check-generated test build docs
 
 build:
 	go build -o bin/toolmesh ./cmd/toolmesh
@@ -14,3 +14,7 @@ lint:
 
 test:
 	./scripts/test
+
+# docs regenerates docs/operations/config.md from the flags (a test fails while it is stale).
+docs:
+	go test ./internal/app -run '^TestConfigReference$$' -count=1 -update
