@@ -233,6 +233,7 @@ type result struct {
 	meshCPUPerQuery  time.Duration            // micro: the child processes' part of cpuPerQuery
 	childCPU         map[string]time.Duration // micro: CPU of each child process in the phase
 	allocPerQuery    float64                  // bytes allocated in this process per query
+	switches         map[string]float64       // context switches per query by process ("" is this one)
 }
 
 func (r *result) fill(d driven, mc modelCounters, cpu, childCPU time.Duration, micro bool) {

@@ -55,6 +55,7 @@ type options struct {
 	timeout    time.Duration
 	logs       string
 	noProxy    bool
+	childEnv   []string
 }
 
 // Targets of the issue: the loop's own overhead per iteration at p50.
@@ -74,6 +75,13 @@ func main() {
 	fs.StringVar(&o.memprofile, "memprofile", "", "write this process's allocation profile (whole run) to this file at the end; in inproc mode it holds the mesh's allocations")
 	fs.BoolVar(&o.markdown, "markdown", false, "print a Markdown table")
 	fs.StringVar(&o.logs, "logs", "", "folder for the mesh's logs (and micro mode's mcp.json and binary); empty: a temporary folder, removed at the end")
+	fs.Func("child-env", "KEY=VALUE added to the environment of micro mode's processes (repeatable), e.g. GOMAXPROCS=1", func(v string) error {
+		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+			return fmt.Errorf("%q is not KEY=VALUE", v)
+		}
+		o.childEnv = append(o.childEnv, v)
+		return nil
+	})
 	fs.BoolVar(&o.noProxy, "no-model-time", false, "point the mesh at the double directly, without the timing proxy: no model time (overhead/iter is then the whole query ÷ iterations), to see what the proxy costs")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound of one query; a query that exceeds it counts as an error")
 	_ = fs.Parse(os.Args[1:])
@@ -207,7 +215,7 @@ func runMode(ctx context.Context, o options, mode, dir string, m *model, logf fu
 				return nil, err
 			}
 		}
-		ms, err = startMicro(ctx, bin, dir, m.URL, profiled)
+		ms, err = startMicro(ctx, bin, dir, m.URL, profiled, o.childEnv)
 	}
 	if err != nil {
 		return nil, err
@@ -243,7 +251,7 @@ func runMode(ctx context.Context, o options, mode, dir string, m *model, logf fu
 				100*r.modelShare, us(r.cpuPerQuery), r.errors, firstErr(r))
 			logf("       alloc in this process %.0f KB/query; REST answer %d bytes", r.allocPerQuery/1024, restBytes.Load())
 			if line := r.perProcess(); line != "" {
-				logf("       CPU µs/query by process: %s", line)
+				logf("       per query by process: %s", line)
 			}
 			if err := ms.exited(); err != nil {
 				closeAsker()
@@ -255,15 +263,27 @@ func runMode(ctx context.Context, o options, mode, dir string, m *model, logf fu
 	return results, nil
 }
 
-// perProcess lists a micro row's CPU per query by child process, in start order.
+// perProcess lists a micro row's CPU µs and context switches per query by child process.
 func (r result) perProcess() string {
 	var parts []string
 	for _, name := range []string{"api", "inference", "retriever", "executor", "calculator", "converter", "sqlite"} {
 		if t, ok := r.childCPU[name]; ok && r.queries+r.errors > 0 {
-			parts = append(parts, fmt.Sprintf("%s %.0f", name, us(t)/float64(r.queries+r.errors)))
+			parts = append(parts, fmt.Sprintf("%s %.0f µs %.1f cs", name, us(t)/float64(r.queries+r.errors), r.switches[name]))
 		}
 	}
-	return strings.Join(parts, ", ")
+	if len(parts) == 0 {
+		return ""
+	}
+	return strings.Join(parts, ", ") + fmt.Sprintf(", bench process %.1f cs", r.switches[""])
+}
+
+// totalSwitches is the context switches per query of this process and every child.
+func (r result) totalSwitches() float64 {
+	var n float64
+	for _, v := range r.switches {
+		n += v
+	}
+	return n
 }
 
 func firstErr(r result) string {
@@ -289,6 +309,7 @@ func measure(ctx context.Context, o options, mode, via string, clients int, ms *
 		return r, err
 	}
 	mc0 := m.counters()
+	sw0 := ms.switches()
 	name := fmt.Sprintf("%s-%s-c%d", mode, via, clients)
 	stopProfile, err := startProfile(o.cpuprofile, name)
 	if err != nil {
@@ -309,6 +330,7 @@ func measure(ctx context.Context, o options, mode, via string, clients int, ms *
 		return r, err
 	}
 	mc := m.counters().sub(mc0)
+	sw1 := ms.switches()
 	cpu := selfCPU() - cpu0
 	child1, err := ms.childCPU()
 	if err != nil {
@@ -321,6 +343,12 @@ func measure(ctx context.Context, o options, mode, via string, clients int, ms *
 		children += t - child0[name]
 	}
 	r.fill(d, mc, cpu, children, len(ms.children) > 0)
+	r.switches = map[string]float64{}
+	if n := len(d.samples) + d.errors; n > 0 {
+		for name, v := range sw1 {
+			r.switches[name] = float64(v-sw0[name]) / float64(n)
+		}
+	}
 	return r, nil
 }
 
@@ -349,7 +377,7 @@ func report(w io.Writer, o options, results []result) {
 		o.duration, o.warmup, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	header := []string{"mode", "via", "clients", "queries", "q/s", "p50 ms", "p99 ms",
 		"overhead/iter p50 µs", "overhead/iter p99 µs", "model share", "model µs/query", "llama req/query", "llama conns/query",
-		"errors", "CPU µs/query", "of which mesh children", "alloc KB/query in this process", "load avg at start"}
+		"errors", "CPU µs/query", "of which mesh children", "context switches/query", "alloc KB/query in this process", "load avg at start"}
 	var rows [][]string
 	for _, r := range results {
 		approx := ""
@@ -365,14 +393,15 @@ func report(w io.Writer, o options, results []result) {
 			fmt.Sprintf("%s%.0f", approx, us(r.iterP50)), fmt.Sprintf("%s%.0f", approx, us(r.iterP99)),
 			fmt.Sprintf("%.1f%%", 100*r.modelShare), fmt.Sprintf("%.0f", us(r.modelPerQuery)),
 			fmt.Sprintf("%.2f", r.llamaPerQuery), fmt.Sprintf("%.2f", r.llamaConnsPerQ), fmt.Sprintf("%d/%d", r.errors, r.queries+r.errors),
-			fmt.Sprintf("%.0f", us(r.cpuPerQuery)), mesh, fmt.Sprintf("%.0f", r.allocPerQuery/1024), r.load})
+			fmt.Sprintf("%.0f", us(r.cpuPerQuery)), mesh, fmt.Sprintf("%.0f", r.totalSwitches()),
+			fmt.Sprintf("%.0f", r.allocPerQuery/1024), r.load})
 	}
 	printTable(w, o.markdown, header, rows)
 	fmt.Fprintln(w, "overhead/iter = (query time − its model time) ÷ iterations (2); ~ = with more than one client the mean model time per query is subtracted;")
 	fmt.Fprintln(w, "model time = time llama requests spend in the timing proxy in front of the double (see bench/loop/model.go); CPU = this process (clients, proxy, double, and in inproc the mesh) + mesh children, per query")
 	for _, r := range results {
 		if line := r.perProcess(); line != "" {
-			fmt.Fprintf(w, "%s %s %d clients, mesh CPU µs/query by process: %s\n", r.mode, r.via, r.clients, line)
+			fmt.Fprintf(w, "%s %s %d clients, per query by process (CPU, context switches): %s\n", r.mode, r.via, r.clients, line)
 		}
 	}
 

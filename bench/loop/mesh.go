@@ -43,6 +43,21 @@ func (m *mesh) childCPU() (map[string]time.Duration, error) {
 	return out, nil
 }
 
+// switches is the context switches of this process and of each child so far ("" is this
+// process).
+func (m *mesh) switches() map[string]int64 {
+	out := map[string]int64{}
+	if n, err := ctxSwitches(0); err == nil {
+		out[""] = n
+	}
+	for _, c := range m.children {
+		if n, err := ctxSwitches(c.cmd.Process.Pid); err == nil {
+			out[c.name] = n
+		}
+	}
+	return out
+}
+
 // exited names the first child that is no longer running, and how it ended.
 func (m *mesh) exited() error {
 	for _, c := range m.children {
@@ -136,9 +151,10 @@ type child struct {
 	err     error         // how it exited, once done is closed
 }
 
-// startChild starts bin with args, its output in dir/name.log. With profiled, bin is
-// bench/loop/profiled and the child is told where to write its CPU profile.
-func startChild(dir, name, bin string, profiled bool, args ...string) (*child, error) {
+// startChild starts bin with args and env added to this process's environment, its output
+// in dir/name.log. With profiled, bin is bench/loop/profiled and the child is told where to
+// write its CPU profile.
+func startChild(dir, name, bin string, profiled bool, env []string, args ...string) (*child, error) {
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -148,9 +164,12 @@ func startChild(dir, name, bin string, profiled bool, args ...string) (*child, e
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = childAttr()
 	c := &child{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	if len(env) > 0 || profiled {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	if profiled {
 		c.profile = filepath.Join(dir, name+".cpu.pprof")
-		cmd.Env = append(os.Environ(), "TOOLMESH_BENCH_PROFILE="+c.profile)
+		cmd.Env = append(cmd.Env, "TOOLMESH_BENCH_PROFILE="+c.profile)
 	}
 	if err := cmd.Start(); err != nil {
 		f.Close()
@@ -267,7 +286,7 @@ func freeAddrs(n int) ([]string, error) {
 // startMicro runs the mesh as `toolmesh serve` processes, one per target, and the demo MCP
 // servers (calculator, converter, sqlite) as `toolmesh mcp` processes, on free loopback ports; the executor finds the MCP
 // servers in an mcp.json. On any failure every child started so far is stopped.
-func startMicro(ctx context.Context, bin, dir, modelURL string, profiled bool) (m *mesh, err error) {
+func startMicro(ctx context.Context, bin, dir, modelURL string, profiled bool, env []string) (m *mesh, err error) {
 	addrs, err := freeAddrs(8)
 	if err != nil {
 		return nil, err
@@ -299,7 +318,7 @@ func startMicro(ctx context.Context, bin, dir, modelURL string, profiled bool) (
 		}
 	}()
 	start := func(name string, args ...string) error {
-		c, err := startChild(dir, name, bin, profiled, args...)
+		c, err := startChild(dir, name, bin, profiled, env, args...)
 		if err != nil {
 			return err
 		}

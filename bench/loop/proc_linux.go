@@ -55,6 +55,34 @@ func signalProfile(p *os.Process, start bool) error {
 	return p.Signal(syscall.SIGUSR2)
 }
 
+// ctxSwitches is how many times the threads of process pid (0: this one) have been switched
+// out so far, voluntarily (waiting: a parked Go runtime, a read with nothing to read) or not,
+// summed over /proc/PID/task/*/status. Threads that have exited are not counted.
+func ctxSwitches(pid int) (int64, error) {
+	dir := "/proc/self/task"
+	if pid != 0 {
+		dir = fmt.Sprintf("/proc/%d/task", pid)
+	}
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/status")
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
+				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += x
+			}
+		}
+	}
+	return n, nil
+}
+
 // childAttr makes the kernel kill a child when this process dies, even by SIGKILL, so no
 // mesh process outlives a crashed or killed bench. (The signal follows the OS thread that
 // started the child; Go only ends threads whose goroutine locked them, which nothing here does.)

@@ -21,3 +21,5 @@ func childAttr() *syscall.SysProcAttr { return nil }
 func loadavg() string { return "unknown" }
 
 func signalProfile(*os.Process, bool) error { return errors.New("child profiles need Linux") }
+
+func ctxSwitches(int) (int64, error) { return 0, errors.New("context switches need /proc") }
