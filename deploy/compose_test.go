@@ -265,8 +265,12 @@ func TestComposeAgreesWithToolmeshConfig(t *testing.T) {
 			}
 		}
 		host, port := splitAddr(t, tg+" listen address", listen)
-		if host != "0.0.0.0" {
-			t.Errorf("service %s listens on %s: want 0.0.0.0, or the other containers cannot reach it", svc.Name, listen)
+		if host != "0.0.0.0" || !slices.Contains(exposed(svc), port) {
+			t.Errorf("service %s listens on %s: want 0.0.0.0 and a port it exposes (%v), or the other containers cannot reach it", svc.Name, listen, exposed(svc))
+		}
+		mhost, mport := splitAddr(t, "metrics-addr", cfg.MetricsAddr)
+		if mhost != "0.0.0.0" || !slices.Contains(exposed(svc), mport) {
+			t.Errorf("service %s: metrics-addr %s, want 0.0.0.0 and a port it exposes (%v)", svc.Name, cfg.MetricsAddr, exposed(svc))
 		}
 		if tg != "api" && !slices.Contains(svc.HealthCheck.Test, "127.0.0.1:"+port) {
 			t.Errorf("service %s: health check %v does not ask its gRPC port %s", svc.Name, svc.HealthCheck.Test, port)
@@ -358,7 +362,7 @@ func TestComposeAgreesWithToolmeshConfig(t *testing.T) {
 		addr, _ := flagValue(svc.Command, "addr")
 		transport, _ := flagValue(svc.Command, "transport")
 		host, port := splitAddr(t, svc.Name+" --addr", addr)
-		if host != "0.0.0.0" || port != u.Port() || string(s.Transport) != transport {
+		if host != "0.0.0.0" || port != u.Port() || string(s.Transport) != transport || !slices.Contains(exposed(svc), port) {
 			t.Errorf("mcp server %s at %s (%s), but service %s runs --transport %s --addr %s", name, s.URL, s.Transport, svc.Name, transport, addr)
 		}
 		if s.Transport == mcpconfig.TransportSSE && u.Path != "/sse" {

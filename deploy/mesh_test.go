@@ -149,6 +149,9 @@ func TestMeshWithoutContainers(t *testing.T) {
 	// owns the flag) or a compose service to dial; both become their loopback address.
 	var overrides []string
 	deployFlags.VisitAll(func(f *flag.Flag) {
+		if f.Name == "metrics-addr" {
+			return // one per process, below
+		}
 		v := f.Value.String()
 		moved, ok := relocate(t, f.Name, v, loop, serveNames)
 		if ok {
@@ -166,6 +169,7 @@ func TestMeshWithoutContainers(t *testing.T) {
 		startProcess(t, bin, args...)
 		waitListening(t, loop[name+":"+port])
 	}
+	metrics := map[string]string{}
 	for _, tg := range []string{"executor", "retriever", "inference", "api"} {
 		name := serveNames[tg]
 		var args []string
@@ -178,7 +182,13 @@ func TestMeshWithoutContainers(t *testing.T) {
 			}
 			args = append(args, a)
 		}
-		startProcess(t, bin, append(args, overrides...)...)
+		args = append(args, overrides...)
+		if _, port, err := net.SplitHostPort(deployFlags.Lookup("metrics-addr").Value.String()); err == nil {
+			metrics[tg] = freeAddr(t)
+			loop[name+":"+port] = metrics[tg]
+			args = append(args, "--metrics-addr="+metrics[tg])
+		}
+		startProcess(t, bin, args...)
 		for _, f := range listenFlags[tg] {
 			_, port := splitAddr(t, f, deployFlags.Lookup(f).Value.String())
 			waitListening(t, loop[name+":"+port])
@@ -206,6 +216,17 @@ func TestMeshWithoutContainers(t *testing.T) {
 	if qdrant.Calls(qc.Points_Upsert_FullMethodName) == 0 || qdrant.Calls(qc.Points_Query_FullMethodName) == 0 {
 		t.Errorf("Qdrant double: %d upserts, %d queries; want the retriever to use the qdrant store",
 			qdrant.Calls(qc.Points_Upsert_FullMethodName), qdrant.Calls(qc.Points_Query_FullMethodName))
+	}
+	// Every process serves its own metrics (--metrics-addr): the executor's count MCP calls.
+	for _, tg := range serveTargets {
+		if metrics[tg] == "" {
+			t.Errorf("%s: no metrics-addr in the deploy config", tg)
+			continue
+		}
+		body := getText(t, "http://"+metrics[tg]+"/metrics")
+		if !strings.Contains(body, "rpc_server_call_duration_seconds") {
+			t.Errorf("%s /metrics has no rpc_server_call_duration_seconds:\n%.500s", tg, body)
+		}
 	}
 	// The stdio server of mcp.json is started by the executor and its tools are served.
 	var tools struct {
@@ -476,6 +497,20 @@ func getJSON(t *testing.T, u string, into any) {
 		t.Fatal(err)
 	}
 	decode(t, "GET "+u, resp, into)
+}
+
+func getText(t *testing.T, u string) string {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", u, resp.StatusCode, err)
+	}
+	return string(b)
 }
 
 func decode(t *testing.T, what string, resp *http.Response, into any) {
