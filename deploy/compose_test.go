@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
 
@@ -267,6 +268,9 @@ func TestComposeAgreesWithToolmeshConfig(t *testing.T) {
 		host, port := splitAddr(t, tg+" listen address", listen)
 		if host != "0.0.0.0" || !slices.Contains(exposed(svc), port) {
 			t.Errorf("service %s listens on %s: want 0.0.0.0 and a port it exposes (%v), or the other containers cannot reach it", svc.Name, listen, exposed(svc))
+		}
+		if svc.StopGracePeriod == nil || time.Duration(*svc.StopGracePeriod) <= cfg.DrainTimeout {
+			t.Errorf("service %s: stop_grace_period %v, want more than its drain-timeout %s", svc.Name, svc.StopGracePeriod, cfg.DrainTimeout)
 		}
 		mhost, mport := splitAddr(t, "metrics-addr", cfg.MetricsAddr)
 		if mhost != "0.0.0.0" || !slices.Contains(exposed(svc), mport) {
