@@ -135,20 +135,36 @@ func TestLoadExpectations(t *testing.T) {
 		}
 		return f
 	}
-	xs, err := loadExpectations(write("# comment\n\nclient/2026-07-28/a  why a\nserver/*/*/b why b\n"))
+	xs, err := loadExpectations(write("# comment\n\nclient/2026-07-28/a  why a\nserver/*/*/b#c-* why b\nflaky server/x/v/s#d why d\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(xs) != 2 || xs[0].reason != "why a" || xs[1].line != 4 {
+	if len(xs) != 3 || xs[0].reason != "why a" || xs[1].line != 4 || xs[1].check != "c-*" || !xs[2].flaky || xs[2].check != "d" {
 		t.Fatalf("got %+v", xs)
 	}
-	if x := xs.match("server/calculator/2025-11-25/b"); x != xs[1] {
-		t.Errorf("server/calculator/2025-11-25/b: got %v, want line 4", x)
+	got := xs.forScenario("server/calculator/2025-11-25/b")
+	if len(got) != 1 || got[0] != xs[1] {
+		t.Fatalf("forScenario(server/calculator/2025-11-25/b): got %v, want line 4", got)
 	}
-	if x := xs.match("server/calculator/2025-11-25/bb"); x != nil {
-		t.Errorf("server/calculator/2025-11-25/bb: got line %d, want no match", x.line)
+	if x := covering(got, "c-1"); x != xs[1] {
+		t.Errorf("covering c-1: got %v, want line 4", x)
 	}
-	for _, bad := range []string{"client/x/y\n", "other/x why\n", "client/[ why\n", "client/a r\nclient/a r\n"} {
+	if x := covering(got, "other"); x != nil {
+		t.Errorf("covering other: got %v, want none", x)
+	}
+	if x := covering(xs.forScenario("client/2026-07-28/a"), "anything"); x != xs[0] {
+		t.Errorf("a scenario entry covers every check: got %v", x)
+	}
+	if got := xs.forScenario("server/calculator/2025-11-25/bb"); len(got) != 0 {
+		t.Errorf("forScenario(.../bb): got %v, want none", got)
+	}
+	for _, bad := range []string{
+		"client/x/y\n",                    // no reason
+		"other/x why\n",                   // not client/ or server/
+		"client/[ why\n",                  // bad pattern
+		"client/a r\nclient/a r\n",        // twice
+		"flaky client/a whole scenario\n", // flaky without a check
+	} {
 		if _, err := loadExpectations(write(bad)); err == nil {
 			t.Errorf("%q: no error", bad)
 		}

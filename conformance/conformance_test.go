@@ -156,16 +156,17 @@ func checkUnused(t *testing.T, xf expectations) {
 		return
 	}
 	for _, x := range xf {
-		if len(x.matched) == 0 {
-			t.Errorf("%s:%d: %s matches no scenario that ran: remove or correct the entry", expectedFailuresFile, x.line, x.key)
+		if x.matched == 0 {
+			t.Errorf("%s matches no scenario that ran: remove or correct the entry", x)
 		}
 	}
 }
 
-// judge decides one scenario's subtest from the suite's checks: skipped when
-// toolmesh does not claim what it tests; otherwise every counted check must
-// pass, unless the scenario is listed in expected-failures.txt, and a listed
-// scenario that does pass is itself a failure, so the list only shrinks.
+// judge decides one scenario's subtest from the suite's checks. It is
+// skipped when toolmesh does not claim what the scenario tests. Otherwise
+// every check must pass, except those expected-failures.txt expects to fail;
+// an expected failure that no longer fails is itself a failure, so the file
+// only shrinks (a flaky entry may also pass).
 //
 // id is the subtest path below TestConformance (the key of
 // expected-failures.txt), name the scenario's name in the suite.
@@ -174,12 +175,13 @@ func judge(t *testing.T, xf expectations, id, name string, res result, ok bool, 
 	if reason, skip := lookup(notClaimed, name); skip {
 		t.Skipf("not claimed: %s (suite: %s)", reason, summary(res.checks))
 	}
-	x := xf.match(id)
+	entries := xf.forScenario(id)
 	if !ok {
 		t.Fatalf("the suite listed %s at this version but left no result for it", name)
 	}
 
-	var failed, warned, na []string
+	var unexpected, expected, flaky, na []string
+	failedFor := map[*expectation]bool{}
 	counted := 0
 	for _, c := range res.checks {
 		switch c.Status {
@@ -202,30 +204,52 @@ func judge(t *testing.T, xf expectations, id, name string, res result, ok bool, 
 		switch c.Status {
 		case "SUCCESS":
 		case "WARNING":
-			warned = append(warned, describe(c))
+			t.Logf("warning: %s", describe(c))
 		default:
-			failed = append(failed, describe(c))
+			x := covering(entries, c.ID)
+			switch {
+			case x == nil:
+				unexpected = append(unexpected, describe(c))
+			case x.flaky:
+				flaky = append(flaky, fmt.Sprintf("%s\n    known flaky (%s): %s", describe(c), x, x.reason))
+			default:
+				failedFor[x] = true
+				expected = append(expected, fmt.Sprintf("%s\n    expected (%s): %s", describe(c), x, x.reason))
+			}
 		}
-	}
-	for _, w := range warned {
-		t.Logf("warning: %s", w)
 	}
 	for _, n := range na {
 		t.Logf("not applicable: %s", n)
 	}
 
-	switch {
-	case len(failed) > 0 && x != nil:
-		t.Skipf("expected failure (%s:%d): %s\nfailing checks:\n  %s", expectedFailuresFile, x.line, x.reason, strings.Join(failed, "\n  "))
-	case len(failed) > 0:
-		msg := fmt.Sprintf("%d checks failed:\n  %s", len(failed), strings.Join(failed, "\n  "))
-		if out := res.tail("stderr.txt", 3000); out != "" {
-			msg += "\nclient stderr:\n" + out
+	var stale []string
+	for _, x := range entries {
+		if !x.flaky && !failedFor[x] {
+			stale = append(stale, x.String())
 		}
-		t.Error(msg + "\n(fix it, or list it in " + expectedFailuresFile + " with the reason)")
-	case x != nil:
-		x.notFailing(id)
-		t.Errorf("passes, but %s:%d lists it as an expected failure: remove the entry", expectedFailuresFile, x.line)
+	}
+	if len(unexpected) > 0 || len(stale) > 0 {
+		var b strings.Builder
+		if len(unexpected) > 0 {
+			fmt.Fprintf(&b, "%d checks failed:\n  %s\n(fix it, or list it in %s with the reason)\n", len(unexpected), strings.Join(unexpected, "\n  "), expectedFailuresFile)
+			if out := res.tail("stderr.txt", 3000); out != "" {
+				b.WriteString("client stderr:\n" + out + "\n")
+			}
+		}
+		if len(stale) > 0 {
+			fmt.Fprintf(&b, "no longer fails, so remove the entry: %s\n", strings.Join(stale, ", "))
+		}
+		if len(expected)+len(flaky) > 0 {
+			fmt.Fprintf(&b, "expected failures:\n  %s\n", strings.Join(append(expected, flaky...), "\n  "))
+		}
+		t.Error(b.String())
+		return
+	}
+	switch {
+	case len(expected) > 0:
+		t.Skipf("expected failure:\n  %s", strings.Join(append(expected, flaky...), "\n  "))
+	case len(flaky) > 0:
+		t.Skipf("known flaky check failed this time:\n  %s", strings.Join(flaky, "\n  "))
 	case counted == 0:
 		t.Skipf("no check applies (%d not applicable); suite: %s%s", len(na), summary(res.checks), infoNotes(res.checks))
 	default:
