@@ -388,13 +388,19 @@ func report(w io.Writer, o options, results []result) {
 		if r.mode == "micro" {
 			mesh = fmt.Sprintf("%.0f", us(r.meshCPUPerQuery))
 		}
-		rows = append(rows, []string{r.mode, r.via, strconv.Itoa(r.clients), strconv.Itoa(r.queries),
+		model := []string{fmt.Sprintf("%.1f%%", 100*r.modelShare), fmt.Sprintf("%.0f", us(r.modelPerQuery)),
+			fmt.Sprintf("%.2f", r.llamaPerQuery), fmt.Sprintf("%.2f", r.llamaConnsPerQ)}
+		if o.noProxy {
+			model = []string{"—", "—", "—", "—"} // nothing measured them
+		}
+		row := []string{r.mode, r.via, strconv.Itoa(r.clients), strconv.Itoa(r.queries),
 			fmt.Sprintf("%.1f", r.qps), fmt.Sprintf("%.2f", ms2(r.p50)), fmt.Sprintf("%.2f", ms2(r.p99)),
-			fmt.Sprintf("%s%.0f", approx, us(r.iterP50)), fmt.Sprintf("%s%.0f", approx, us(r.iterP99)),
-			fmt.Sprintf("%.1f%%", 100*r.modelShare), fmt.Sprintf("%.0f", us(r.modelPerQuery)),
-			fmt.Sprintf("%.2f", r.llamaPerQuery), fmt.Sprintf("%.2f", r.llamaConnsPerQ), fmt.Sprintf("%d/%d", r.errors, r.queries+r.errors),
+			fmt.Sprintf("%s%.0f", approx, us(r.iterP50)), fmt.Sprintf("%s%.0f", approx, us(r.iterP99))}
+		row = append(row, model...)
+		row = append(row, fmt.Sprintf("%d/%d", r.errors, r.queries+r.errors),
 			fmt.Sprintf("%.0f", us(r.cpuPerQuery)), mesh, fmt.Sprintf("%.0f", r.totalSwitches()),
-			fmt.Sprintf("%.0f", r.allocPerQuery/1024), r.load})
+			fmt.Sprintf("%.0f", r.allocPerQuery/1024), r.load)
+		rows = append(rows, row)
 	}
 	printTable(w, o.markdown, header, rows)
 	fmt.Fprintln(w, "overhead/iter = (query time − its model time) ÷ iterations (2); ~ = with more than one client the mean model time per query is subtracted;")
@@ -406,6 +412,10 @@ func report(w io.Writer, o options, results []result) {
 	}
 
 	fmt.Fprintln(w)
+	if o.noProxy {
+		fmt.Fprintln(w, "-no-model-time: nothing was subtracted, so overhead/iter is the whole query ÷ 2 and no target is judged")
+		return
+	}
 	header = []string{"mode", "via", "target", "measured (1 client)", "result"}
 	rows = nil
 	for _, r := range results {
