@@ -243,6 +243,25 @@ type Service struct {
 	sdkMeter       *sdkmetric.MeterProvider
 }
 
+// NewForTest returns a Service that records with the given providers, e.g. an SDK tracer
+// provider over tracetest's in-memory exporter and a meter provider over a ManualReader.
+// A nil provider records nothing. Shutting the providers down is up to the caller.
+func NewForTest(name string, tp trace.TracerProvider, mp metric.MeterProvider, payloads PayloadPolicy) *Service {
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	if mp == nil {
+		mp = metricnoop.NewMeterProvider()
+	}
+	return &Service{
+		Name:           name,
+		Propagator:     propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		Payloads:       payloads,
+		tracerProvider: tp,
+		meterProvider:  mp,
+	}
+}
+
 // TracerProvider is the target's tracer provider (a no-op one for a nil Service).
 func (s *Service) TracerProvider() trace.TracerProvider {
 	if s == nil {
