@@ -23,6 +23,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
 
 const (
@@ -32,6 +33,10 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envSpanFile) != "" {
+		// Re-executed as a traced stdio MCP server.
+		os.Exit(serveTracedStdio())
+	}
 	if os.Getenv(envStdioServer) != "" {
 		// Re-executed as a stdio MCP server.
 		fillers, _ := strconv.Atoi(os.Getenv(envFillers))
@@ -274,6 +279,13 @@ type executorHarness struct {
 
 func startExecutor(t testing.TB, cfg Config) *executorHarness {
 	t.Helper()
+	return startTracedExecutor(t, cfg, nil)
+}
+
+// startTracedExecutor is startExecutor with telemetry, on the executor and on
+// its gRPC server as the app runs them.
+func startTracedExecutor(t testing.TB, cfg Config, tel *telemetry.Service) *executorHarness {
+	t.Helper()
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 5 * time.Second
 	}
@@ -286,7 +298,7 @@ func startExecutor(t testing.TB, cfg Config) *executorHarness {
 		level = slog.LevelWarn
 	}
 	logger := slog.New(slog.NewTextHandler(testWriter{t, logDone}, &slog.HandlerOptions{Level: level}))
-	svc, err := New(cfg, logger, nil)
+	svc, err := New(cfg, logger, tel)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +307,7 @@ func startExecutor(t testing.TB, cfg Config) *executorHarness {
 	go func() { runDone <- svc.Run(ctx) }()
 
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(tel.GRPCServerOptions()...)
 	svc.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	cc, err := grpc.NewClient("passthrough:///bufnet",

@@ -37,6 +37,7 @@ type Service struct {
 	started  atomic.Bool
 	stopped  chan struct{} // closed when Run returns
 	tel      *telemetry.Service
+	ins      *instruments
 }
 
 // New builds the executor; Run connects the servers.
@@ -55,10 +56,11 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		sessions: make(map[string]*session, len(cfg.Servers)),
 		stopped:  make(chan struct{}),
 		tel:      tel,
+		ins:      newInstruments(tel),
 	}
 	for name, srv := range cfg.Servers {
 		srv.Name = name
-		s.sessions[name] = newSession(name, srv, cfg, logger, s.cat)
+		s.sessions[name] = newSession(name, srv, cfg, logger, s.cat, s.ins)
 		s.names = append(s.names, name)
 	}
 	sort.Strings(s.names)
@@ -73,6 +75,15 @@ func (s *Service) Run(ctx context.Context) error {
 		return errors.New("executor: Run called twice")
 	}
 	defer close(s.stopped)
+	sessions := make([]*session, 0, len(s.names))
+	for _, name := range s.names {
+		sessions = append(sessions, s.sessions[name])
+	}
+	if reg, err := s.ins.observeSessions(sessions); err != nil {
+		s.log.Warn("toolmesh.mcp.sessions will not be reported", "err", err)
+	} else {
+		defer func() { _ = reg.Unregister() }()
+	}
 	var wg sync.WaitGroup
 	for _, name := range s.names {
 		sess := s.sessions[name]

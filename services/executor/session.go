@@ -19,6 +19,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+	"go.opentelemetry.io/otel/attribute"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
@@ -47,6 +48,11 @@ type session struct {
 	timeout  time.Duration
 	sem      chan struct{}
 
+	ins          *instruments
+	netTransport string               // network.transport: tcp, or pipe for stdio
+	peerAttrs    []attribute.KeyValue // carried by every span to this server
+	ops          sync.Map             // opKey → metric.RecordOption, see opAttrs
+
 	// httpTransport is shared by every connection of this server, so the
 	// pool survives reconnects; nil for stdio.
 	httpTransport *http.Transport
@@ -69,7 +75,7 @@ type session struct {
 	refreshMu sync.Mutex // serializes tools/list + catalog publish
 }
 
-func newSession(name string, srv mcpconfig.Server, cfg Config, log *slog.Logger, cat *catalog) *session {
+func newSession(name string, srv mcpconfig.Server, cfg Config, log *slog.Logger, cat *catalog, ins *instruments) *session {
 	s := &session{
 		name:      name,
 		srv:       srv,
@@ -81,7 +87,9 @@ func newSession(name string, srv mcpconfig.Server, cfg Config, log *slog.Logger,
 		refreshCh: make(chan struct{}, 1),
 		state:     toolmeshv1.ServerState_SERVER_STATE_CONNECTING,
 		changed:   make(chan struct{}),
+		ins:       ins,
 	}
+	s.netTransport, s.peerAttrs = peerAttrs(name, srv)
 	if srv.Timeout > 0 {
 		s.timeout = srv.Timeout
 	}
@@ -104,20 +112,21 @@ func newSession(name string, srv mcpconfig.Server, cfg Config, log *slog.Logger,
 			TLSHandshakeTimeout:   cfg.ConnectTimeout,
 			ExpectContinueTimeout: time.Second,
 		}
-		s.httpClient = &http.Client{Transport: s.httpTransport}
+		s.httpClient = &http.Client{Transport: tracedWithinSpans(ins.tel, s.httpTransport)}
 	}
 	return s
 }
 
 // conn is one connection (one initialized mcp-go client) of a session.
 type conn struct {
-	client   *client.Client
-	hooks    *hooks
-	proc     *childProcess // stdio only
-	cancel   context.CancelFunc
-	protocol string
-	info     mcp.Implementation
-	listen   bool // the server announced tools.listChanged
+	client    *client.Client
+	hooks     *hooks
+	proc      *childProcess // stdio only
+	cancel    context.CancelFunc
+	protocol  string
+	sessionID string // mcp.session.id: the Mcp-Session-Id, or the SSE sessionId; "" for none
+	info      mcp.Implementation
+	listen    bool // the server announced tools.listChanged
 
 	broken    chan struct{}
 	breakOnce sync.Once
@@ -242,10 +251,17 @@ func (s *session) run(ctx context.Context) {
 		case <-ctx.Done():
 			s.cur.CompareAndSwap(cn, nil)
 			cn.close()
+			s.recordSession(context.WithoutCancel(ctx), cn, up, "")
 			return
 		case <-cn.broken:
 		}
 		cn.close()
+		// Closing broken made cn's break fields safe to read.
+		if cn.expired {
+			s.recordSession(ctx, cn, up, errTypeExpired)
+		} else {
+			s.recordSession(ctx, cn, up, errTypeUnavailable)
+		}
 		if time.Since(up) > 10*time.Second {
 			attempt = 0
 		}
@@ -337,6 +353,9 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ []*tool, err erro
 	if pinned != "" {
 		opts = append(opts, client.WithProtocolVersion(pinned))
 	}
+	if s.ins.tel != nil && s.srv.Transport != mcpconfig.TransportStdio {
+		opts = append(opts, client.WithPropagator(headerPropagator{s.ins.tel}))
+	}
 
 	var tr transport.Interface
 	switch s.srv.Transport {
@@ -413,11 +432,17 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ []*tool, err erro
 		req.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
 	}
 	req.Params.ClientInfo = clientInfo
-	res, err := c.Initialize(cctx, req)
+	ictx, rc := s.startRPC(cctx, string(mcp.MethodInitialize), "")
+	res, err := c.Initialize(ictx, req)
+	if err == nil {
+		cn.protocol = c.ProtocolVersion()
+		cn.sessionID = sessionIDOf(tr)
+		rc.connected(cn)
+	}
+	rc.end(ictx, nil, err)
 	if err != nil {
 		return nil, nil, fmt.Errorf("initialize: %w", err)
 	}
-	cn.protocol = c.ProtocolVersion()
 	cn.info = res.ServerInfo
 	cn.hooks.modern.Store(mcp.IsModernProtocol(cn.protocol))
 	cn.listen = res.Capabilities.Tools != nil && res.Capabilities.Tools.ListChanged
@@ -469,7 +494,10 @@ func (s *session) listenLoop(ctx context.Context, cn *conn) {
 }
 
 // listTools lists every page of the server's tools and builds catalog entries.
-func (s *session) listTools(ctx context.Context, cn *conn) ([]*tool, error) {
+func (s *session) listTools(ctx context.Context, cn *conn) (_ []*tool, err error) {
+	ctx, rc := s.startRPC(ctx, string(mcp.MethodToolsList), "")
+	rc.connected(cn)
+	defer func() { rc.end(ctx, nil, err) }()
 	ctx, pages := withRawPages(ctx)
 	res, err := cn.client.ListTools(ctx, mcp.ListToolsRequest{})
 	if err != nil {
@@ -612,13 +640,17 @@ func (s *session) reasonLocked() string {
 }
 
 // call runs one tools/call with the session's timeout (or the shorter
-// requested one) and concurrency limit.
-func (s *session) call(ctx context.Context, t *tool, args map[string]any, reqTimeout time.Duration) (*mcp.CallToolResult, error) {
+// requested one) and concurrency limit. Its span covers waiting for a slot
+// and for a connection too: that is the time the caller sees.
+func (s *session) call(ctx context.Context, t *tool, args map[string]any, reqTimeout time.Duration) (res *mcp.CallToolResult, err error) {
 	timeout := s.timeout
 	if reqTimeout > 0 && reqTimeout < timeout {
 		timeout = reqTimeout
 	}
 	parent := ctx
+	ctx, rc := s.startRPC(ctx, string(mcp.MethodToolsCall), t.name)
+	defer func() { rc.end(ctx, res, err) }()
+	rc.recordArguments(args)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ctxErr := func() error {
@@ -638,6 +670,7 @@ func (s *session) call(ctx context.Context, t *tool, args map[string]any, reqTim
 	req := mcp.CallToolRequest{}
 	req.Params.Name = t.name
 	req.Params.Arguments = args
+	req.Params.Meta = rc.injectMeta(ctx)
 	for attempt := 0; ; attempt++ {
 		cn, err := s.current(ctx)
 		if err != nil {
@@ -646,6 +679,7 @@ func (s *session) call(ctx context.Context, t *tool, args map[string]any, reqTim
 			}
 			return nil, err
 		}
+		rc.connected(cn)
 		res, err := cn.client.CallTool(ctx, req)
 		if err == nil {
 			return res, nil

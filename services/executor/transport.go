@@ -22,7 +22,9 @@ import (
 //   - send notifications/cancelled for a cancelled tools/call over HTTP, which
 //     mcp-go's client only does for non-HTTP transports;
 //   - hand mcp-go a slimmed tools/list page (see slimToolsPage), so that it
-//     does not re-read every tool's input schema on every tools/call.
+//     does not re-read every tool's input schema on every tools/call;
+//   - tell the request's span (telemetry.go) its JSON-RPC id and error code,
+//     which only the wire shows.
 
 type rawPagesKey struct{}
 
@@ -51,6 +53,9 @@ type hooks struct {
 }
 
 func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *transport.JSONRPCResponse, err error) *transport.JSONRPCResponse {
+	if r := rpcFrom(ctx); r != nil {
+		r.answered(req, resp)
+	}
 	switch req.Method {
 	case string(mcp.MethodToolsList):
 		if err == nil && resp != nil && resp.Error == nil {
