@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
 
 // Transports accepted in Options.Transport.
@@ -83,6 +85,14 @@ type Options struct {
 	// the context ends; zero means DefaultShutdownTimeout. Connections still
 	// open after it are closed.
 	ShutdownTimeout time.Duration
+
+	// Telemetry, when set, traces every tools/call with a SERVER span
+	// "tools/call {tool}" continuing the caller's trace (from the request's
+	// params._meta, else its HTTP headers) and records
+	// mcp.server.operation.duration; the tool handler's context carries the
+	// span. Handler and Run install it on the server they are given (as
+	// mcp-go hooks and a tool handler middleware); nil traces nothing.
+	Telemetry *telemetry.Service
 }
 
 func (o Options) logger() *slog.Logger {
@@ -133,10 +143,12 @@ type handler struct {
 	stream  *server.StreamableHTTPServer
 	origins originPolicy
 	log     *slog.Logger
+	traced  bool // requests carry their peer for the tools/call spans
 }
 
 func newHandler(s *server.MCPServer, opts Options) *handler {
 	log := opts.logger()
+	instrument(s, opts.Telemetry)
 	h := &handler{
 		mux: http.NewServeMux(),
 		// No WithBaseURL: the endpoint event is then the relative
@@ -154,6 +166,7 @@ func newHandler(s *server.MCPServer, opts Options) *handler {
 		),
 		origins: newOriginPolicy(opts.AllowedOrigins),
 		log:     log,
+		traced:  opts.Telemetry != nil,
 	}
 	h.mux.Handle(SSEPath, h.sse.SSEHandler())
 	h.mux.Handle(MessagePath, h.sse.MessageHandler())
@@ -177,6 +190,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if writeCORS(w, r, origin) {
 			return
 		}
+	}
+	if h.traced {
+		r = r.WithContext(withPeer(r.Context(), httpPeer(r)))
 	}
 	h.mux.ServeHTTP(w, r)
 }
@@ -303,8 +319,12 @@ func runStdio(ctx context.Context, s *server.MCPServer, opts Options) error {
 	if opts.Stdout != nil {
 		out = opts.Stdout
 	}
+	instrument(s, opts.Telemetry)
 	ss := server.NewStdioServer(s)
 	ss.SetErrorLogger(slog.NewLogLogger(log.Handler(), slog.LevelError))
+	if opts.Telemetry != nil {
+		ss.SetContextFunc(func(ctx context.Context) context.Context { return withPeer(ctx, stdioPeer) })
+	}
 	log.Info("MCP server serving on stdio")
 	err := ss.Listen(ctx, in, out)
 	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {

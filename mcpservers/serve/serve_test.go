@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/goleak"
 
 	"github.com/toolmesh/toolmesh/mcpservers/calculator"
@@ -29,9 +30,16 @@ func TestMain(m *testing.M) {
 
 var calculatorTools = []string{"add", "calculate", "divide", "multiply", "subtract"}
 
-// startHTTP runs Run in the background and returns the bound address. The
-// server is stopped, and Run's result checked, when the test ends.
+// startHTTP runs Run with the calculator in the background and returns the
+// bound address. The server is stopped, and Run's result checked, when the
+// test ends.
 func startHTTP(t *testing.T, opts Options) net.Addr {
+	t.Helper()
+	return startHTTPServer(t, calculator.New(), opts)
+}
+
+// startHTTPServer is startHTTP with the MCP server s.
+func startHTTPServer(t *testing.T, s *server.MCPServer, opts Options) net.Addr {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan net.Addr, 1)
@@ -40,7 +48,7 @@ func startHTTP(t *testing.T, opts Options) net.Addr {
 		opts.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, calculator.New(), opts) }()
+	go func() { done <- Run(ctx, s, opts) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
