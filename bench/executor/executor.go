@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -17,6 +18,7 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/server"
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/services/executor"
 )
 
@@ -42,10 +44,13 @@ type grpcTuning struct {
 // newExecutorScenario runs the executor in-process with the calculator configured over tr,
 // serves it on a loopback gRPC listener and calls it through the generated client.
 func newExecutorScenario(ctx context.Context, tr, url string, o options) (*executorScenario, error) {
-	return newExecutorScenarioTuned(ctx, tr, url, o, "executor-grpc", grpcTuning{shipped: o.workers == 0, workers: uint32(o.workers)})
+	return newExecutorScenarioTuned(ctx, tr, url, o, "executor-grpc", grpcTuning{shipped: o.workers == 0, workers: uint32(o.workers)}, nil)
 }
 
-func newExecutorScenarioTuned(ctx context.Context, tr, url string, o options, name string, tune grpcTuning) (*executorScenario, error) {
+// newExecutorScenarioTuned is newExecutorScenario with another gRPC setup and the executor's
+// telemetry (nil: none). The in-process scenario is named after name, executor-grpc →
+// executor-inproc.
+func newExecutorScenarioTuned(ctx context.Context, tr, url string, o options, name string, tune grpcTuning, tel *telemetry.Service) (*executorScenario, error) {
 	var cfg executor.Config
 	cfg.RegisterFlags(flag.NewFlagSet("executor", flag.ContinueOnError))
 	transport := mcpconfig.TransportSSE
@@ -60,7 +65,7 @@ func newExecutorScenarioTuned(ctx context.Context, tr, url string, o options, na
 	}}
 	// The per-server limit must not throttle the concurrent phase.
 	cfg.MaxConcurrency = max(cfg.MaxConcurrency, o.concurrency)
-	svc, err := executor.New(cfg, slog.New(slog.DiscardHandler), nil)
+	svc, err := executor.New(cfg, slog.New(slog.DiscardHandler), tel)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +199,7 @@ func newExecutorScenarioTuned(ctx context.Context, tr, url string, o options, na
 	}
 	inproc := &scenario{
 		transport: tr,
-		name:      "executor-inproc",
+		name:      strings.Replace(name, "executor-grpc", "executor-inproc", 1),
 		protocol:  protocol,
 		note:      "the same executor's CallTool handler called in-process: everything but the gRPC hop",
 		call:      callWith(svc.CallTool),

@@ -10,10 +10,13 @@
 //   - new-session:   a new mcp-go client per call (start, initialize, call, close), the way
 //     the tutorials do it.
 //
-// Two more isolate where the executor's overhead goes:
+// Others isolate where the executor's overhead goes:
 //
 //   - executor-inproc:     the executor-grpc scenario's own Service.CallTool called in-process,
 //     the same request built the same way: everything the executor does except the gRPC hop;
+//   - executor-inproc-otel, executor-grpc-otel (with -telemetry): the same with a second
+//     executor that has telemetry, unsampled as toolmesh runs without an OTLP endpoint, or
+//     sampled; the difference is what the executor's tracing and metrics cost;
 //   - executor-grpc-tuned: a second executor behind a gRPC server and client configured the
 //     way internal/server does not (yet): grpc.NumStreamWorkers(GOMAXPROCS) and static 1 MiB
 //     windows (which turn off the BDP estimator's PING/ACK per call).
@@ -51,7 +54,10 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/mcpservers/calculator"
 )
 
@@ -67,6 +73,7 @@ type options struct {
 	cpuprofile  string
 	scenarios   string
 	workers     uint
+	telemetry   string
 
 	loadBefore, loadAfter string // /proc/loadavg around the measurement, for the report
 	callTimeout           time.Duration
@@ -87,6 +94,8 @@ func main() {
 	fs.UintVar(&o.workers, "grpc-stream-workers", 0, "grpc.NumStreamWorkers for the executor's gRPC server; 0: grpc's default (a new goroutine per RPC), as toolmesh ships")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the timed phases to this file")
 	fs.DurationVar(&o.callTimeout, "call-timeout", 10*time.Second, "bound of one call; a call that exceeds it counts as an error")
+	fs.StringVar(&o.telemetry, "telemetry", "", "also measure a second executor with telemetry, as executor-inproc-otel and executor-grpc-otel: "+
+		"unsampled (as toolmesh runs without an OTLP endpoint: spans never sampled, metrics kept; unset OTEL_EXPORTER_OTLP_* first) or sampled (every span recorded, then dropped)")
 	_ = fs.Parse(os.Args[1:])
 	if o.calls < 1 || o.runs < 1 || o.concurrency < 1 || o.duration <= 0 {
 		fmt.Fprintln(os.Stderr, "executor: -calls, -runs, -concurrency and -duration must be positive")
@@ -182,9 +191,23 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		}
 		cleanups = append(cleanups, ex.close)
 		scenarios = append(scenarios, ex.inproc, ex.scenario)
+		if o.telemetry != "" {
+			tel, err := benchTelemetry(ctx, o.telemetry)
+			if err != nil {
+				return err
+			}
+			otel, err := newExecutorScenarioTuned(ctx, tr, url, o, "executor-grpc-otel", grpcTuning{shipped: o.workers == 0, workers: uint32(o.workers)}, tel)
+			if err != nil {
+				return fmt.Errorf("%s executor-grpc-otel: %w", tr, err)
+			}
+			cleanups = append(cleanups, otel.close)
+			scenarios = append(scenarios, otel.inproc, otel.scenario)
+			want["executor-inproc-otel"] = want["executor-inproc"]
+			want["executor-grpc-otel"] = want["executor-grpc"]
+		}
 		if want["executor-grpc-tuned"] {
 			tuned, err := newExecutorScenarioTuned(ctx, tr, url, o, "executor-grpc-tuned",
-				grpcTuning{workers: uint32(runtime.GOMAXPROCS(0)), staticWindow: true})
+				grpcTuning{workers: uint32(runtime.GOMAXPROCS(0)), staticWindow: true}, nil)
 			if err != nil {
 				return fmt.Errorf("%s executor-grpc-tuned: %w", tr, err)
 			}
@@ -243,6 +266,26 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 
 	report(stdout, o, scenarios, results)
 	return nil
+}
+
+// benchTelemetry is the executor's telemetry for -telemetry mode.
+func benchTelemetry(ctx context.Context, mode string) (*telemetry.Service, error) {
+	switch mode {
+	case "unsampled":
+		t, err := telemetry.New(telemetry.Config{PayloadLimit: 1024})
+		if err != nil {
+			return nil, err
+		}
+		if t.Exporting() {
+			return nil, errors.New("-telemetry unsampled: an OTEL_EXPORTER_OTLP_* endpoint is set; unset it to measure the unsampled path")
+		}
+		return t.Service(ctx, "toolmesh-executor")
+	case "sampled":
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+		return telemetry.NewForTest("toolmesh-executor", tp, mp, telemetry.PayloadPolicy{Limit: 1024}), nil
+	}
+	return nil, fmt.Errorf("-telemetry %q: want unsampled or sampled", mode)
 }
 
 // serveCalculator serves one calculator MCP server over SSE (/sse, /message) and streamable
@@ -685,6 +728,9 @@ func report(w io.Writer, o options, scenarios []*scenario, results map[string][]
 			"executor-inproc: the executor-grpc scenario's Service.CallTool called in-process (no gRPC); "+
 			"executor-grpc-tuned (only with -scenarios): plain grpc.NewServer with -grpc-stream-workers and static 1 MiB windows", 2*o.concurrency, o.concurrency),
 	}
+	if o.telemetry != "" {
+		info = append(info, fmt.Sprintf("executor-inproc-otel, executor-grpc-otel: a second executor, the same but with telemetry %s (-telemetry); its gRPC server is the same as executor-grpc's (no otelgrpc), so the difference is the executor's own MCP spans, metrics and traced HTTP client", o.telemetry))
+	}
 	if md {
 		for _, l := range info {
 			fmt.Fprintf(w, "- %s\n", l)
@@ -757,6 +803,15 @@ func report(w io.Writer, o options, scenarios []*scenario, results map[string][]
 		if i, ok := sums[tr+"/executor-inproc"]; ok {
 			c.add(tr, "executor-inproc p50 − direct p50 (executor without gRPC)", fmt.Sprintf("%.0f µs", i.p50-d.p50), "—", "info")
 			c.add(tr, fmt.Sprintf("executor-inproc CPU − direct CPU per call @%d", o.concurrency), fmt.Sprintf("%.0f µs", i.cpuPerCall-d.cpuPerCall), "—", "info")
+		}
+		for _, pair := range [][2]string{{"executor-inproc", "executor-inproc-otel"}, {"executor-grpc", "executor-grpc-otel"}} {
+			a, okA := sums[tr+"/"+pair[0]]
+			b, okB := sums[tr+"/"+pair[1]]
+			if !okA || !okB {
+				continue
+			}
+			c.add(tr, fmt.Sprintf("%s p50 − %s p50 (telemetry %s)", pair[1], pair[0], o.telemetry), fmt.Sprintf("%.0f µs", b.p50-a.p50), "—", "info")
+			c.add(tr, fmt.Sprintf("%s CPU − %s CPU per call @%d", pair[1], pair[0], o.concurrency), fmt.Sprintf("%.1f µs", b.cpuPerCall-a.cpuPerCall), "—", "info")
 		}
 		if t, ok := sums[tr+"/executor-grpc-tuned"]; ok {
 			c.add(tr, "executor-grpc-tuned p50 − direct p50", fmt.Sprintf("%.0f µs", t.p50-d.p50), "—", "info")
