@@ -54,6 +54,9 @@ type ClientOptions struct {
 	// Timeout bounds the whole run; zero means 20 s (the suite's own
 	// per-scenario limit is 30 s).
 	Timeout time.Duration
+	// ConnectRetry is how long the executor may go on retrying a failed
+	// connection before the run fails; zero means 3 s.
+	ConnectRetry time.Duration
 }
 
 // Main is the client command: the suite runs it with the scenario server's
@@ -100,6 +103,9 @@ func RunClient(ctx context.Context, opts ClientOptions) error {
 	if opts.Timeout == 0 {
 		opts.Timeout = 20 * time.Second
 	}
+	if opts.ConnectRetry == 0 {
+		opts.ConnectRetry = 3 * time.Second
+	}
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 
@@ -129,7 +135,7 @@ func RunClient(ctx context.Context, opts ClientOptions) error {
 		<-done
 	}()
 
-	if err := waitConnected(ctx, svc); err != nil {
+	if err := waitConnected(ctx, svc, opts.ConnectRetry); err != nil {
 		return err
 	}
 	lt, err := svc.ListTools(ctx, &toolmeshv1.ExecutorServiceListToolsRequest{Server: serverName})
@@ -167,12 +173,17 @@ func RunClient(ctx context.Context, opts ClientOptions) error {
 	return errors.Join(errs...)
 }
 
-// waitConnected waits until the executor's session is READY, and fails on its
-// first failed attempt rather than letting it retry with backoff: a scenario
-// server that cannot be connected to will not become one later.
-func waitConnected(ctx context.Context, svc *executor.Service) error {
+// waitConnected waits until the executor's session is READY. A failed
+// attempt is retried by the executor's own reconnect loop, with its backoff,
+// as in production (a scenario server that is slow to answer under load gets
+// another chance); once retry has failed to connect for that long, the last
+// error is the answer. A scenario that rejects the client for good (an OAuth
+// scenario, say) therefore ends after retry rather than at the suite's
+// timeout.
+func waitConnected(ctx context.Context, svc *executor.Service, retry time.Duration) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
+	var failingSince time.Time
 	for {
 		ls, err := svc.ListServers(ctx, &toolmeshv1.ExecutorServiceListServersRequest{})
 		if err != nil {
@@ -183,7 +194,12 @@ func waitConnected(ctx context.Context, svc *executor.Service) error {
 			case toolmeshv1.ServerState_SERVER_STATE_READY:
 				return nil
 			case toolmeshv1.ServerState_SERVER_STATE_UNHEALTHY:
-				return fmt.Errorf("connect to %s: %s", s.GetEndpoint(), s.GetLastError())
+				if failingSince.IsZero() {
+					failingSince = time.Now()
+				}
+				if time.Since(failingSince) >= retry {
+					return fmt.Errorf("connect to %s: %s", s.GetEndpoint(), s.GetLastError())
+				}
 			}
 		}
 		select {
