@@ -53,6 +53,11 @@ func (m *scriptedModel) reply(req llamatest.Request) (llamatest.Reply, bool) {
 	if text == "HANG" {
 		return llamatest.Reply{Hang: true}, true
 	}
+	if rest, ok := strings.CutPrefix(text, "BREAK:"); ok {
+		// The stream ends with a server error after its first piece.
+		return llamatest.Reply{Pieces: splitPieces(rest), FailAfter: 1,
+			Fail: &llamatest.APIError{Code: 500, Message: "slot crashed", Type: "server_error"}}, true
+	}
 	return llamatest.Reply{Pieces: splitPieces(text)}, true
 }
 
@@ -497,6 +502,23 @@ func TestQueryLimitsAndFailures(t *testing.T) {
 			if code != http.StatusBadRequest || !strings.Contains(string(b), tc.want) {
 				t.Errorf("POST %.60s: %d %s; want 400 naming %q", tc.body, code, b, tc.want)
 			}
+		}
+	})
+
+	t.Run("an answer that breaks off part way is an error, with what came", func(t *testing.T) {
+		m.model.set("Add 2 and 3, please.", func(p string, calls int, compose bool) string {
+			switch {
+			case compose:
+				return "BREAK:The sum of 2 and 3 is 5."
+			case calls == 0:
+				return "<<function>>calculator.add(a=2, b=3)"
+			}
+			return "5"
+		})
+		got := query(t, m.base, `{"query":"Add 2 and 3, please."}`)
+		if got.StopReason != "STOP_REASON_ERROR" || !strings.Contains(got.Error, "composing the answer failed part way") ||
+			got.Answer != "The sum " || len(got.ToolCalls) != 1 {
+			t.Errorf("stop_reason %s, error %q, answer %q, %d calls", got.StopReason, got.Error, got.Answer, len(got.ToolCalls))
 		}
 	})
 

@@ -406,6 +406,14 @@ func (r *runner) compose(ctx context.Context, modelAnswer string) (*toolmeshv1.Q
 		r.resp.Answer = answer
 		return r.fail(ctx, ctx.Err(), int(r.resp.GetIterations()), "composing the answer")
 	}
+	if answer != "" {
+		// The answer broke off part way: what came is kept, and the query says it failed
+		// rather than passing a cut sentence off as the answer.
+		r.resp.Answer = answer
+		r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_ERROR
+		r.resp.Error = "composing the answer failed part way: " + status.Convert(err).Message()
+		return r.resp, nil
+	}
 	r.h.logger.WarnContext(ctx, "composing the answer failed; answering with the results", "err", err)
 	if answer == "" {
 		answer = modelAnswer
