@@ -1,9 +1,3 @@
-//go:build composeloader
-
-// The constraint above keeps the compose-go tests out of the default build until go.mod and
-// go.sum list the modules compose-go v2.16.2 imports (github.com/go-viper/mapstructure/v2,
-// github.com/mattn/go-shellwords, github.com/xhit/go-str2duration/v2); remove it then.
-
 package deploy
 
 import (
