@@ -50,7 +50,11 @@ func initDemo(a *App) (_ []runner, err error) {
 		}
 		undo = append(undo, func() { _ = srv.Close() })
 		logger := a.logger.With("target", "demo", "mcp_server", d.name)
-		h := serve.Handler(srv.MCP, serve.Options{Logger: logger})
+		tel, err := a.tel.Service(context.Background(), "mcp-"+d.name)
+		if err != nil {
+			return nil, err
+		}
+		h := serve.Handler(srv.MCP, serve.Options{Logger: logger, Telemetry: tel})
 		hs, err := server.NewHTTP(d.addr, h, logger, a.cfg.DrainTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("demo server %s: %w", d.name, err)

@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"strings"
+	"time"
 
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/mcpservers"
 	"github.com/toolmesh/toolmesh/mcpservers/serve"
 	"github.com/toolmesh/toolmesh/mcpservers/sqlite"
@@ -22,6 +24,8 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	origins := fs.String("allowed-origins", "", "comma-separated extra Origin values allowed on HTTP (loopback origins always are)")
 	logLevel := fs.String("log.level", "info", "log level: debug, info, warn, error")
 	dbPath := fs.String("db", "", "sqlite only: the SQLite database file to serve read-only (never created); default: a built-in demo database")
+	var otelCfg telemetry.Config
+	otelCfg.RegisterFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: toolmesh mcp NAME [flags]\n\nRuns a shipped MCP server: %s.\n\nFlags:\n", strings.Join(mcpservers.Names(), ", "))
 		fs.PrintDefaults()
@@ -54,7 +58,22 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	// On stdio, stdout carries the protocol: logs go to stderr only.
 	logger := newLogger(stderr, level.Level, "text")
+	tel, err := telemetry.New(otelCfg)
+	if err != nil {
+		return usageError("toolmesh mcp: %v", err)
+	}
+	defer func() {
+		// Send the last spans before the process ends.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(fctx)
+	}()
+	svc, err := tel.Service(ctx, "mcp-"+name)
+	if err != nil {
+		return err
+	}
 	opts := serve.Options{
+		Telemetry: svc,
 		Transport: *transport,
 		Addr:      *addr,
 		Logger:    logger,

@@ -29,6 +29,9 @@ func DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStaticStreamWindowSize(window), grpc.WithStaticConnWindowSize(window),
+		// A name that resolves to several executors or retrievers spreads calls over all of
+		// them instead of pinning every call to the first.
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
 	}
 }
 

@@ -49,7 +49,7 @@ const (
 var errQueryDeadline = errors.New("query deadline")
 
 // startHint tells a user without a model what to do; it is part of every "no backend" error.
-const startHint = "start one, e.g. `llama-server -m gorilla-openfunctions-v2.Q4_K_M.gguf --host 127.0.0.1 --port 8080 -c 4096`, " +
+const startHint = "start one, e.g. `llama-server -m gorilla-openfunctions-v2-q4_K_M.gguf --host 127.0.0.1 --port 8080 -c 4096`, " +
 	"and run `toolmesh up --llm-url http://127.0.0.1:8080`; tool search and direct calls like @calculator.add({\"a\":2,\"b\":3}) work without one"
 
 type agentHandler struct {
