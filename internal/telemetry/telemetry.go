@@ -8,7 +8,7 @@
 // OTEL_RESOURCE_ATTRIBUTES, and OTEL_SDK_DISABLED=true turns everything off. Without an
 // endpoint spans are never sampled: they still carry trace ids (for responses and logs) but
 // record nothing and export nothing. Metrics are always kept for /metrics (Prometheus text)
-// and also pushed over OTLP when an endpoint is given.
+// and pushed over OTLP too with --otel.export-metrics or OTEL_METRICS_EXPORTER=otlp.
 package telemetry
 
 import (
@@ -50,6 +50,8 @@ type Config struct {
 	Endpoint string
 	// Insecure sends OTLP without TLS (a collector on loopback or a private network).
 	Insecure bool
+	// ExportMetrics pushes metrics over OTLP too (to a collector that takes them; Jaeger does not).
+	ExportMetrics bool
 	// RecordPayloads records tool arguments and results on spans, cut to PayloadLimit bytes.
 	// Off by default: they may hold secrets.
 	RecordPayloads bool
@@ -60,6 +62,7 @@ type Config struct {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Endpoint, "otel.endpoint", "", "OTLP/gRPC collector for traces and metrics (host:port, e.g. Jaeger's 127.0.0.1:4317); empty uses OTEL_EXPORTER_OTLP_ENDPOINT, and without either nothing is exported")
 	fs.BoolVar(&c.Insecure, "otel.insecure", true, "send OTLP without TLS (collector on loopback or a private network); OTEL_EXPORTER_OTLP_INSECURE applies when --otel.endpoint is empty")
+	fs.BoolVar(&c.ExportMetrics, "otel.export-metrics", false, "also push metrics over OTLP to --otel.endpoint (a collector that takes metrics; Jaeger does not); OTEL_METRICS_EXPORTER=otlp does the same; /metrics is always served")
 	fs.BoolVar(&c.RecordPayloads, "otel.record-payloads", false, "record tool arguments and results on spans (they may hold secrets), cut to --otel.payload-limit bytes")
 	fs.IntVar(&c.PayloadLimit, "otel.payload-limit", 1024, "longest tool argument or result recorded on a span, in bytes")
 }
@@ -75,10 +78,11 @@ func (c *Config) Validate() error {
 // Telemetry is one process's telemetry: the Prometheus registry its targets share and the
 // providers to flush on shutdown.
 type Telemetry struct {
-	cfg      Config
-	export   bool
-	disabled bool
-	registry *prometheus.Registry
+	cfg           Config
+	export        bool
+	exportMetrics bool
+	disabled      bool
+	registry      *prometheus.Registry
 
 	mu       sync.Mutex
 	services []*Service
@@ -93,6 +97,9 @@ func New(cfg Config) (*Telemetry, error) {
 	t.disabled = strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true")
 	t.export = !t.disabled && (cfg.Endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" ||
 		os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "")
+	// Trace backends such as Jaeger take no metrics: pushing them is asked for explicitly.
+	t.exportMetrics = !t.disabled && (cfg.ExportMetrics || strings.EqualFold(os.Getenv("OTEL_METRICS_EXPORTER"), "otlp") ||
+		os.Getenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") != "")
 	if err := t.registry.Register(collectors.NewGoCollector()); err != nil {
 		return nil, fmt.Errorf("go metrics: %w", err)
 	}
@@ -156,7 +163,7 @@ func (t *Telemetry) Service(ctx context.Context, name string) (*Service, error) 
 		return nil, fmt.Errorf("prometheus exporter for %s: %w", name, err)
 	}
 	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(promExp)}
-	if t.export {
+	if t.exportMetrics {
 		var mopts []otlpmetricgrpc.Option
 		if t.cfg.Endpoint != "" {
 			mopts = append(mopts, endpointOption(t.cfg.Endpoint, otlpmetricgrpc.WithEndpoint, otlpmetricgrpc.WithEndpointURL))
