@@ -664,3 +664,89 @@ func (g *Grammar) Match(s string) (ok bool, failAt int, err error) {
 	}
 	return false, len(s), nil
 }
+
+// MaxLen is the most bytes (UTF-8) of a sentence of the named rule ("root": of the grammar's
+// language); finite is false when a rule can repeat without end (a "*", "+" or "{m,}"
+// repetition, or recursion) or does not exist. It works on the rules as llama.cpp rewrites
+// them, so it measures what llama-server's sampler can produce, independently of how the
+// grammar was written. A character class counts the longest UTF-8 encoding it matches.
+func (g *Grammar) MaxLen(rule string) (n int, finite bool) {
+	id, ok := g.names[rule]
+	if !ok || int(id) >= len(g.rules) {
+		return 0, false
+	}
+	const (
+		unknown  = -1
+		visiting = -2
+		infinite = -3
+	)
+	memo := make([]int, len(g.rules))
+	for i := range memo {
+		memo[i] = unknown
+	}
+	var ruleLen func(id uint32) int
+	ruleLen = func(id uint32) int {
+		switch memo[id] {
+		case visiting:
+			return infinite // recursion
+		case unknown:
+		default:
+			return memo[id]
+		}
+		memo[id] = visiting
+		best, cur, inf := 0, 0, false
+		r := g.rules[id]
+	elems:
+		for i := 0; i < len(r); i++ {
+			e := r[i]
+			switch e.k {
+			case kEnd, kAlt:
+				best = max(best, cur)
+				cur = 0
+				if e.k == kEnd {
+					break elems
+				}
+				continue
+			case kRuleRef:
+				if n := ruleLen(e.v); n == infinite {
+					inf = true
+				} else {
+					cur += n
+				}
+				continue
+			}
+			// A character element, with the alternatives and ranges that follow it, matches
+			// one code point.
+			width := 1
+			negated := e.k == kCharNot
+			for {
+				hi := e.v
+				if i+1 < len(r) && r[i+1].k == kCharRngUpper {
+					i++
+					hi = r[i].v
+				}
+				w := utf8.RuneLen(rune(hi))
+				if negated || e.k == kCharAny || w < 0 {
+					w = utf8.UTFMax
+				}
+				width = max(width, w)
+				if i+1 >= len(r) || r[i+1].k != kCharAlt {
+					break
+				}
+				i++
+				e = r[i]
+			}
+			cur += width
+		}
+		if inf {
+			best = infinite
+		}
+		memo[id] = best
+		return best
+	}
+	n = ruleLen(id)
+	if n == infinite {
+		return 0, false
+	}
+	return n, true
+}

@@ -40,3 +40,32 @@ func TestParseErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestMaxLen(t *testing.T) {
+	for _, tc := range []struct {
+		src    string
+		rule   string
+		want   int
+		finite bool
+	}{
+		{`root ::= "ab" | "c"`, "root", 2, true},
+		{`root ::= [a-c]{2,5} "é"`, "root", 7, true},
+		{`root ::= [\u0800-\uFFFF] | [\U00010000-\U0010FFFF] "x"`, "root", 5, true},
+		{`root ::= [^a] "b"?`, "root", 5, true},
+		{"root ::= x{1,3}\nx ::= \"ab\" | [\\u0080-\\u07FF]\n", "root", 6, true},
+		{"root ::= x{1,3}\nx ::= \"ab\" | [\\u0080-\\u07FF]\n", "x", 2, true},
+		{`root ::= "a"*`, "root", 0, false},
+		{`root ::= "a" "b"+`, "root", 0, false},
+		{"root ::= \"(\" root \")\" | \"x\"\n", "root", 0, false},
+		{`root ::= "a"`, "nope", 0, false},
+	} {
+		g, err := Parse(tc.src)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.src, err)
+		}
+		n, finite := g.MaxLen(tc.rule)
+		if n != tc.want || finite != tc.finite {
+			t.Errorf("MaxLen(%q) of %q = %d, %v; want %d, %v", tc.rule, tc.src, n, finite, tc.want, tc.finite)
+		}
+	}
+}
