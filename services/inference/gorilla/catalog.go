@@ -14,12 +14,23 @@ import (
 type Options struct {
 	// MaxCalls is the most calls one response may hold.
 	MaxCalls int
-	// MaxStringLen is the most characters (escapes count as one) in one string literal.
+	// MaxStringLen is the most bytes between the quotes of one string literal, as written (an
+	// escape counts its bytes: \n two, \x0b four); at most 1999.
 	MaxStringLen int
 	// MaxItems is the most items in one list and entries in one free-form dict.
 	MaxItems int
-	// MaxDepth is how deeply lists and dicts may nest where the schema does not say.
+	// MaxDepth is how deeply lists and dicts may nest.
 	MaxDepth int
+	// MaxDigits is the most digits of an integer, and of a number's integer part and of its
+	// fraction (a float64, which every JSON number becomes, holds 17 significant digits).
+	MaxDigits int
+	// MaxBytes, when positive, is the most bytes the whole response may take: the plain answer
+	// is bounded by it, and the limits above are lowered until every call sequence the grammar
+	// admits fits too (see Build's documentation). Under a grammar llama.cpp samples no token
+	// without text, so a token is at least one byte: MaxBytes = n_predict - 1 makes every
+	// response end, with the end-of-text token, before n_predict cuts it off. Zero leaves the
+	// limits as they are and the answer unbounded.
+	MaxBytes int
 	// MaxOutputBytes cuts each history output to this many bytes; zero keeps it whole.
 	MaxOutputBytes int
 	// CallsOnly leaves the plain-answer branch out of the grammar.
@@ -32,6 +43,7 @@ var DefaultOptions = Options{
 	MaxStringLen:   1000,
 	MaxItems:       64,
 	MaxDepth:       4,
+	MaxDigits:      17,
 	MaxOutputBytes: 4096,
 }
 
@@ -47,10 +59,15 @@ type Catalog struct {
 	byID      map[string]*function
 	functions string // the JSON function list of the prompt
 	grammar   string
+	classes   []class
+	units     int      // the calls' share of the budget: MaxCalls units
+	maxBytes  int      // the longest response the grammar admits (-1: unbounded)
+	uncalled  []string // ids of tools no call of which fits MaxBytes
 }
 
 // function is one tool as the model sees it.
 type function struct {
+	index  int // in Catalog.funcs
 	id     string
 	name   string
 	params []param
@@ -68,6 +85,10 @@ type param struct {
 	orig     string // as the tool's schema names it
 	schema   any
 	required bool
+	// text: a string argument (no enum or const, not a union of schemas), which may take the
+	// long string limit.
+	text  bool
+	shape *shape // for the length of its values
 }
 
 // Call is one parsed tool call.
@@ -103,7 +124,7 @@ func BuildWith(tools []*toolmeshv1.Tool, opts Options) (*Catalog, error) {
 		if _, dup := c.byID[t.GetId()]; dup {
 			return nil, fmt.Errorf("gorilla: tool %q given twice", t.GetId())
 		}
-		f := &function{id: t.GetId()}
+		f := &function{index: i, id: t.GetId()}
 		c.byID[f.id] = f
 		c.funcs = append(c.funcs, f)
 	}
@@ -146,7 +167,9 @@ func BuildWith(tools []*toolmeshv1.Tool, opts Options) (*Catalog, error) {
 	if len(list) > 0 {
 		c.functions = string(appendPyJSON(nil, list))
 	}
-	c.grammar = c.buildGrammar()
+	if err := c.planGrammar(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -158,11 +181,18 @@ func (o Options) withDefaults() Options {
 	if o.MaxStringLen <= 0 {
 		o.MaxStringLen = d.MaxStringLen
 	}
+	o.MaxStringLen = min(o.MaxStringLen, maxRepeat) // a longer repetition is refused by llama.cpp
 	if o.MaxItems <= 0 {
 		o.MaxItems = d.MaxItems
 	}
 	if o.MaxDepth <= 0 {
 		o.MaxDepth = d.MaxDepth
+	}
+	if o.MaxDigits <= 0 {
+		o.MaxDigits = d.MaxDigits
+	}
+	if o.MaxBytes < 0 {
+		o.MaxBytes = 0
 	}
 	if o.MaxOutputBytes < 0 {
 		o.MaxOutputBytes = 0
@@ -216,6 +246,30 @@ func (c *Catalog) FunctionsJSON() string { return c.functions }
 // Grammar is the GBNF grammar to send with the prompt.
 func (c *Catalog) Grammar() string { return c.grammar }
 
+// MaxResponseBytes is the most bytes a response the grammar admits can take; -1 when it is
+// unbounded (no MaxBytes: the plain answer may run on).
+func (c *Catalog) MaxResponseBytes() int { return c.maxBytes }
+
+// Uncallable lists the tools (in the order given) that no call fits MaxBytes, even with every
+// limit at its least: the grammar leaves them out, so the model cannot call them.
+func (c *Catalog) Uncallable() []string { return c.uncalled }
+
+// Limits describes the grammar's classes of calls, one line each, e.g. "calls of 4/16 of
+// the budget: str<=24B (one text<=96B) items<=20 depth<=2 digits<=12 (3 tools)"; the limits
+// shown are the most generous any tool got, as each tool is fitted on its own.
+func (c *Catalog) Limits() []string {
+	var out []string
+	for _, k := range c.classes {
+		var top limits
+		for _, l := range k.lim {
+			top = limits{max(top.str, l.str), max(top.items, l.items), max(top.depth, l.depth), max(top.digits, l.digits), max(top.long, l.long)}
+		}
+		out = append(out, fmt.Sprintf("calls of %d/%d of the budget: str<=%dB (one text<=%dB) items<=%d depth<=%d digits<=%d (%d tools)",
+			k.units, c.units, top.str, top.long, top.items, top.depth, top.digits, len(k.funcs)))
+	}
+	return out
+}
+
 // setSchema reads the top-level arguments from a tool's input schema.
 func (f *function) setSchema(schema map[string]any) {
 	f.schema = schema
@@ -252,6 +306,8 @@ func (f *function) setSchema(schema map[string]any) {
 		if _, ok := props[n]; !ok {
 			p.schema = true
 		}
+		p.text = isText(p.schema)
+		p.shape = compileShape(schema, p.schema, 0)
 		if valid[n] {
 			p.name = n
 		} else {
@@ -461,3 +517,23 @@ func unique(base string, taken func(string) bool) string {
 
 // errNoTool is wrapped by lookups of unknown tools.
 var errNoTool = errors.New("unknown tool")
+
+// isText reports whether a schema is a plain string (possibly nullable, possibly also another
+// type): no enum, const, $ref or union of schemas.
+func isText(schema any) bool {
+	m, ok := schema.(map[string]any)
+	if !ok {
+		return false
+	}
+	for _, k := range []string{"enum", "const", "$ref", "anyOf", "oneOf", "allOf"} {
+		if _, ok := m[k]; ok {
+			return false
+		}
+	}
+	for _, t := range typesOf(m) {
+		if typeKind(t) == kindString {
+			return true
+		}
+	}
+	return false
+}

@@ -50,13 +50,21 @@
 // # Grammar
 //
 // The grammar (llama.cpp GBNF) accepts either a plain answer — any text that does not contain
-// "<<" — or one to Options.MaxCalls calls written back to back, each
-// "<<function>>NAME(arg=value, ...)" naming an offered tool, keyword arguments only, in schema
-// order, required ones present, separated by "," and an optional space. Values follow the
-// argument's schema as Python literals: strings in either quote kind with escapes, integers,
-// floats, True/False, None where null is allowed, lists, dicts with the declared keys, enum and
-// const values as literals. Every repetition is bounded (digits, string length, list items, dict
-// entries, nesting depth) so a sampler cannot run on forever inside a value.
+// "<<" — or calls written back to back, each "<<function>>NAME(arg=value, ...)" naming an
+// offered tool, keyword arguments only, in schema order, required ones present, separated by
+// "," and an optional space. Values follow the argument's schema as Python literals: strings in
+// either quote kind with escapes, integers, floats, True/False, None where null is allowed,
+// lists, dicts with the declared keys, enum and const values as literals. Every repetition is
+// bounded (string bytes, list items, dict entries, nesting depth, digits, calls), so the
+// grammar's language is finite and a sampler cannot run on forever inside a value.
+//
+// With Options.MaxBytes (the service sets it from max_tokens) the longest sentence of the
+// grammar is at most MaxBytes bytes, so a response always ends before n_predict cuts it off:
+// the plain answer is bounded, and the calls are sized by a budget shared out in MaxCalls
+// units among classes of calls (one long call, many short ones, or a mix), each tool's limits
+// in each class chosen to refuse as few real calls as possible (budget.go explains how). One
+// text argument per call may be longer than the other strings. Tools no call of which fits
+// are left out of the grammar (Catalog.Uncallable).
 //
 // # Parsing
 //

@@ -262,6 +262,30 @@ func FuzzGrammar(f *testing.F) {
 		if want := !anyRequired(cat, id); ok != want && !cat.byID[id].freeArgs {
 			t.Fatalf("grammar on %s() = %v, want %v\n%s", name, ok, want, cat.Grammar())
 		}
+		// The length model agrees with the grammar's longest sentence, and a grammar sized to a
+		// budget has no longer sentence.
+		// (Small tops keep the grammars, and each run of the fuzzer, small.)
+		budget := 16 + len(schema)*7%1000
+		for _, o := range []Options{
+			{MaxStringLen: 16, MaxItems: 4, MaxDepth: 2, MaxCalls: 1 + len(id)%3, CallsOnly: true},
+			{MaxStringLen: 64, MaxItems: 8, MaxDepth: 3, MaxCalls: 8, MaxBytes: budget, CallsOnly: len(schema)%2 == 0},
+		} {
+			c, err := BuildWith(tools, o)
+			if err != nil {
+				if o.CallsOnly && o.MaxBytes > 0 && errors.Is(err, errNoCallFits) {
+					continue
+				}
+				t.Fatalf("Build %+v: %v", o, err)
+			}
+			g, err := gbnf.Parse(c.Grammar())
+			if err != nil {
+				t.Fatalf("%+v: grammar does not load: %v\n%s", o, err, c.Grammar())
+			}
+			n, finite := g.MaxLen("root")
+			if !finite || n != c.MaxResponseBytes() || o.MaxBytes > 0 && n > o.MaxBytes {
+				t.Fatalf("%+v: the grammar admits %d bytes (finite %v), the catalog says %d\n%s", o, n, finite, c.MaxResponseBytes(), c.Grammar())
+			}
+		}
 	})
 }
 
@@ -304,6 +328,32 @@ func BenchmarkStep(b *testing.B) {
 		if _, _, err := c.Parse(out); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkBuildSized is Build of the same 8 tools with the grammar sized to n_predict 512
+// (the service's default) and 1024.
+func BenchmarkBuildSized(b *testing.B) {
+	var tools []*toolmeshv1.Tool
+	for _, c := range readSample(b) {
+		for _, t := range sampleTools(b, c.Functions) {
+			if len(tools) < 8 {
+				t.Id = "bfcl" + strconv.Itoa(len(tools)) + "." + strings.ReplaceAll(t.Id, ".", "_")
+				tools = append(tools, t)
+			}
+		}
+	}
+	for _, n := range []int{512, 1024} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			opts := DefaultOptions
+			opts.MaxBytes = n - 1
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := BuildWith(tools, opts); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -355,8 +355,14 @@ func TestGrammarSnippets(t *testing.T) {
 		`f0 ::= "calculator.add(" ("a=" num f0-tail) ")"` + "\n",
 		`f1-unit ::= "'c'" | "\"c\"" | "'f'" | "\"f\""` + "\n",
 		`f3 ::= "noargs.ping(" ")"` + "\n",
-		`int ::= "-"? ("0" | [1-9] [0-9]{0,17})` + "\n",
-		`str ::= "'" sq-char{0,1000} "'" | "\"" dq-char{0,1000} "\""` + "\n",
+		`int ::= "-"? ("0" | [1-9] [0-9]{0,16})` + "\n",
+		`num ::= "-"? ("0" | [1-9] [0-9]{0,16}) ("." [0-9]{1,17})? ([eE] [-+]? [0-9]{1,2})?` + "\n",
+		`str-1000 ::= "'" sq-1000 "'" | "\"" dq-1000 "\""` + "\n",
+		`sq-1000 ::= sq1{0,1000} | sq2{0,500} | sq4{0,250}` + "\n",
+		`sq1 ::= [\x20-\x26\x28-\x5B\x5D-\x7F]` + "\n",
+		`sq2 ::= [\x20-\x26\x28-\x5B\x5D-\x7F] | [\u0080-\u07FF] | "\\" ["'\\nrtbf]` + "\n",
+		`sq4 ::= [\x20-\x26\x28-\x5B\x5D-\x7F] | [\u0080-\u07FF] | "\\" ["'\\nrtbf] | [\u0800-\uFFFF] | [\U00010000-\U0010FFFF] | "\\x" hex hex` + "\n",
+		`dq1 ::= [\x20\x21\x23-\x5B\x5D-\x7F]` + "\n",
 	} {
 		if !strings.Contains(g, want) {
 			t.Errorf("grammar lacks %q:\n%s", want, g)

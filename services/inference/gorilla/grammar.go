@@ -6,31 +6,108 @@ import (
 )
 
 // The grammar is written bottom-up and has no recursive rules: nesting is unrolled to a fixed
-// depth, so every value it admits is bounded. Identical rule bodies are shared.
+// depth and every repetition has a maximum, so the grammar's language is finite, and the length
+// of its longest sentence is computed without building it (budget.go sizes the limits with it).
+// Identical rule bodies are shared.
+//
+// Every value rule has a twin that gives the most bytes a sentence of the rule can take
+// (str/strLen, list/listLen, value/compileShape+shapeLen in length.go...); the two must change
+// together. The tests check them against the longest sentence of the built grammar, as a
+// recognizer that follows llama.cpp reads it.
+
+// limits bound the values of one function's calls in the grammar.
+type limits struct {
+	str    int // bytes between the quotes of a string literal, escapes counted as written
+	items  int // items of a list, entries of a free-form dict, free-form keyword arguments
+	depth  int // how deeply lists and dicts nest
+	digits int // digits of an integer, and of a number's integer part and of its fraction
+	// long is str for one text argument of a call (at least str): real calls often carry one
+	// long text (an e-mail's body, a query) next to short ones (addresses, ids), and a limit
+	// that let every string be as long would cost the budget many times over.
+	long int
+}
+
+// class is a size of call: a call of class k spends k.units of the response's units (the
+// budget is shared out in MaxCalls units) and is a call to one of k.funcs, whose values are
+// bounded by k.lim (parallel to funcs).
+type class struct {
+	units int
+	funcs []*function
+	lim   []limits
+}
 
 // gbuilder collects the rules of one grammar.
 type gbuilder struct {
-	opts   Options
+	lim    limits         // of the function being written
 	root   map[string]any // the schema $refs are resolved against
 	order  []string
 	bodies map[string]string // name -> body
 	byBody map[string]string // body -> name
 }
 
-func (c *Catalog) buildGrammar() string {
-	g := &gbuilder{opts: c.opts, bodies: map[string]string{}, byBody: map[string]string{}}
-	var alts []string
-	for i, f := range c.funcs {
-		alts = append(alts, g.function(i, f))
+func newBuilder() *gbuilder {
+	return &gbuilder{bodies: map[string]string{}, byBody: map[string]string{}}
+}
+
+// buildGrammar writes the grammar: a plain answer of at most answerMax bytes (no bound when
+// answerMax is 0), unless callsOnly, or calls. With one class of one unit the calls are one to
+// units calls; with several classes, a sequence of calls whose units add up to at most units,
+// counted down by the rules left-K ("K units left").
+func buildGrammar(classes []class, units, answerMax int, callsOnly bool) string {
+	g := newBuilder()
+	callRule := make([]string, len(classes))
+	for ci, k := range classes {
+		var alts []string
+		for i, f := range k.funcs {
+			g.lim = k.lim[i]
+			hint := "f" + strconv.Itoa(f.index)
+			if len(classes) > 1 {
+				hint = "c" + strconv.Itoa(k.units) + "-" + hint
+			}
+			alts = append(alts, g.function(hint, f))
+		}
+		hint := "call"
+		if len(classes) > 1 {
+			hint = "call-" + strconv.Itoa(k.units)
+		}
+		callRule[ci] = g.def(hint, `"<<function>>" (`+strings.Join(alts, " | ")+")")
+	}
+	var calls string
+	switch {
+	case len(classes) == 0:
+	case len(classes) == 1:
+		n := units / classes[0].units
+		calls = callRule[0]
+		if n > 1 {
+			calls += "{1," + strconv.Itoa(n) + "}"
+		}
+	default:
+		// left[n] is at most n more units of calls, possibly none ("" when no call fits).
+		left := make([]string, units)
+		seq := func(n int) []string {
+			var alts []string
+			for ci, k := range classes {
+				if k.units <= n {
+					alts = append(alts, join(callRule[ci], left[n-k.units]))
+				}
+			}
+			return alts
+		}
+		for n := 1; n < units; n++ {
+			if alts := seq(n); len(alts) > 0 {
+				left[n] = g.def("left-"+strconv.Itoa(n), "("+strings.Join(alts, " | ")+")?")
+			}
+		}
+		calls = strings.Join(seq(units), " | ")
 	}
 	var root string
 	switch {
-	case len(alts) == 0:
-		root = g.def("answer", answerBody)
-	case c.opts.CallsOnly:
-		root = g.def("calls", g.calls(alts))
+	case calls == "":
+		root = g.answer(answerMax)
+	case callsOnly:
+		root = g.def("calls", calls)
 	default:
-		root = g.def("answer", answerBody) + " | " + g.def("calls", g.calls(alts))
+		root = g.answer(answerMax) + " | " + g.def("calls", calls)
 	}
 	var b strings.Builder
 	b.WriteString("root ::= ")
@@ -48,12 +125,45 @@ func (c *Catalog) buildGrammar() string {
 // answerBody is plain text that never holds "<<", so it can never hold a call.
 const answerBody = `([^<] | "<" [^<])+`
 
-func (g *gbuilder) calls(alts []string) string {
-	call := g.def("call", `"<<function>>" (`+strings.Join(alts, " | ")+")")
-	if g.opts.MaxCalls == 1 {
-		return call
+// maxRepeat is the most repetitions llama.cpp takes in x{m,n} (MAX_REPETITION_THRESHOLD is
+// 2000, for the repeated rules times the count).
+const maxRepeat = 1999
+
+// Classes of characters by the bytes they take in UTF-8.
+const (
+	utf8Two   = `[\u0080-\u07FF]`
+	utf8Three = `[\u0800-\uFFFF]`
+	utf8Four  = `[\U00010000-\U0010FFFF]`
+	notLT     = `[\x01-\x3B\x3D-\x7F]` // one byte, not "<" (NUL is never sampled)
+)
+
+// answer is the plain-answer rule: text without "<<", at most max bytes (max 0: no bound). A
+// GBNF repetition counts characters, not bytes, so the bounded answer is one of three
+// branches, each a count of characters no wider than its share: ASCII without "<" (up to max
+// characters), text whose characters take at most two bytes ("<" followed by ASCII counting as
+// one such character; up to max/2), and any text (up to max/5, a "<" and a 4-byte character
+// being the widest). Exact byte counting needs a rule per byte, too large a grammar for a
+// plain answer.
+func (g *gbuilder) answer(max int) string {
+	if max <= 0 {
+		return g.def("answer", answerBody)
 	}
-	return call + "{1," + strconv.Itoa(g.opts.MaxCalls) + "}"
+	max = min(max, maxRepeat)
+	alts := []string{notLT + "{1," + strconv.Itoa(max) + "}"}
+	if max >= 2 {
+		alts = append(alts, g.def("ans2", notLT+" | "+utf8Two+` | "<" `+notLT)+"{1,"+strconv.Itoa(max/2)+"}")
+	}
+	if max >= 5 {
+		alts = append(alts, g.def("ans5", `[^<] | "<" [^<]`)+"{1,"+strconv.Itoa(max/5)+"}")
+	}
+	return g.def("answer", strings.Join(alts, " | "))
+}
+
+func answerLen(max int) int {
+	if max <= 0 {
+		return -1
+	}
+	return min(max, maxRepeat)
 }
 
 // def names body, reusing the rule of an identical body. hint becomes the name (made unique).
@@ -104,21 +214,26 @@ func ruleName(hint string) string {
 	return s
 }
 
-// function is the rule for one tool's call after "<<function>>".
-func (g *gbuilder) function(i int, f *function) string {
-	hint := "f" + strconv.Itoa(i)
+// function is the rule for one tool's call after "<<function>>", within g.lim.
+func (g *gbuilder) function(hint string, f *function) string {
 	g.root = f.schema // $refs resolve against this tool's schema
 	var items []seqItem
 	for _, p := range f.params {
-		items = append(items, seqItem{
-			expr:     gbnfLiteral(p.name+"=") + " " + g.value(p.schema, hint+"-"+p.name, 0, 0),
-			required: p.required,
-		})
+		it := seqItem{expr: gbnfLiteral(p.name+"=") + " " + g.value(p.schema, hint+"-"+p.name, 0, 0), required: p.required}
+		if p.text && g.lim.long > g.lim.str {
+			short := g.lim
+			g.lim.str = g.lim.long
+			it.long = gbnfLiteral(p.name+"=") + " " + g.value(p.schema, hint+"-"+p.name+"-long", 0, 0)
+			g.lim = short
+		}
+		items = append(items, it)
 	}
 	var args string
 	if f.freeArgs && len(items) == 0 {
-		kv := g.def("kwarg", `[a-zA-Z_] [a-zA-Z0-9_]{0,63} "=" `+g.any(0))
-		args = "(" + kv + " (" + sep + " " + kv + "){0," + strconv.Itoa(g.opts.MaxItems-1) + "})?"
+		if g.lim.items > 0 {
+			kv := g.def("kwarg", `[a-zA-Z_] [a-zA-Z0-9_]{0,63} "=" `+g.any(0))
+			args = "(" + g.repeat(kv, g.lim.items) + ")?"
+		}
 	} else {
 		args = g.seq(hint, items)
 	}
@@ -130,42 +245,116 @@ func (g *gbuilder) function(i int, f *function) string {
 	return g.def(hint, body)
 }
 
-// sep separates arguments, list items and dict entries.
-const sep = `"," " "?`
+// functionLen is the most bytes of a call to f after "<<function>>", within lim.
+func functionLen(f *function, lim limits) int {
+	n := len(f.name) + 2 // name( )
+	if f.freeArgs && len(f.params) == 0 {
+		if lim.items > 0 {
+			n += lim.items*(maxKwargName+1+anyLen(lim, 0)) + (lim.items-1)*sepLen
+		}
+		return n
+	}
+	extra := 0 // the one text argument that takes the long limit
+	long := lim
+	long.str = max(lim.long, lim.str)
+	for i, p := range f.params {
+		if i > 0 {
+			n += sepLen
+		}
+		short := shapeLen(p.shape, lim, 0)
+		n += len(p.name) + 1 + short
+		if p.text {
+			extra = max(extra, shapeLen(p.shape, long, 0)-short)
+		}
+	}
+	return n + extra
+}
+
+// maxKwargName is the longest free-form keyword argument name the grammar takes.
+const maxKwargName = 64
+
+// sep separates arguments, list items and dict entries; it takes at most sepLen bytes.
+const (
+	sep    = `"," " "?`
+	sepLen = 2
+)
+
+// repeat is one to n items separated by sep (n >= 1).
+func (g *gbuilder) repeat(item string, n int) string {
+	if n == 1 {
+		return item
+	}
+	return item + " (" + sep + " " + item + "){0," + strconv.Itoa(n-1) + "}"
+}
 
 type seqItem struct {
 	expr     string
+	long     string // expr with the long string limit ("" when the item is not a text argument)
 	required bool
 }
 
-// seq is items in order, separated by sep, optional ones optional, required ones present.
-// It returns "" when there are no items.
+// seq is items in order, separated by sep, optional ones optional, required ones present, and
+// at most one in its long form. It returns "" when there are no items. Its longest sentence has
+// every item, the one that gains most in its long form.
 func (g *gbuilder) seq(hint string, items []seqItem) string {
 	n := len(items)
 	if n == 0 {
 		return ""
 	}
-	// tails[i] is items[i:], each preceded by sep.
-	tails := make([]string, n+1)
+	texts := 0
+	for i := range items {
+		if items[i].long != "" {
+			texts++
+		}
+	}
+	if texts == 1 {
+		// The only text argument may always be long.
+		items = append([]seqItem(nil), items...)
+		for i := range items {
+			if items[i].long != "" {
+				items[i].expr, items[i].long = items[i].long, ""
+			}
+		}
+	}
+	// short[i] is items[i:], each preceded by sep, none long (the long one has been used).
+	short := make([]string, n+1)
 	for i := n - 1; i >= 0; i-- {
 		part := sep + " " + items[i].expr
 		if !items[i].required {
 			part = "(" + part + ")?"
 		}
-		body := part
-		if tails[i+1] != "" {
-			body += " " + tails[i+1]
-		}
-		tails[i] = g.def(hint+"-tail", body)
+		short[i] = g.def(hint+"-tail", join(part, short[i+1]))
 	}
+	rest := short
+	if texts > 1 {
+		// free[i] is items[i:], each preceded by sep, one of them possibly long; "" is empty.
+		free := make([]string, n+1)
+		for i := n - 1; i >= 0; i-- {
+			it := items[i]
+			alts := []string{join(sep+" "+it.expr, free[i+1])}
+			if it.long != "" {
+				alts = append(alts, join(sep+" "+it.long, short[i+1]))
+			}
+			body := strings.Join(alts, " | ")
+			switch {
+			case it.required:
+			case free[i+1] != "":
+				body += " | " + free[i+1] // itself possibly empty
+			default:
+				body = "(" + body + ")?"
+			}
+			free[i] = g.def(hint+"-free", body)
+		}
+		rest = free
+	}
+	// The first item present comes without sep; items before a required one may be left out.
 	var heads []string
 	anyRequired := false
 	for j := 0; j < n; j++ {
-		h := items[j].expr
-		if tails[j+1] != "" {
-			h += " " + tails[j+1]
+		heads = append(heads, "("+join(items[j].expr, rest[j+1])+")")
+		if items[j].long != "" {
+			heads = append(heads, "("+join(items[j].long, short[j+1])+")")
 		}
-		heads = append(heads, "("+h+")")
 		if items[j].required {
 			anyRequired = true
 			break
@@ -181,57 +370,139 @@ func (g *gbuilder) seq(hint string, items []seqItem) string {
 	return "(" + expr + ")"
 }
 
+// join is a and b in sequence, either possibly "" (empty).
+func join(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + " " + b
+}
+
 // Primitive rules.
 
+// str is a string literal in either quote kind with at most g.lim.str bytes between the
+// quotes. As for the answer, the content is one of three branches by character width: ASCII
+// without escapes (up to str characters), characters of at most two bytes including the
+// two-byte escapes \n, \' ... (up to str/2), and any character including \xhh (up to str/4).
+// \uhhhh and \Uhhhhhhhh escapes are not offered (a character can be written as itself); the
+// parser still reads them.
 func (g *gbuilder) str() string {
+	n := g.lim.str
 	hex := g.def("hex", "[0-9a-fA-F]")
-	esc := g.def("esc", `["'\\nrtbf] | "x" `+hex+`{2} | "u" ([0-9a-cA-Ce-fE-F] `+hex+`{3} | [dD] [0-7] `+hex+`{2}) | "U000" `+hex+`{5} | "U0010" `+hex+`{4}`)
-	sq := g.def("sq-char", `[^'\\\x00-\x1f] | "\\" `+esc)
-	dq := g.def("dq-char", `[^"\\\x00-\x1f] | "\\" `+esc)
-	n := strconv.Itoa(g.opts.MaxStringLen)
-	return g.def("str", `"'" `+sq+`{0,`+n+`} "'" | "\"" `+dq+`{0,`+n+`} "\""`)
+	two := utf8Two + ` | "\\" ["'\\nrtbf]`
+	four := utf8Three + " | " + utf8Four + ` | "\\x" ` + hex + " " + hex
+	quoted := func(prefix, quote, one string) string {
+		var alts []string
+		if n >= 1 {
+			alts = append(alts, g.def(prefix+"1", one)+"{0,"+strconv.Itoa(n)+"}")
+		}
+		if n >= 2 {
+			alts = append(alts, g.def(prefix+"2", one+" | "+two)+"{0,"+strconv.Itoa(n/2)+"}")
+		}
+		if n >= 4 {
+			alts = append(alts, g.def(prefix+"4", one+" | "+two+" | "+four)+"{0,"+strconv.Itoa(n/4)+"}")
+		}
+		if len(alts) == 0 {
+			return quote + " " + quote
+		}
+		return quote + " " + g.def(prefix+"-"+strconv.Itoa(n), strings.Join(alts, " | ")) + " " + quote
+	}
+	// One byte: printable ASCII and DEL, without the quote and the backslash.
+	sq := quoted("sq", `"'"`, `[\x20-\x26\x28-\x5B\x5D-\x7F]`)
+	dq := quoted("dq", `"\""`, `[\x20\x21\x23-\x5B\x5D-\x7F]`)
+	return g.def("str-"+strconv.Itoa(n), sq+" | "+dq)
+}
+
+func strLen(lim limits) int { return lim.str + 2 }
+
+// digits is one to g.lim.digits digits without a leading zero, or "0".
+func (g *gbuilder) digits() string {
+	if g.lim.digits <= 1 {
+		return "[0-9]"
+	}
+	return `("0" | [1-9] [0-9]{0,` + strconv.Itoa(g.lim.digits-1) + `})`
 }
 
 func (g *gbuilder) integer() string {
-	return g.def("int", `"-"? ("0" | [1-9] [0-9]{0,17})`)
+	return g.def("int", `"-"? `+g.digits())
 }
 
+func intLen(lim limits) int { return 1 + lim.digits }
+
 func (g *gbuilder) number() string {
-	return g.def("num", `"-"? ("0" | [1-9] [0-9]{0,17}) ("." [0-9]{1,17})? ([eE] [-+]? [0-9]{1,2})?`)
+	return g.def("num", `"-"? `+g.digits()+` ("." [0-9]{1,`+strconv.Itoa(lim1(g.lim.digits))+`})? ([eE] [-+]? [0-9]{1,2})?`)
 }
+
+// numLen: sign, digits, point, digits, e, sign, two digits.
+func numLen(lim limits) int { return 1 + lim1(lim.digits) + 1 + lim1(lim.digits) + 4 }
+
+func lim1(n int) int { return max(n, 1) }
 
 func (g *gbuilder) boolean() string { return g.def("bool", `"True" | "False"`) }
 
 func (g *gbuilder) none() string { return g.def("none", `"None"`) }
 
+const (
+	boolLen = len("False")
+	noneLen = len("None")
+)
+
 // any is a free-form value at container depth d: scalars, and lists and dicts while d is
-// below MaxDepth.
+// below the depth limit.
 func (g *gbuilder) any(d int) string {
 	scalars := g.str() + " | " + g.number() + " | " + g.boolean() + " | " + g.none()
-	if d >= g.opts.MaxDepth {
+	if d >= g.lim.depth {
 		return g.def("scalar", scalars)
 	}
 	inner := g.any(d + 1)
 	return g.def("any-"+strconv.Itoa(d), scalars+" | "+g.list(inner)+" | "+g.dict(g.str(), inner))
 }
 
+func anyLen(lim limits, d int) int {
+	n := max(strLen(lim), numLen(lim), boolLen, noneLen)
+	if d >= lim.depth {
+		return n
+	}
+	inner := anyLen(lim, d+1)
+	return max(n, listLen(lim, inner), dictLen(lim, strLen(lim), inner))
+}
+
 func (g *gbuilder) list(item string) string {
-	return `"[" (` + item + ` (` + sep + ` ` + item + `){0,` + strconv.Itoa(g.opts.MaxItems-1) + `})? "]"`
+	if g.lim.items == 0 {
+		return `"[" "]"`
+	}
+	return `"[" (` + g.repeat(item, g.lim.items) + `)? "]"`
+}
+
+func listLen(lim limits, item int) int {
+	if lim.items == 0 {
+		return 2
+	}
+	return 2 + lim.items*item + (lim.items-1)*sepLen
 }
 
 func (g *gbuilder) dict(key, value string) string {
-	kv := key + ` ":" " "? ` + value
-	return `"{" (` + kv + ` (` + sep + ` ` + kv + `){0,` + strconv.Itoa(g.opts.MaxItems-1) + `})? "}"`
+	if g.lim.items == 0 {
+		return `"{" "}"`
+	}
+	return `"{" (` + g.repeat(key+` ":" " "? `+value, g.lim.items) + `)? "}"`
+}
+
+func dictLen(lim limits, key, value int) int {
+	return listLen(lim, key+2+value)
 }
 
 // value is the rule for a value of schema s. sd counts schemas followed, cd containers entered.
 func (g *gbuilder) value(s any, hint string, sd, cd int) string {
 	m, ok := s.(map[string]any)
-	if !ok || sd > maxSchemaDepth || cd > g.opts.MaxDepth {
-		return g.any(min(cd, g.opts.MaxDepth))
+	if !ok || sd > maxSchemaDepth {
+		return g.any(cd)
 	}
 	if ref, ok := m["$ref"].(string); ok {
-		if target, ok := g.resolve(ref); ok {
+		if target, ok := resolve(g.root, ref); ok {
 			return g.value(target, hint, sd+1, cd)
 		}
 		return g.any(cd)
@@ -266,44 +537,35 @@ func (g *gbuilder) value(s any, hint string, sd, cd int) string {
 		return g.def(hint, strings.Join(dedupe(alts), " | "))
 	}
 	alts = alts[:0]
+	types = implicitTypes(m, types)
 	if len(types) == 0 {
-		switch {
-		case m["properties"] != nil:
-			types = []string{"object"}
-		case m["items"] != nil:
-			types = []string{"array"}
-		default:
-			return g.any(cd)
-		}
-	}
-	if b, _ := m["nullable"].(bool); b {
-		types = append(types, "null")
+		return g.any(cd)
 	}
 	for _, t := range types {
-		switch t {
-		case "string", "str":
+		switch typeKind(t) {
+		case kindString:
 			alts = append(alts, g.str())
-		case "integer", "int", "long", "short", "byte":
+		case kindInteger:
 			alts = append(alts, g.integer())
-		case "number", "float", "double":
+		case kindNumber:
 			alts = append(alts, g.number())
-		case "boolean", "bool":
+		case kindBool:
 			alts = append(alts, g.boolean())
-		case "null":
+		case kindNull:
 			alts = append(alts, g.none())
-		case "array", "tuple", "list":
+		case kindArray:
+			if cd >= g.lim.depth || g.lim.items == 0 {
+				alts = append(alts, g.def("empty-list", `"[" "]"`))
+				continue
+			}
 			var item string
 			if it, ok := m["items"].(map[string]any); ok {
 				item = g.value(it, hint+"-item", sd+1, cd+1)
 			} else {
-				item = g.any(min(cd+1, g.opts.MaxDepth))
-			}
-			if cd >= g.opts.MaxDepth {
-				alts = append(alts, g.def("empty-list", `"[" "]"`))
-				continue
+				item = g.any(cd + 1)
 			}
 			alts = append(alts, g.def(hint+"-list", g.list(item)))
-		case "object", "dict":
+		case kindObject:
 			alts = append(alts, g.object(m, hint, sd, cd))
 		default:
 			alts = append(alts, g.any(cd))
@@ -315,19 +577,72 @@ func (g *gbuilder) value(s any, hint string, sd, cd int) string {
 	return g.def(hint, strings.Join(alts, " | "))
 }
 
-// object is a dict with the schema's properties as keys in schema order (required ones
-// present), or a free-form dict when it declares none.
-func (g *gbuilder) object(m map[string]any, hint string, sd, cd int) string {
-	if cd >= g.opts.MaxDepth {
-		return g.def("empty-dict", `"{" "}"`)
+// Kinds of JSON-schema type names (BFCL's Python and Java names included).
+const (
+	kindOther = iota
+	kindString
+	kindInteger
+	kindNumber
+	kindBool
+	kindNull
+	kindArray
+	kindObject
+)
+
+func typeKind(t string) int {
+	switch t {
+	case "string", "str":
+		return kindString
+	case "integer", "int", "long", "short", "byte":
+		return kindInteger
+	case "number", "float", "double":
+		return kindNumber
+	case "boolean", "bool":
+		return kindBool
+	case "null":
+		return kindNull
+	case "array", "tuple", "list":
+		return kindArray
+	case "object", "dict":
+		return kindObject
 	}
-	props, _ := m["properties"].(map[string]any)
-	if len(props) == 0 {
-		value := g.any(cd + 1)
-		if ap, ok := m["additionalProperties"].(map[string]any); ok {
-			value = g.value(ap, hint+"-value", sd+1, cd+1)
+	return kindOther
+}
+
+// implicitTypes are the schema's types, an object or array one when only "properties" or
+// "items" says so, and "null" added when "nullable" is set.
+func implicitTypes(m map[string]any, types []string) []string {
+	if len(types) == 0 {
+		switch {
+		case m["properties"] != nil:
+			types = []string{"object"}
+		case m["items"] != nil:
+			types = []string{"array"}
+		default:
+			return nil
 		}
-		return g.def(hint+"-dict", g.dict(g.str(), value))
+	}
+	if b, _ := m["nullable"].(bool); b {
+		types = append(types[:len(types):len(types)], "null")
+	}
+	return types
+}
+
+// object is a dict with the schema's properties as keys in schema order (required ones
+// present), or a free-form dict when it declares none. Past the depth limit a free-form dict is
+// empty and a declared one has its required keys only: the depth limit bounds what the schema
+// leaves open, never what it requires (lists past it are empty, which a schema allows).
+func (g *gbuilder) object(m map[string]any, hint string, sd, cd int) string {
+	props, _ := m["properties"].(map[string]any)
+	deep := cd >= g.lim.depth
+	if len(props) == 0 {
+		if deep {
+			return g.def("empty-dict", `"{" "}"`)
+		}
+		if ap, ok := m["additionalProperties"].(map[string]any); ok {
+			return g.def(hint+"-dict", g.dict(g.str(), g.value(ap, hint+"-value", sd+1, cd+1)))
+		}
+		return g.def(hint+"-dict", g.dict(g.str(), g.any(cd+1)))
 	}
 	required := map[string]bool{}
 	for _, r := range asSlice(m["required"]) {
@@ -337,6 +652,9 @@ func (g *gbuilder) object(m map[string]any, hint string, sd, cd int) string {
 	}
 	var items []seqItem
 	for _, name := range propertyOrder(m) {
+		if deep && !required[name] {
+			continue
+		}
 		key := gbnfLiteral(string(appendQuoted(nil, name, '\'')))
 		if dq := gbnfLiteral(string(appendQuoted(nil, name, '"'))); dq != key {
 			key = "(" + key + " | " + dq + ")"
@@ -346,19 +664,19 @@ func (g *gbuilder) object(m map[string]any, hint string, sd, cd int) string {
 			required: required[name],
 		})
 	}
-	body := `"{"`
-	if s := g.seq(hint+"-obj", items); s != "" {
-		body += " " + s
+	if len(items) == 0 {
+		return g.def("empty-dict", `"{" "}"`)
 	}
-	return g.def(hint+"-obj", body+` "}"`)
+	body := `"{" ` + g.seq(hint+"-obj", items) + ` "}"`
+	return g.def(hint+"-obj", body)
 }
 
-// resolve finds a local "#/..." reference in the tool's schema.
-func (g *gbuilder) resolve(ref string) (any, bool) {
-	if g.root == nil || !strings.HasPrefix(ref, "#/") {
+// resolve finds a local "#/..." reference in a tool's schema.
+func resolve(root map[string]any, ref string) (any, bool) {
+	if root == nil || !strings.HasPrefix(ref, "#/") {
 		return nil, false
 	}
-	var cur any = g.root
+	var cur any = root
 	for _, part := range strings.Split(ref[2:], "/") {
 		part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
 		m, ok := cur.(map[string]any)
@@ -399,6 +717,18 @@ func literalAlts(v any) []string {
 		return nil
 	}
 	return []string{gbnfLiteral(string(lit))}
+}
+
+// literalLen is the most bytes of the literals of literalAlts (false when there are none).
+func literalLen(v any) (int, bool) {
+	if s, ok := v.(string); ok {
+		return max(len(appendQuoted(nil, s, '\'')), len(appendQuoted(nil, s, '"'))), true
+	}
+	lit, err := AppendLiteral(nil, v)
+	if err != nil {
+		return 0, false
+	}
+	return len(lit), true
 }
 
 func dedupe(s []string) []string {
