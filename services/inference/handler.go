@@ -58,6 +58,7 @@ func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest)
 	var prompt string
 	var dropped []string
 	for {
+		// The prompt does not depend on the grammar's limits: size the grammar once, below.
 		if cat, err = gorilla.Build(tools); err != nil {
 			return nil, invalid.Field("tools", err.Error())
 		}
@@ -76,6 +77,22 @@ func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest)
 		}
 		dropped = append(dropped, tools[len(tools)-1].GetId())
 		tools = tools[:len(tools)-1]
+	}
+	// Under the grammar every response must end before n_predict cuts it off (a token is at
+	// least one byte; the end-of-text token takes the last one), so the agent loop always gets
+	// something that parses.
+	if nPredict > 0 {
+		opts := gorilla.DefaultOptions
+		opts.MaxBytes = max(nPredict-1, 1)
+		if cat, err = gorilla.BuildWith(tools, opts); err != nil {
+			return nil, invalid.Field("tools", err.Error())
+		}
+		if u := cat.Uncallable(); len(u) > 0 {
+			s.log.WarnContext(ctx, "tools whose calls cannot fit max_tokens are left out of the grammar",
+				"tools", u, "max_tokens", nPredict)
+		}
+		s.log.DebugContext(ctx, "grammar sized to max_tokens", "max_tokens", nPredict,
+			"max_response_bytes", cat.MaxResponseBytes(), "classes", cat.Limits(), "grammar_bytes", len(cat.Grammar()))
 	}
 
 	comp, err := s.llm.Complete(ctx, llama.CompletionRequest{
