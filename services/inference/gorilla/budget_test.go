@@ -198,3 +198,42 @@ func only(t *testing.T, tools []*toolmeshv1.Tool, id string) []*toolmeshv1.Tool 
 	t.Fatalf("no tool %s", id)
 	return nil
 }
+
+// TestRequiredKeys: a dict whose schema requires keys (with or without a property for them,
+// as BFCL writes some) is written with those keys, also past the depth limit, where it has
+// only them.
+func TestRequiredKeys(t *testing.T) {
+	tools := []*toolmeshv1.Tool{tool(t, "waste.calc", "", `{"type":"object","properties":{
+		"population":{"type":"object","required":["adults","children"]},
+		"site":{"type":"object","properties":{"home":{"type":"object","properties":{"rooms":{"type":"integer"},"size":{"type":"number"}},"required":["rooms"]}},"required":["home"]}},
+		"required":["population"]}`)}
+	const pop = "<<function>>waste.calc(population={'adults': 2, 'children': 1}"
+	for _, o := range []Options{DefaultOptions, {MaxDepth: 1}} {
+		c, err := BuildWith(tools, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := gbnf.Parse(c.Grammar())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for in, want := range map[string]bool{
+			pop + ")": true,
+			"<<function>>waste.calc(population={'adults': 2, 'children': 'x'})": true,
+			"<<function>>waste.calc(population={})":                             false,
+			"<<function>>waste.calc(population={'adults': 2})":                  false,
+			"<<function>>waste.calc(population={'children': 1, 'adults': 2})":   false, // schema order
+			pop + ", site={'home': {'rooms': 3}})":                              true,
+			pop + ", site={'home': {}})":                                        false,
+			pop + ", site={'home': {'rooms': 3, 'size': 1.5}})":                 o.MaxDepth != 1, // past the depth limit
+		} {
+			if ok, at, _ := g.Match(in); ok != want {
+				t.Errorf("depth %d: grammar on %q = %v (at %d), want %v", o.MaxDepth, in, ok, at, want)
+			}
+		}
+		call := Call{ToolID: "waste.calc", Arguments: map[string]any{"population": map[string]any{"children": 1.0, "adults": 2.0}}}
+		if s, err := c.Render(call); err != nil || s != pop+")" {
+			t.Errorf("Render = %q, %v", s, err)
+		}
+	}
+}

@@ -453,6 +453,37 @@ func propertyOrder(schema map[string]any) []string {
 	return append(names, opt...)
 }
 
+// objectKeys are the keys a dict of object schema m is written with, in schema order: the
+// required names in the order of "required" (one the schema has no property for takes any
+// value: BFCL writes dicts whose keys are only listed as required), then the other
+// properties sorted. schemas maps each key to its schema (true for any value).
+func objectKeys(m map[string]any) (names []string, schemas map[string]any, required map[string]bool) {
+	props, _ := m["properties"].(map[string]any)
+	schemas, required = map[string]any{}, map[string]bool{}
+	for _, r := range asSlice(m["required"]) {
+		if s, ok := r.(string); ok && !required[s] {
+			required[s] = true
+			names = append(names, s)
+			schemas[s] = true
+			if p, ok := props[s]; ok {
+				schemas[s] = p
+			}
+		}
+	}
+	var opt []string
+	for k := range props {
+		if !required[k] {
+			opt = append(opt, k)
+		}
+	}
+	sort.Strings(opt)
+	for _, k := range opt {
+		names = append(names, k)
+		schemas[k] = props[k]
+	}
+	return names, schemas, required
+}
+
 func asSlice(v any) []any {
 	s, _ := v.([]any)
 	return s

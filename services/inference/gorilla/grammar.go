@@ -633,9 +633,9 @@ func implicitTypes(m map[string]any, types []string) []string {
 // empty and a declared one has its required keys only: the depth limit bounds what the schema
 // leaves open, never what it requires (lists past it are empty, which a schema allows).
 func (g *gbuilder) object(m map[string]any, hint string, sd, cd int) string {
-	props, _ := m["properties"].(map[string]any)
+	names, schemas, required := objectKeys(m)
 	deep := cd >= g.lim.depth
-	if len(props) == 0 {
+	if len(names) == 0 {
 		if deep {
 			return g.def("empty-dict", `"{" "}"`)
 		}
@@ -644,14 +644,8 @@ func (g *gbuilder) object(m map[string]any, hint string, sd, cd int) string {
 		}
 		return g.def(hint+"-dict", g.dict(g.str(), g.any(cd+1)))
 	}
-	required := map[string]bool{}
-	for _, r := range asSlice(m["required"]) {
-		if s, ok := r.(string); ok {
-			required[s] = true
-		}
-	}
 	var items []seqItem
-	for _, name := range propertyOrder(m) {
+	for _, name := range names {
 		if deep && !required[name] {
 			continue
 		}
@@ -660,7 +654,7 @@ func (g *gbuilder) object(m map[string]any, hint string, sd, cd int) string {
 			key = "(" + key + " | " + dq + ")"
 		}
 		items = append(items, seqItem{
-			expr:     key + ` ":" " "? ` + g.value(props[name], hint+"-"+name, sd+1, cd+1),
+			expr:     key + ` ":" " "? ` + g.value(schemas[name], hint+"-"+name, sd+1, cd+1),
 			required: required[name],
 		})
 	}

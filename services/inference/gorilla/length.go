@@ -123,24 +123,18 @@ func alt(alts []*shape) *shape {
 
 // compileObject is the shape of object as written: declared properties, or a free-form dict.
 func compileObject(root, m map[string]any, sd int) *shape {
-	props, _ := m["properties"].(map[string]any)
-	if len(props) == 0 {
+	names, schemas, required := objectKeys(m)
+	if len(names) == 0 {
 		sh := &shape{kind: shDict}
 		if ap, ok := m["additionalProperties"].(map[string]any); ok {
 			sh.item = compileShape(root, ap, sd+1)
 		}
 		return sh
 	}
-	required := map[string]bool{}
-	for _, r := range asSlice(m["required"]) {
-		if s, ok := r.(string); ok {
-			required[s] = true
-		}
-	}
 	sh := &shape{kind: shObject}
-	for name, p := range props {
+	for _, name := range names {
 		sh.keys = append(sh.keys, max(len(appendQuoted(nil, name, '\'')), len(appendQuoted(nil, name, '"'))))
-		sh.props = append(sh.props, compileShape(root, p, sd+1))
+		sh.props = append(sh.props, compileShape(root, schemas[name], sd+1))
 		sh.req = append(sh.req, required[name])
 	}
 	return sh

@@ -245,7 +245,7 @@ func (c *Catalog) appendCall(b []byte, toolID string, args map[string]any) ([]by
 }
 
 // appendSchemaLiteral is AppendLiteral with dict keys in schema order where the schema
-// declares properties (as the grammar asks for them), for lists item by item.
+// declares keys (as the grammar asks for them, see objectKeys), for lists item by item.
 func appendSchemaLiteral(b []byte, v any, schema any, depth int) ([]byte, error) {
 	m, _ := schema.(map[string]any)
 	if m == nil || depth > maxSchemaDepth {
@@ -254,12 +254,12 @@ func appendSchemaLiteral(b []byte, v any, schema any, depth int) ([]byte, error)
 	var err error
 	switch v := v.(type) {
 	case map[string]any:
-		if _, ok := m["properties"].(map[string]any); !ok {
+		names, props, _ := objectKeys(m)
+		if len(names) == 0 {
 			return AppendLiteral(b, v)
 		}
-		props := m["properties"].(map[string]any)
 		var order []string
-		for _, k := range propertyOrder(m) {
+		for _, k := range names {
 			if _, ok := v[k]; ok {
 				order = append(order, k)
 			}
