@@ -3,9 +3,12 @@
 // ground-truth call in Gorilla syntax, parses it back and compares (parse), validates the
 // parsed arguments against the JSON Schema converted from BFCL's schema (validate), checks that
 // the case's grammar accepts the rendered calls (grammar) and refuses a call to a function that
-// was not offered (reject), with a GBNF recognizer that follows llama.cpp (package gbnf). With
-// -llama URL it also decodes once per case under the case's grammar on a real llama-server and
-// checks that the output parses and validates (live).
+// was not offered (reject), with a GBNF recognizer that follows llama.cpp (package gbnf). The
+// grammars are the ones the inference service sends: sized to a token budget
+// (-grammar-n-predict, MaxBytes = n_predict - 1; 0 = not sized), and the check also verifies
+// that no sentence of a grammar is longer than its budget. With -llama URL it also decodes once
+// per case on a real llama-server under the case's grammar sized to -n-predict, and checks that
+// the output parses and validates and was not cut off (live).
 //
 //	go run ./bench/calls -cases ../shared/data/bfcl-calls/calls-dev.jsonl [-llama http://127.0.0.1:8080]
 //
@@ -57,13 +60,17 @@ func main() {
 	casesPath := flag.String("cases", "../shared/data/bfcl-calls/calls-dev.jsonl", "BFCL cases (JSON lines)")
 	llamaURL := flag.String("llama", "", "llama-server base URL for the live check (empty: live=0/0)")
 	show := flag.Int("show", 5, "failures to print per check")
-	nPredict := flag.Int("n-predict", 256, "live: tokens to generate per case")
+	nPredict := flag.Int("n-predict", 256, "live: tokens to generate per case (the live grammars are sized to it)")
+	// 2048: under the worst case of one byte per token the grammars then leave room for every
+	// BFCL ground truth (the longest is 697 bytes, and it is one of several calls); at the
+	// service's default of 512 some real calls cannot fit whatever the limits.
+	grammarNPredict := flag.Int("grammar-n-predict", 2048, "parse/grammar/reject: the token budget the grammars are sized to, as the service sizes them to max_tokens (0: not sized)")
 	timeout := flag.Duration("timeout", 2*time.Minute, "live: timeout per request")
 	callsOnly := flag.Bool("calls-only", false, "build grammars without the plain-answer branch (live output must be calls)")
 	flag.Parse()
 	opts := gorilla.DefaultOptions
 	opts.CallsOnly = *callsOnly
-	if err := run(*casesPath, *llamaURL, *show, *nPredict, *timeout, opts); err != nil {
+	if err := run(*casesPath, *llamaURL, *show, *nPredict, *grammarNPredict, *timeout, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "calls:", err)
 		os.Exit(1)
 	}
@@ -85,7 +92,11 @@ func (t *tally) fail(qid, why string, show int) {
 	}
 }
 
-func run(casesPath, llamaURL string, show, nPredict int, timeout time.Duration, opts gorilla.Options) error {
+// budget is the MaxBytes that fits n_predict tokens: a token is at least one byte under a
+// grammar, and the end-of-text token takes the last one (0: not sized).
+func budget(nPredict int) int { return max(nPredict-1, 0) }
+
+func run(casesPath, llamaURL string, show, nPredict, grammarNPredict int, timeout time.Duration, opts gorilla.Options) error {
 	cases, err := readCases(casesPath)
 	if err != nil {
 		return err
@@ -113,8 +124,11 @@ func run(casesPath, llamaURL string, show, nPredict int, timeout time.Duration, 
 	}
 	start := time.Now()
 	var grammarBytes, grammarRules, promptBytes int
-	var dataErrors []string
-	var liveCalls, liveAnswers int
+	var dataErrors, tooLong []string
+	var liveCalls, liveAnswers, liveCut int
+	classes := map[int]int{} // cases by number of classes of calls
+	gopts := opts
+	gopts.MaxBytes = budget(grammarNPredict)
 	for ci, c := range cases {
 		tools, schemas, err := convert(c)
 		if err != nil {
@@ -123,7 +137,7 @@ func run(casesPath, llamaURL string, show, nPredict int, timeout time.Duration, 
 			}
 			continue
 		}
-		cat, err := gorilla.BuildWith(tools, opts)
+		cat, err := gorilla.BuildWith(tools, gopts)
 		if err != nil {
 			for _, t := range []*tally{parse, validate, grammar, reject} {
 				t.fail(c.QID, "build: "+err.Error(), show)
@@ -153,12 +167,18 @@ func run(casesPath, llamaURL string, show, nPredict int, timeout time.Duration, 
 		}
 		output := out.String()
 		// A ground truth that breaks its own function's schema cannot pass validate or grammar
-		// whatever the gorilla package does; say so next to those failures.
+		// whatever the gorilla package does, nor one longer than the budget; say so next to
+		// those failures.
 		dataNote := ""
 		if why := validateCalls(want, schemas); why != "" {
 			dataErrors = append(dataErrors, c.QID)
 			dataNote = " [ground truth breaks its own schema]"
 		}
+		if b := gopts.MaxBytes; b > 0 && len(output) > b {
+			tooLong = append(tooLong, c.QID)
+			dataNote += fmt.Sprintf(" [%d bytes: longer than the %d-byte budget]", len(output), b)
+		}
+		classes[len(cat.Limits())]++
 
 		// parse
 		got, answer, err := cat.Parse(output)
@@ -196,7 +216,12 @@ func run(casesPath, llamaURL string, show, nPredict int, timeout time.Duration, 
 		} else {
 			grammarRules += g.Rules
 			ok, at, merr := g.Match(output)
+			longest, finite := g.MaxLen("root")
 			switch {
+			case gopts.MaxBytes > 0 && (!finite || longest > gopts.MaxBytes):
+				grammar.fail(c.QID, fmt.Sprintf("the grammar admits %d bytes (finite %v), more than the %d-byte budget", longest, finite, gopts.MaxBytes), show)
+			case gopts.MaxBytes > 0 && longest != cat.MaxResponseBytes():
+				grammar.fail(c.QID, fmt.Sprintf("the grammar admits %d bytes, the catalog says %d", longest, cat.MaxResponseBytes()), show)
 			case merr != nil:
 				grammar.fail(c.QID, merr.Error(), show)
 			case !ok:
@@ -219,14 +244,24 @@ func run(casesPath, llamaURL string, show, nPredict int, timeout time.Duration, 
 			}
 		}
 
-		// live
+		// live: the grammar sized to the live budget, as the service sends it.
 		if client != nil {
-			content, err := client.complete(context.Background(), prompt, gtext, nPredict)
+			lopts := opts
+			lopts.MaxBytes = budget(nPredict)
+			lcat, err := gorilla.BuildWith(tools, lopts)
+			if err != nil {
+				live.fail(c.QID, "build: "+err.Error(), show)
+				continue
+			}
+			content, stop, err := client.complete(context.Background(), lcat.Prompt(c.Query, nil), lcat.Grammar(), nPredict)
 			if err != nil {
 				live.fail(c.QID, err.Error(), show)
 				continue
 			}
-			calls, _, err := cat.Parse(content)
+			if stop == "limit" {
+				liveCut++
+			}
+			calls, _, err := lcat.Parse(content)
 			if err == nil && len(calls) > 0 {
 				liveCalls++
 			} else if err == nil {
@@ -254,12 +289,24 @@ func run(casesPath, llamaURL string, show, nPredict int, timeout time.Duration, 
 	if n := len(cases); n > 0 {
 		fmt.Printf("cases=%d prompt=%dB/case grammar=%dB/case (%d llama.cpp rules/case) in %v\n",
 			n, promptBytes/n, grammarBytes/n, grammarRules/n, elapsed.Round(time.Millisecond))
+		if gopts.MaxBytes > 0 {
+			var ts []string
+			for k := range 17 {
+				if classes[k] > 0 {
+					ts = append(ts, fmt.Sprintf("%d: %d", k, classes[k]))
+				}
+			}
+			fmt.Printf("grammars sized to n_predict=%d (%d bytes); cases by classes of calls: %s\n", grammarNPredict, gopts.MaxBytes, strings.Join(ts, ", "))
+		}
 	}
 	if len(dataErrors) > 0 {
 		fmt.Printf("ground truths that break their own BFCL schema (%d): %s\n", len(dataErrors), strings.Join(dataErrors, " "))
 	}
+	if len(tooLong) > 0 {
+		fmt.Printf("ground truths longer than the budget (%d): %s\n", len(tooLong), strings.Join(tooLong, " "))
+	}
 	if client != nil {
-		fmt.Printf("live outputs: %d with calls, %d plain answers\n", liveCalls, liveAnswers)
+		fmt.Printf("live (n_predict=%d): %d with calls, %d plain answers, %d stopped at n_predict\n", nPredict, liveCalls, liveAnswers, liveCut)
 	}
 	if client == nil {
 		fmt.Println("live: no -llama URL given, skipped")
@@ -500,33 +547,34 @@ type llamaClient struct {
 	http *http.Client
 }
 
-func (c *llamaClient) complete(ctx context.Context, prompt, grammar string, nPredict int) (string, error) {
+func (c *llamaClient) complete(ctx context.Context, prompt, grammar string, nPredict int) (content, stopType string, err error) {
 	body, _ := json.Marshal(map[string]any{
 		"prompt": prompt, "grammar": grammar, "n_predict": nPredict, "temperature": 0,
 		"cache_prompt": true, "stop": []string{"<|EOT|>", "\n### Instruction"},
 	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/completion", bytes.NewReader(body))
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("llama-server: %s: %s", resp.Status, bytes.TrimSpace(raw))
+		return "", "", fmt.Errorf("llama-server: %s: %s", resp.Status, bytes.TrimSpace(raw))
 	}
 	var out struct {
-		Content string `json:"content"`
+		Content  string `json:"content"`
+		StopType string `json:"stop_type"`
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
-		return "", fmt.Errorf("llama-server: %w", err)
+		return "", "", fmt.Errorf("llama-server: %w", err)
 	}
-	return out.Content, nil
+	return out.Content, out.StopType, nil
 }
