@@ -103,7 +103,7 @@ func (l limits) covers(o limits) bool {
 		max(l.long, l.str) >= max(o.long, o.str)
 }
 
-// refused is the BFCL count of ladder d at level v (the rung at or below v).
+// refused is the share of ladder d at level v (that of the rung at or below v).
 func refused(d, v int) int {
 	lad := ladders[d]
 	for _, r := range lad {

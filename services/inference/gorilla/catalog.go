@@ -12,7 +12,8 @@ import (
 
 // Options bound what the grammar lets the model write and how history is shown.
 type Options struct {
-	// MaxCalls is the most calls one response may hold.
+	// MaxCalls is the most calls one response may hold; with MaxBytes, the budget is shared
+	// out in MaxCalls units among calls of different sizes.
 	MaxCalls int
 	// MaxStringLen is the most bytes between the quotes of one string literal, as written (an
 	// escape counts its bytes: \n two, \x0b four); at most 1999.
