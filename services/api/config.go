@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"time"
 
 	"github.com/toolmesh/toolmesh/internal/auth"
@@ -29,6 +30,8 @@ type Config struct {
 	MaxOutputBytes int
 	// ReadyNeedsInference makes /readyz fail while the model is not reachable.
 	ReadyNeedsInference bool
+	// JaegerURL is the Jaeger UI's base URL; the web console links each query to its trace there.
+	JaegerURL string
 	// Auth holds where API tokens come from and the per-token rate limit; tokens are never flags.
 	Auth auth.Config
 }
@@ -47,6 +50,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CallTimeout, "api.call-timeout", 2*time.Minute, "upper bound on one tool call made through the api")
 	fs.DurationVar(&c.RPCTimeout, "api.rpc-timeout", 10*time.Second, "timeout of every other call from the api to a dependency")
 	fs.Int64Var(&c.MaxBodyBytes, "api.max-body-bytes", 1<<20, "largest REST request body accepted, in bytes")
+	fs.StringVar(&c.JaegerURL, "api.jaeger-url", "", "Jaeger UI base URL (e.g. http://127.0.0.1:16686); when set, the web console at /ui links each query to URL/trace/TRACE_ID")
 	c.Auth.RegisterFlags(fs, "api.")
 }
 
@@ -83,6 +87,12 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Auth.Validate(); err != nil {
 		return err
+	}
+	if c.JaegerURL != "" {
+		// The console puts it in a link, so only a plain http(s) URL will do.
+		if u, err := url.Parse(c.JaegerURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("api.jaeger-url: %q is not an http(s) URL", c.JaegerURL)
+		}
 	}
 	if c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("api.max-body-bytes: %d is below the 1024-byte minimum", c.MaxBodyBytes)

@@ -19,6 +19,7 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/server"
+	"github.com/toolmesh/toolmesh/services/api/ui"
 )
 
 //go:embed openapi.swagger.json
@@ -60,10 +61,13 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
 	})
+	mux.Handle("GET "+ui.Prefix, ui.Handler(ui.Config{JaegerURL: s.cfg.JaegerURL}))
 	mux.Handle("/", gw)
 	// /v1/ routes go through the gateway to the gRPC server, whose interceptor checks the
 	// token (once, so one request counts once against the rate limit); the rest are checked here.
-	h := s.guard.HTTP(checkBody(s.cfg.MaxBodyBytes, mux), auth.Paths("/healthz", "/v1/"))
+	// The console's page and script load without a token (ui.Public) so that it can ask for one.
+	skip := auth.Paths("/healthz", "/v1/")
+	h := s.guard.HTTP(checkBody(s.cfg.MaxBodyBytes, mux), func(r *http.Request) bool { return skip(r) || ui.Public(r) })
 	// Probes and scrapes would drown the traces of real requests.
 	h = s.tel.HTTPHandler(traceHeader(h), "rest", auth.Paths("/healthz", "/readyz", "/metrics"))
 	return h, func() { _ = conn.Close() }, nil

@@ -1,0 +1,936 @@
+// toolmesh console. One page with three views (servers, tools, playground) chosen by the URL's
+// hash; everything it shows comes from the REST API, called with the tab's token. Plain DOM
+// code: no framework and no build step, so what is in this file is what the browser runs.
+'use strict';
+
+const TOKEN_KEY = 'toolmesh.token';
+const POLL_MS = 3000;
+const SEARCH_DELAY_MS = 250;
+
+const $ = (id) => document.getElementById(id);
+
+// el builds an element. attrs are attributes (false, null and undefined are left out; true is
+// an empty attribute; on* are event listeners); children are nodes or text. Text always goes
+// in as text, never as HTML, so nothing a tool or a model says can inject markup.
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    e.append(c instanceof Node ? c : String(c));
+  }
+  return e;
+}
+
+function announce(text) {
+  // Cleared first so the same words twice are read twice.
+  const a = $('announce');
+  a.textContent = '';
+  setTimeout(() => { a.textContent = text; }, 50);
+}
+
+function pretty(v) { return JSON.stringify(v, null, 2); }
+
+// ---------------------------------------------------------------------------------------------
+// API access: the token is asked for once and kept in sessionStorage (this tab only, gone when
+// it closes). Every request sends it; a 401 asks again and retries.
+
+class APIError extends Error {
+  constructor(status, body, traceID) {
+    super((body && body.message) || `HTTP ${status}`);
+    this.status = status;
+    this.body = body || {};
+    this.traceID = traceID || this.body.trace_id || '';
+  }
+}
+
+const auth = {
+  pending: null, // the open prompt, shared by every request that got a 401 meanwhile
+  waiters: null, // its resolve and reject
+  declined: false, // the prompt was cancelled: polls must not reopen it every few seconds
+};
+
+function needToken() {
+  return new APIError(401, { message: 'This toolmesh needs an API token: choose "API token" at the top to give one.' });
+}
+
+function askToken(reason) {
+  if (auth.declined) return Promise.reject(needToken());
+  if (!auth.pending) {
+    auth.pending = new Promise((resolve, reject) => { auth.waiters = { resolve, reject }; });
+    openTokenDialog(reason);
+  }
+  return auth.pending;
+}
+
+function openTokenDialog(reason) {
+  const err = $('token-error');
+  err.textContent = reason || '';
+  err.hidden = !reason;
+  $('token-input').value = '';
+  const d = $('token-dialog');
+  if (!d.open) d.showModal();
+  $('token-input').focus();
+}
+
+function closeTokenDialog(given) {
+  const d = $('token-dialog');
+  if (d.open) d.close();
+  $('token-open').hidden = false;
+  const w = auth.waiters;
+  auth.pending = null;
+  auth.waiters = null;
+  if (w) given ? w.resolve() : w.reject(needToken());
+}
+
+function setUpTokenDialog() {
+  $('token-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const v = $('token-input').value.trim();
+    if (!v) {
+      $('token-error').textContent = 'Enter the token.';
+      $('token-error').hidden = false;
+      $('token-input').focus();
+      return;
+    }
+    sessionStorage.setItem(TOKEN_KEY, v);
+    auth.declined = false;
+    closeTokenDialog(true);
+  });
+  const cancel = () => { auth.declined = true; closeTokenDialog(false); };
+  $('token-cancel').addEventListener('click', cancel);
+  $('token-dialog').addEventListener('cancel', (e) => { e.preventDefault(); cancel(); });
+  $('token-open').addEventListener('click', () => {
+    auth.declined = false;
+    askToken('').then(() => route(), () => {});
+  });
+  if (sessionStorage.getItem(TOKEN_KEY)) $('token-open').hidden = false;
+}
+
+// api fetches a path with the tab's token; on 401 it asks for a token and tries again.
+async function api(path, init = {}) {
+  for (;;) {
+    const headers = new Headers(init.headers || {});
+    const token = sessionStorage.getItem(TOKEN_KEY) || '';
+    if (token) headers.set('Authorization', 'Bearer ' + token);
+    if (init.body) headers.set('Content-Type', 'application/json');
+    const resp = await fetch(path, { ...init, headers });
+    if (resp.status !== 401) return resp;
+    const body = await readJSON(resp);
+    await askToken(token ? `That token was refused: ${body.message || 'unauthorized'}.` : '');
+  }
+}
+
+async function readJSON(resp) {
+  const text = await resp.text();
+  try {
+    return JSON.parse(text);
+  } catch {
+    return { message: text.trim() || `HTTP ${resp.status} ${resp.statusText}` };
+  }
+}
+
+async function getJSON(path) {
+  const resp = await api(path);
+  const body = await readJSON(resp);
+  if (!resp.ok) throw new APIError(resp.status, body, resp.headers.get('X-Trace-Id'));
+  return body;
+}
+
+// Paths are relative to /ui/, so the console also works behind a proxy that mounts the api
+// under a prefix.
+const API = '../v1/';
+
+const config = { jaegerURL: '' };
+let configLoaded = null;
+
+function loadConfig() {
+  configLoaded = getJSON('config.json')
+    .then((c) => { config.jaegerURL = c.jaeger_url || ''; })
+    .catch(() => {}); // without it the page still works, only without trace links
+  return configLoaded;
+}
+
+// traceLink names a trace, as a link into Jaeger when the api was given --api.jaeger-url.
+function traceLink(id) {
+  if (!id) return null;
+  if (!config.jaegerURL) return el('span', {}, 'trace ', el('code', {}, id));
+  return el('a', {
+    href: `${config.jaegerURL}/trace/${encodeURIComponent(id)}`,
+    target: '_blank', rel: 'noopener noreferrer', class: 'trace-link',
+  }, 'trace ', el('code', {}, id), ' in Jaeger');
+}
+
+function showError(node, err, what) {
+  node.replaceChildren(`${what}: ${err.message}`);
+  if (err.traceID) node.append(' (', traceLink(err.traceID), ')');
+  node.hidden = false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Servers: every MCP server and its session, polled while the view is open and the tab shown.
+
+const STATES = {
+  SERVER_STATE_READY: ['ok', 'ready'],
+  SERVER_STATE_CONNECTING: ['warn', 'connecting'],
+  SERVER_STATE_UNHEALTHY: ['bad', 'unhealthy'],
+  SERVER_STATE_STOPPED: ['info', 'stopped'],
+};
+const TRANSPORTS = {
+  TRANSPORT_SSE: 'SSE',
+  TRANSPORT_STREAMABLE_HTTP: 'streamable HTTP',
+  TRANSPORT_STDIO: 'stdio',
+};
+
+const serversView = {
+  timer: null,
+  rows: new Map(),
+  busy: false,
+  marked: false,
+
+  enter(arg, params, changed) {
+    if (!changed) return;
+    this.refresh();
+    clearInterval(this.timer);
+    this.timer = setInterval(() => { if (!document.hidden) this.refresh(); }, POLL_MS);
+  },
+
+  leave() {
+    clearInterval(this.timer);
+    this.timer = null;
+  },
+
+  async refresh() {
+    if (this.busy) return;
+    this.busy = true;
+    try {
+      const body = await getJSON(API + 'servers');
+      // Server names are ASCII ([a-z0-9_-]): a plain comparison sorts them, and it avoids
+      // Intl, whose first use costs tens of milliseconds in a fresh tab.
+      const servers = (body.servers || []).slice().sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+      this.render(servers);
+      $('servers-error').hidden = true;
+      const ready = servers.filter((s) => s.state === 'SERVER_STATE_READY').length;
+      $('servers-updated').textContent =
+        `${ready} of ${servers.length} servers ready · updated ${clock(new Date())} · refreshes every ${POLL_MS / 1000} s`;
+    } catch (err) {
+      showError($('servers-error'), err, 'Could not list the servers');
+    } finally {
+      this.busy = false;
+    }
+  },
+
+  render(servers) {
+    const tbody = document.querySelector('#servers-table tbody');
+    const seen = new Set();
+    for (const s of servers) {
+      seen.add(s.name);
+      let row = this.rows.get(s.name);
+      if (!row) {
+        row = el('tr', { 'data-server': s.name }, el('th', { scope: 'row' }), ...Array.from({ length: 7 }, () => el('td')));
+        this.rows.set(s.name, row);
+      }
+      tbody.append(row); // moves it into name order
+      const [state, stateText] = STATES[s.state] || ['info', (s.state || 'unknown').replace('SERVER_STATE_', '').toLowerCase()];
+      const version = [s.server_name !== s.name ? s.server_name : '', s.server_version].filter(Boolean).join(' ');
+      const cells = [
+        [s.name, version, () => [el('strong', {}, s.name), version ? el('span', { class: 'meta' }, ' ', version) : null]],
+        [state + stateText, () => el('span', { class: 'badge ' + state }, stateText)],
+        [s.transport, () => TRANSPORTS[s.transport] || s.transport || '—'],
+        [s.endpoint, () => el('code', {}, s.endpoint || '—')],
+        [s.protocol_version, () => s.protocol_version || '—'],
+        [s.tool_count, () => el('a', { href: '#/tools?server=' + encodeURIComponent(s.name), 'aria-label': `${s.tool_count} tools of ${s.name}` }, String(s.tool_count || 0))],
+        [s.connected_at, () => connectedAt(s.connected_at)],
+        [s.last_error, () => s.last_error || '—'],
+      ];
+      cells.forEach((spec, i) => {
+        const render = spec[spec.length - 1];
+        const key = JSON.stringify(spec.slice(0, -1));
+        const cell = row.children[i];
+        // Only cells whose data changed are redrawn, so a poll does not take keyboard focus
+        // away from a link in the table.
+        if (cell.dataset.key === key) return;
+        cell.dataset.key = key;
+        cell.replaceChildren(...[render()].flat().filter((c) => c !== null));
+        cell.classList.toggle('error-cell', i === 7 && !!s.last_error);
+      });
+    }
+    for (const [name, row] of this.rows) {
+      if (!seen.has(name)) {
+        row.remove();
+        this.rows.delete(name);
+      }
+    }
+    if (!this.marked) {
+      // The browser test reads this mark: time from navigation to servers on screen. It is
+      // set once the frame with the rows has been drawn (the next task after that frame's
+      // animation callbacks), not merely when they are in the DOM.
+      this.marked = true;
+      requestAnimationFrame(() => setTimeout(() => performance.mark('toolmesh:servers-rendered'), 0));
+    }
+  },
+};
+
+function connectedAt(ts) {
+  if (!ts) return '—';
+  const d = new Date(ts);
+  if (Number.isNaN(d.getTime()) || d.getFullYear() < 2000) return '—';
+  return el('time', { datetime: d.toISOString(), title: d.toString() }, `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock(d)}`);
+}
+
+// Dates are written by hand, not with toLocaleString: see the sort in serversView.refresh.
+function pad(n) { return String(n).padStart(2, '0'); }
+function clock(d) { return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`; }
+
+// ---------------------------------------------------------------------------------------------
+// Tools: the catalog, retriever search with scores, a tool's schema and a call form made from it.
+
+const toolsView = {
+  catalog: [],
+  byID: new Map(),
+  loaded: null,
+  searchSeq: 0,
+  searchTimer: null,
+  results: null, // the last search's results, or null when the list is the catalog
+  selected: '',
+
+  setUp() {
+    $('search-form').addEventListener('submit', (e) => {
+      e.preventDefault();
+      clearTimeout(this.searchTimer);
+      this.search();
+    });
+    $('search-q').addEventListener('input', () => {
+      clearTimeout(this.searchTimer);
+      this.searchTimer = setTimeout(() => this.search(), SEARCH_DELAY_MS);
+    });
+    $('search-server').addEventListener('change', () => this.search());
+    $('search-k').addEventListener('change', () => { if ($('search-q').value.trim()) this.search(); });
+  },
+
+  enter(arg, params, changed) {
+    const server = params.get('server');
+    if (changed || server !== null) {
+      // The catalog is read again each time the view opens: servers come and go.
+      if (server !== null) $('search-server').dataset.want = server;
+      this.loaded = this.loadCatalog();
+      this.loaded.then(() => {
+        if (server !== null) this.search();
+        else if (!this.results) this.renderList();
+      });
+    }
+    this.select(arg);
+  },
+
+  leave() {},
+
+  async loadCatalog() {
+    try {
+      const body = await getJSON(API + 'tools');
+      this.catalog = body.tools || [];
+      for (const t of this.catalog) this.byID.set(t.id, t);
+      this.fillServers();
+      $('tools-error').hidden = true;
+    } catch (err) {
+      showError($('tools-error'), err, 'Could not list the tools');
+    }
+  },
+
+  fillServers() {
+    const select = $('search-server');
+    const want = select.dataset.want !== undefined ? select.dataset.want : select.value;
+    delete select.dataset.want;
+    const names = [...new Set(this.catalog.map((t) => t.server))].sort();
+    select.replaceChildren(el('option', { value: '' }, 'All servers'), ...names.map((n) => el('option', { value: n }, n)));
+    select.value = names.includes(want) ? want : '';
+  },
+
+  async search() {
+    const q = $('search-q').value.trim();
+    const server = $('search-server').value;
+    const seq = ++this.searchSeq;
+    if (!q) {
+      this.results = null;
+      this.renderList();
+      return;
+    }
+    let k = parseInt($('search-k').value, 10);
+    if (!(k >= 1 && k <= 50)) k = 10;
+    const params = new URLSearchParams({ q, k: String(k) });
+    if (server) params.append('server', server);
+    $('tools-summary').textContent = 'Searching…';
+    try {
+      const body = await getJSON(API + 'tools:search?' + params);
+      if (seq !== this.searchSeq) return; // a newer search was started meanwhile
+      this.results = body.results || [];
+      for (const r of this.results) if (r.tool && !this.byID.has(r.tool.id)) this.byID.set(r.tool.id, r.tool);
+      $('tools-error').hidden = true;
+      this.renderList(q);
+    } catch (err) {
+      if (seq !== this.searchSeq) return;
+      $('tools-summary').textContent = '';
+      showError($('tools-error'), err, 'Search failed');
+    }
+  },
+
+  renderList(q) {
+    const server = $('search-server').value;
+    let items;
+    if (this.results) {
+      items = this.results.map((r) => ({ tool: r.tool, score: r.score }));
+      $('tools-summary').textContent = items.length === 0
+        ? `No tool matches “${q}”.`
+        : `${items.length} ${items.length === 1 ? 'tool matches' : 'tools match'} “${q}”, best first`;
+    } else {
+      items = this.catalog.filter((t) => !server || t.server === server).map((tool) => ({ tool }));
+      $('tools-summary').textContent = `${items.length} ${items.length === 1 ? 'tool' : 'tools'}${server ? ' of ' + server : ''}`;
+    }
+    $('tools-list').replaceChildren(...items.map(({ tool, score }) => el('li', { 'data-tool-id': tool.id },
+      el('a', { href: '#/tools/' + encodeURIComponent(tool.id), 'aria-current': tool.id === this.selected ? 'true' : false },
+        score !== undefined ? el('span', { class: 'badge info score' }, 'score ' + Number(score).toFixed(2)) : null,
+        el('span', { class: 'id' }, tool.id),
+        el('span', { class: 'desc' }, firstSentence(tool.description))))));
+  },
+
+  async select(id) {
+    const focus = !routing.first;
+    this.selected = id || '';
+    for (const a of $('tools-list').querySelectorAll('a')) {
+      const li = a.closest('li');
+      if (li.dataset.toolId === this.selected) a.setAttribute('aria-current', 'true');
+      else a.removeAttribute('aria-current');
+    }
+    const pane = $('tool-detail');
+    if (!id) {
+      pane.replaceChildren(el('p', { class: 'meta' }, 'Choose a tool to see its schema and call it.'));
+      return;
+    }
+    if (!this.byID.has(id)) await this.loaded;
+    if (this.selected !== id) return;
+    const tool = this.byID.get(id);
+    if (!tool) {
+      pane.replaceChildren(el('p', { class: 'error' }, `No tool named ${id}.`));
+      return;
+    }
+    await configLoaded;
+    pane.replaceChildren(...renderTool(tool));
+    const h = pane.querySelector('h2');
+    if (h && focus) h.focus();
+  },
+};
+
+function firstSentence(s) {
+  s = (s || '').trim();
+  // A sentence ends at . ! or ? before a capital letter or the end ("e.g. 2" goes on).
+  const m = s.match(/^[\s\S]*?[.!?](?=\s+[A-Z(]|$)/);
+  const out = m ? m[0].trim() : s;
+  return out.length > 140 ? out.slice(0, 139) + '…' : out;
+}
+
+const HINTS = [
+  ['read_only_hint', 'read-only', 'info'],
+  ['destructive_hint', 'destructive', 'bad'],
+  ['idempotent_hint', 'idempotent', 'info'],
+  ['open_world_hint', 'open world', 'warn'],
+];
+
+function renderTool(tool) {
+  const ann = tool.annotations || {};
+  const badges = HINTS.filter(([k]) => ann[k] === true).map(([, text, cls]) => el('span', { class: 'badge ' + cls }, text));
+  const out = [
+    el('h2', { id: 'tool-title', tabindex: '-1' }, tool.id),
+    el('p', { class: 'meta' }, [tool.title, 'server ' + tool.server].filter(Boolean).join(' · ')),
+    el('p', { class: 'tool-description' }, tool.description || '(no description)'),
+  ];
+  if (badges.length) out.push(el('div', { class: 'annotations', 'aria-label': 'Hints from the server' }, badges));
+  out.push(el('details', {}, el('summary', {}, 'Input schema'), el('pre', {}, pretty(tool.input_schema || {}))));
+  if (tool.output_schema) out.push(el('details', {}, el('summary', {}, 'Output schema'), el('pre', {}, pretty(tool.output_schema))));
+  out.push(...callForm(tool));
+  return out;
+}
+
+// ----- the call form, generated from the input schema
+
+function kindOf(s) {
+  if (Array.isArray(s.enum) && s.enum.length > 0) return 'enum';
+  let t = s.type;
+  if (Array.isArray(t)) {
+    const notNull = t.filter((x) => x !== 'null');
+    t = notNull.length === 1 ? notNull[0] : undefined;
+  }
+  return ['number', 'integer', 'boolean', 'string', 'array', 'object'].includes(t) ? t : 'json';
+}
+
+function callForm(tool) {
+  const schema = tool.input_schema || {};
+  const required = schema.required || [];
+  const fields = Object.entries(schema.properties || {}).map(([name, s], i) => ({
+    name, schema: s || {}, required: required.includes(name), kind: kindOf(s || {}), id: `arg-${i}`,
+  }));
+  // Required fields first, in the order the schema lists them (its author's order: the
+  // properties themselves arrive sorted by name), then the optional ones.
+  const rank = (f) => (f.required ? required.indexOf(f.name) : required.length);
+  fields.sort((a, b) => rank(a) - rank(b));
+
+  const form = el('form', { id: 'call-form', novalidate: true, 'aria-labelledby': 'call-title' });
+  form.append(el('h3', { id: 'call-title' }, 'Call ' + tool.id));
+  if (fields.length === 0) form.append(el('p', { class: 'meta' }, 'This tool takes no arguments.'));
+  else if (fields.some((f) => f.required)) form.append(el('p', { class: 'hint' }, 'Fields marked * are required.'));
+  for (const f of fields) {
+    f.control = control(f);
+    form.append(el('div', { class: 'field', 'data-field': f.name },
+      el('label', { for: f.id }, f.name,
+        f.required ? [el('span', { class: 'req', 'aria-hidden': 'true' }, '*'), el('span', { class: 'visually-hidden' }, ' (required)')] : null,
+        el('span', { class: 'type' }, typeText(f))),
+      f.control,
+      f.schema.description ? el('p', { id: f.id + '-desc', class: 'hint' }, f.schema.description) : null,
+      el('p', { id: f.id + '-err', class: 'field-error', hidden: true })));
+  }
+  const summary = el('p', { id: 'call-form-error', class: 'error', role: 'alert', hidden: true });
+  const button = el('button', { type: 'submit' }, 'Call');
+  form.append(summary, el('div', { class: 'row' }, button));
+  const result = el('div', { id: 'call-result', class: 'result', 'aria-live': 'polite' });
+
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const args = {};
+    const problems = [];
+    for (const f of fields) {
+      const r = readField(f);
+      if (r.missing && f.required) r.error = 'is required';
+      setFieldError(f, r.error);
+      if (r.error) problems.push(f);
+      else if (!r.missing) args[f.name] = r.value;
+    }
+    if (problems.length > 0) {
+      summary.textContent = `Not sent: ${problems.map((f) => `${f.name} ${f.error}`).join('; ')}.`;
+      summary.hidden = false;
+      problems[0].control.focus();
+      return;
+    }
+    summary.hidden = true;
+    button.disabled = true;
+    result.replaceChildren(el('p', { class: 'meta' }, 'Calling…'));
+    try {
+      const resp = await api(`${API}tools/${encodeURIComponent(tool.server)}/${encodeURIComponent(tool.name)}:call`, {
+        method: 'POST', body: JSON.stringify({ arguments: args }),
+      });
+      const body = await readJSON(resp);
+      const trace = resp.headers.get('X-Trace-Id') || body.trace_id;
+      result.replaceChildren(...(resp.ok ? callResult(body, trace) : callFailure(resp.status, body, trace)));
+    } catch (err) {
+      result.replaceChildren(el('p', { class: 'error' }, 'The call failed: ' + err.message));
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return [form, result];
+}
+
+function typeText(f) {
+  if (f.kind === 'enum') return 'one of ' + f.schema.enum.map((v) => JSON.stringify(v)).join(', ');
+  if (f.kind === 'array' || f.kind === 'object') return f.kind + ' as JSON';
+  if (f.kind === 'json') return 'JSON';
+  return f.kind;
+}
+
+function control(f) {
+  const s = f.schema;
+  const described = [s.description ? f.id + '-desc' : '', f.id + '-err'].filter(Boolean).join(' ');
+  const common = { id: f.id, name: f.name, required: f.required, 'aria-describedby': described };
+  let c;
+  switch (f.kind) {
+    case 'number':
+    case 'integer':
+      c = el('input', { ...common, type: 'number', step: f.kind === 'integer' ? '1' : 'any', inputmode: f.kind === 'integer' ? 'numeric' : 'decimal', min: s.minimum, max: s.maximum });
+      break;
+    case 'boolean':
+      c = el('select', common, el('option', { value: '' }, f.required ? 'choose…' : '(not set)'), el('option', { value: 'true' }, 'true'), el('option', { value: 'false' }, 'false'));
+      break;
+    case 'enum':
+      c = el('select', common, el('option', { value: '' }, f.required ? 'choose…' : '(not set)'),
+        s.enum.map((v, i) => el('option', { value: String(i) }, typeof v === 'string' ? v : JSON.stringify(v))));
+      break;
+    case 'string':
+      c = (s.maxLength || 0) > 200 || s.maxLength === undefined && /sql|query|expression|text|code/i.test(f.name)
+        ? el('textarea', { ...common, rows: '3', spellcheck: 'false' })
+        : el('input', { ...common, type: 'text', autocomplete: 'off' });
+      break;
+    default:
+      c = el('textarea', { ...common, rows: '4', spellcheck: 'false', class: 'mono', placeholder: f.kind === 'array' ? '[ ... ]' : f.kind === 'object' ? '{ ... }' : 'any JSON value' });
+  }
+  if (s.default !== undefined) {
+    if (f.kind === 'enum') c.value = String(s.enum.findIndex((v) => JSON.stringify(v) === JSON.stringify(s.default)));
+    else if (f.kind === 'json' || f.kind === 'array' || f.kind === 'object') c.value = pretty(s.default);
+    else c.value = String(s.default);
+  }
+  return c;
+}
+
+// readField reads one control as the schema's type: {value}, {missing: true} or {error}.
+function readField(f) {
+  const s = f.schema;
+  const c = f.control;
+  const v = c.value;
+  switch (f.kind) {
+    case 'number':
+    case 'integer': {
+      if (c.validity.badInput) return { error: 'must be a number' };
+      if (v.trim() === '') return { missing: true };
+      const n = Number(v);
+      if (!Number.isFinite(n)) return { error: 'must be a number' };
+      if (f.kind === 'integer' && !Number.isInteger(n)) return { error: 'must be a whole number' };
+      if (typeof s.minimum === 'number' && n < s.minimum) return { error: `must be at least ${s.minimum}` };
+      if (typeof s.maximum === 'number' && n > s.maximum) return { error: `must be at most ${s.maximum}` };
+      if (typeof s.exclusiveMinimum === 'number' && n <= s.exclusiveMinimum) return { error: `must be above ${s.exclusiveMinimum}` };
+      if (typeof s.exclusiveMaximum === 'number' && n >= s.exclusiveMaximum) return { error: `must be below ${s.exclusiveMaximum}` };
+      return { value: n };
+    }
+    case 'boolean':
+      return v === '' ? { missing: true } : { value: v === 'true' };
+    case 'enum':
+      return v === '' ? { missing: true } : { value: s.enum[Number(v)] };
+    case 'string': {
+      if (v === '') return { missing: true };
+      const len = [...v].length;
+      if (typeof s.minLength === 'number' && len < s.minLength) return { error: `must be at least ${s.minLength} characters` };
+      if (typeof s.maxLength === 'number' && len > s.maxLength) return { error: `must be at most ${s.maxLength} characters` };
+      if (typeof s.pattern === 'string') {
+        let re = null;
+        try { re = new RegExp(s.pattern, 'u'); } catch { re = null; } // a pattern JS cannot read is left to the server
+        if (re && !re.test(v)) return { error: `must match ${s.pattern}` };
+      }
+      return { value: v };
+    }
+    default: {
+      if (v.trim() === '') return { missing: true };
+      let parsed;
+      try {
+        parsed = JSON.parse(v);
+      } catch (err) {
+        return { error: 'is not valid JSON: ' + err.message };
+      }
+      if (f.kind === 'array' && !Array.isArray(parsed)) return { error: 'must be a JSON array, like [1, 2]' };
+      if (f.kind === 'object' && (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))) {
+        return { error: 'must be a JSON object, like {"key": "value"}' };
+      }
+      return { value: parsed };
+    }
+  }
+}
+
+function setFieldError(f, error) {
+  f.error = error || '';
+  const p = $(f.id + '-err');
+  p.textContent = error ? `${f.name} ${error}.` : '';
+  p.hidden = !error;
+  if (error) f.control.setAttribute('aria-invalid', 'true');
+  else f.control.removeAttribute('aria-invalid');
+}
+
+function callResult(body, trace) {
+  const isError = !!body.is_error;
+  const out = [el('h3', {}, isError ? 'The tool answered with an error' : 'Result', ' ',
+    el('span', { class: 'badge ' + (isError ? 'bad' : 'ok') }, isError ? 'tool error' : 'ok'))];
+  const meta = [];
+  if (typeof body.duration_ms === 'number') meta.push(`took ${body.duration_ms.toFixed(2)} ms`);
+  out.push(el('p', { class: 'meta' }, meta.join(' · '), meta.length && trace ? ' · ' : '', traceLink(trace)));
+  for (const c of body.content || []) out.push(contentBlock(c, isError));
+  if (body.structured_content) {
+    out.push(el('details', {}, el('summary', {}, 'Structured content'), el('pre', {}, pretty(body.structured_content))));
+  }
+  return out;
+}
+
+function contentBlock(c, isError) {
+  if (c.type === 'text' || (c.type === 'resource' && c.text !== undefined)) {
+    return el('pre', { class: 'content-text' + (isError ? ' error' : '') }, c.text || '');
+  }
+  if ((c.type === 'image') && c.data && /^image\/(png|jpeg|gif|webp)$/.test(c.mime_type || '')) {
+    return el('img', { src: `data:${c.mime_type};base64,${c.data}`, alt: `image from the tool (${c.mime_type})` });
+  }
+  if (c.type === 'resource_link' && c.uri) {
+    return el('p', {}, 'Resource: ', el('code', {}, c.uri), c.text ? ' — ' + c.text : '');
+  }
+  return el('pre', {}, pretty(c));
+}
+
+function callFailure(status, body, trace) {
+  const out = [el('h3', {}, 'The call was refused ', el('span', { class: 'badge bad' }, 'HTTP ' + status))];
+  out.push(el('p', { class: 'error call-error' }, body.message || 'no message'));
+  const violations = (body.details || []).flatMap((d) => d.field_violations || []);
+  if (violations.length) out.push(el('ul', {}, violations.map((v) => el('li', {}, el('code', {}, v.field), ': ', v.description))));
+  if (trace) out.push(el('p', { class: 'meta' }, traceLink(trace)));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Playground: ask a question and render /v1/query:stream's events as they arrive.
+
+const STOPS = {
+  STOP_REASON_ANSWERED: 'answered',
+  STOP_REASON_MAX_ITERATIONS: 'stopped at the step limit',
+  STOP_REASON_DEADLINE: 'ran out of time',
+  STOP_REASON_ERROR: 'failed',
+};
+
+const playgroundView = {
+  controller: null,
+
+  setUp() {
+    $('ask-form').addEventListener('submit', (e) => { e.preventDefault(); this.ask(); });
+    $('stop').addEventListener('click', () => this.stop());
+    $('question').addEventListener('keydown', (e) => {
+      if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); this.ask(); }
+    });
+    document.addEventListener('keydown', (e) => {
+      if (e.key === 'Escape' && this.controller && routing.current === 'playground' && !$('token-dialog').open) {
+        e.preventDefault();
+        this.stop();
+      }
+    });
+  },
+
+  enter() {},
+  leave() {}, // a running question goes on while another view is open
+
+  stop() {
+    if (this.controller) this.controller.abort();
+  },
+
+  async ask() {
+    if (this.controller) return;
+    const status = $('run-status');
+    const q = $('question').value.trim();
+    if (!q) {
+      status.textContent = 'Type a question first.';
+      $('question').focus();
+      return;
+    }
+    const body = { query: q };
+    for (const [id, key] of [['ask-k', 'k'], ['ask-iterations', 'max_iterations'], ['ask-timeout', 'timeout_seconds']]) {
+      const v = $(id).value.trim();
+      if (!v) continue;
+      const n = Number(v);
+      if (!Number.isInteger(n) || n < Number($(id).min) || n > Number($(id).max)) {
+        status.textContent = `${$(id).labels[0].textContent} must be a whole number from ${$(id).min} to ${$(id).max}.`;
+        $(id).focus();
+        return;
+      }
+      body[key] = n;
+    }
+
+    const timeline = new Timeline($('timeline'));
+    $('run-trace').replaceChildren();
+    this.controller = new AbortController();
+    $('ask').disabled = true;
+    $('stop').disabled = false;
+    status.textContent = 'Asking…';
+    announce('Asking');
+    try {
+      await configLoaded;
+      const resp = await api(API + 'query:stream', {
+        method: 'POST', body: JSON.stringify(body), signal: this.controller.signal,
+      });
+      timeline.trace = resp.headers.get('X-Trace-Id') || '';
+      if (timeline.trace) $('run-trace').replaceChildren(traceLink(timeline.trace));
+      if (!resp.ok) {
+        const b = await readJSON(resp);
+        timeline.error(b.message || `HTTP ${resp.status}`);
+        return;
+      }
+      // The body is newline-delimited JSON, one event a line; a read may end mid-line.
+      const reader = resp.body.getReader();
+      const decoder = new TextDecoder();
+      let buf = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += decoder.decode(value, { stream: true });
+        let nl;
+        while ((nl = buf.indexOf('\n')) >= 0) {
+          const line = buf.slice(0, nl).trim();
+          buf = buf.slice(nl + 1);
+          if (line) timeline.line(line);
+        }
+      }
+      buf += decoder.decode();
+      if (buf.trim()) timeline.line(buf.trim());
+      if (!timeline.finished) timeline.error('The stream ended before the query was done.');
+    } catch (err) {
+      if (err.name === 'AbortError') timeline.stopped();
+      else timeline.error(err.message);
+    } finally {
+      this.controller = null;
+      $('ask').disabled = false;
+      $('stop').disabled = true;
+      status.textContent = timeline.summary();
+      announce(timeline.summary());
+      if (document.activeElement === document.body || document.activeElement === $('stop')) $('question').focus();
+    }
+  },
+};
+
+// Timeline renders one query's events in arrival order, as an ordered list.
+class Timeline {
+  constructor(list) {
+    this.list = list;
+    this.calls = new Map();
+    this.answer = null;
+    this.finished = false;
+    this.outcome = '';
+    this.trace = '';
+    list.replaceChildren();
+  }
+
+  add(kind, title, ...body) {
+    const li = el('li', { 'data-kind': kind }, el('h2', {}, title), ...body);
+    this.list.append(li);
+    return li;
+  }
+
+  line(text) {
+    let msg;
+    try {
+      msg = JSON.parse(text);
+    } catch {
+      this.error('The api sent a line that is not JSON: ' + text.slice(0, 200));
+      return;
+    }
+    if (msg.error) {
+      this.error(msg.error.message || JSON.stringify(msg.error));
+      return;
+    }
+    const ev = msg.result || {};
+    if (ev.retrieved) this.retrieved(ev.retrieved);
+    else if (ev.model_output) this.modelOutput(ev.model_output);
+    else if (ev.tool_call_started) this.call(ev.tool_call_started, false);
+    else if (ev.tool_call_finished) this.call(ev.tool_call_finished, true);
+    else if (typeof ev.answer_delta === 'string') this.delta(ev.answer_delta);
+    else if (ev.done) this.done(ev.done);
+  }
+
+  retrieved(step) {
+    const tools = step.retrieved || [];
+    const dropped = step.dropped_tool_ids || [];
+    this.add('retrieved', `Step ${step.number}: ${tools.length} ${tools.length === 1 ? 'tool' : 'tools'} retrieved`,
+      tools.length === 0 ? el('p', { class: 'meta' }, 'No tool matched; the model answers without tools.')
+        : el('ol', { class: 'scores' }, tools.map((r) => el('li', { 'data-tool-id': r.tool.id },
+          el('a', { href: '#/tools/' + encodeURIComponent(r.tool.id) }, el('code', {}, r.tool.id)),
+          ' ', el('span', { class: 'meta' }, 'score ' + Number(r.score).toFixed(2))))),
+      dropped.length ? el('p', { class: 'meta' }, 'Left out of the prompt (it would not fit): ', dropped.join(', ')) : null);
+  }
+
+  modelOutput(step) {
+    const u = step.usage;
+    this.add('model_output', `Step ${step.number}: the model's output`,
+      el('pre', { class: 'model-output' }, step.model_output || '(empty)'),
+      u ? el('p', { class: 'meta' }, `${u.prompt_tokens} prompt tokens, ${u.completion_tokens} completion tokens`) : null);
+  }
+
+  call(rec, finished) {
+    let li = this.calls.get(rec.index);
+    if (!li) {
+      li = this.add('call', `Step ${rec.step}: call ${rec.tool}`,
+        el('p', { class: 'meta' }, 'Arguments'), el('pre', { class: 'call-args' }, pretty(rec.arguments || {})),
+        el('p', { class: 'call-status' }, el('span', { class: 'badge warn' }, 'running…')));
+      li.dataset.index = rec.index;
+      this.calls.set(rec.index, li);
+    }
+    if (!finished) return;
+    const status = li.querySelector('.call-status');
+    status.replaceChildren(
+      el('span', { class: 'badge ' + (rec.is_error ? 'bad' : 'ok') }, rec.is_error ? 'tool error' : 'done'),
+      ` in ${Number(rec.duration_ms || 0).toFixed(2)} ms`);
+    li.append(el('p', { class: 'meta' }, rec.is_error ? 'Error' : 'Result'), el('pre', { class: 'call-output' + (rec.is_error ? ' error' : '') }, rec.output || ''));
+  }
+
+  delta(text) {
+    if (!this.answer) {
+      const p = el('p', { class: 'answer-text' });
+      this.add('answer', 'Answer', p);
+      this.answer = p;
+    }
+    this.answer.append(text);
+  }
+
+  done(r) {
+    this.finished = true;
+    if (!this.answer && r.answer) this.delta(r.answer);
+    this.outcome = STOPS[r.stop_reason] || r.stop_reason || 'done';
+    const trace = r.trace_id || this.trace;
+    const steps = r.iterations === 1 ? '1 step' : `${r.iterations} steps`;
+    const calls = (r.tool_calls || []).length;
+    this.add('done', `Done: ${this.outcome}`,
+      el('p', {}, `${steps}, ${calls} tool ${calls === 1 ? 'call' : 'calls'}.`),
+      r.error ? el('p', { class: 'error' }, r.error) : null,
+      trace ? el('p', { class: 'meta' }, traceLink(trace)) : null);
+  }
+
+  error(message) {
+    this.finished = true;
+    this.outcome = 'failed';
+    this.add('error', 'Error', el('p', { class: 'error' }, message));
+  }
+
+  stopped() {
+    this.finished = true;
+    this.outcome = 'stopped';
+    this.add('stopped', 'Stopped', el('p', {}, 'You stopped the question; the api cancels the rest of its work.'));
+  }
+
+  summary() {
+    return this.outcome ? `Query ${this.outcome}.` : '';
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routing: #/servers, #/tools[/SERVER.TOOL][?server=S], #/playground.
+
+const views = { servers: serversView, tools: toolsView, playground: playgroundView };
+const TITLES = { servers: 'Servers', tools: 'Tools', playground: 'Playground' };
+const routing = { current: '', first: true };
+
+function route() {
+  const hash = location.hash;
+  if (hash && !hash.startsWith('#/')) return; // an in-page link such as #main
+  const [path, query] = hash.slice(2).split('?');
+  const [name, ...rest] = path.split('/');
+  const view = views[name] ? name : 'servers';
+  const arg = decodeURIComponent(rest.join('/'));
+  const params = new URLSearchParams(query || '');
+  for (const v of Object.keys(views)) $('page-' + v).hidden = v !== view;
+  for (const a of document.querySelectorAll('nav a[data-route]')) {
+    if (a.dataset.route === view) a.setAttribute('aria-current', 'page');
+    else a.removeAttribute('aria-current');
+  }
+  document.title = `${TITLES[view]} · toolmesh`;
+  const changed = routing.current !== view;
+  if (changed && routing.current) views[routing.current].leave();
+  routing.current = view;
+  views[view].enter(arg, params, changed);
+  // Moving focus to the new view's heading tells screen readers where they are; not on the
+  // first load, where focus starts at the top of the page as usual.
+  if (changed && !routing.first) $(view + '-title').focus();
+  routing.first = false;
+}
+
+function start() {
+  setUpTokenDialog();
+  toolsView.setUp();
+  playgroundView.setUp();
+  $('skip').addEventListener('click', (e) => { e.preventDefault(); $('main').focus(); });
+  document.addEventListener('visibilitychange', () => {
+    if (!document.hidden && routing.current === 'servers') serversView.refresh();
+  });
+  window.addEventListener('hashchange', route);
+  loadConfig();
+  if (!location.hash.startsWith('#/')) history.replaceState(null, '', '#/servers');
+  route();
+}
+
+start();
