@@ -1,0 +1,538 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+)
+
+// The web console (services/api/ui) in real headless Chromium against every target in one
+// process and the llama-server double. scripts/chromium installs Debian's chromium and
+// exports TOOLMESH_CHROMIUM; without it these tests skip (TOOLMESH_CHROMIUM_REQUIRED=1 fails
+// them instead). Each test saves screenshots in its t.ArtifactDir(): run with
+// `-artifacts -outputdir DIR` to keep them.
+
+// firstLoadBudget is the most the console's first load may transfer (issue 9).
+const firstLoadBudget = 200 << 10
+
+// startBrowser starts one headless Chromium for the test, or skips the test saying why.
+func startBrowser(t *testing.T) context.Context {
+	t.Helper()
+	path := os.Getenv("TOOLMESH_CHROMIUM")
+	if path == "" {
+		if os.Getenv("TOOLMESH_CHROMIUM_REQUIRED") == "1" {
+			t.Fatal("TOOLMESH_CHROMIUM is not set and TOOLMESH_CHROMIUM_REQUIRED=1: run ./scripts/chromium")
+		}
+		t.Skip("TOOLMESH_CHROMIUM is not set: the browser tests need ./scripts/chromium (make test runs it)")
+	}
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
+		chromedp.ExecPath(path),
+		// Tests run as root in CI, where Chromium's sandbox refuses to start; the pages are ours.
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+		// The machine has no network but loopback: no update checks, no QUIC probes.
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-quic", true),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	browser, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelBrowser)
+	if err := chromedp.Do(browser); err != nil {
+		t.Fatalf("start chromium (%s): %v", path, err)
+	}
+	return browser
+}
+
+// page is one tab in a browser context of its own: an empty cache and sessionStorage, as a
+// first visit has.
+type page struct {
+	t      *testing.T
+	ctx    context.Context
+	cancel func()
+
+	mu       sync.Mutex
+	problems []string // uncaught exceptions and Content-Security-Policy violations
+	shots    int
+}
+
+func openPage(t *testing.T, browser context.Context, url string) *page {
+	t.Helper()
+	tab, cancelTab := chromedp.NewContext(browser, chromedp.WithNewBrowserContext())
+	ctx, cancelTimeout := context.WithTimeout(tab, 90*time.Second)
+	p := &page{t: t, ctx: ctx}
+	var once sync.Once
+	p.cancel = func() { once.Do(func() { cancelTimeout(); cancelTab() }) }
+	t.Cleanup(p.cancel)
+	console := chromedp.Console(ctx)
+	go func() {
+		for m, err := range console {
+			if err != nil {
+				return
+			}
+			if m.IsException() || strings.Contains(m.Text, "Content Security Policy") {
+				p.mu.Lock()
+				p.problems = append(p.problems, m.String())
+				p.mu.Unlock()
+			}
+		}
+	}()
+	p.do(chromedp.Navigate(url))
+	t.Cleanup(p.checkConsole)
+	return p
+}
+
+func (p *page) close() {
+	p.checkConsole()
+	p.cancel()
+}
+
+func (p *page) checkConsole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range p.problems {
+		p.t.Errorf("browser console: %s", m)
+	}
+	p.problems = nil
+}
+
+func (p *page) do(actions ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	if err := chromedp.Do(p.ctx, actions...); err != nil {
+		p.screenshot("failed")
+		p.t.Fatal(err)
+	}
+}
+
+// wait polls a JavaScript condition until it holds.
+func (p *page) wait(what, cond string) {
+	p.t.Helper()
+	if _, err := chromedp.Run(p.ctx, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(15*time.Second))); err != nil {
+		p.screenshot("failed")
+		p.t.Fatalf("waiting for %s (%s): %v", what, cond, err)
+	}
+}
+
+// eval returns a JavaScript expression's value.
+func eval[T any](p *page, expr string) T {
+	p.t.Helper()
+	v, err := chromedp.Run(p.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		p.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// screenshot saves the whole page as a PNG in the test's artifact folder.
+func (p *page) screenshot(name string) {
+	p.t.Helper()
+	png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		p.t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	p.shots++
+	file := filepath.Join(p.t.ArtifactDir(), fmt.Sprintf("%02d-%s.png", p.shots, name))
+	if err := os.WriteFile(file, png, 0o644); err != nil {
+		p.t.Errorf("save screenshot: %v", err)
+		return
+	}
+	p.t.Logf("screenshot: %s", file)
+}
+
+// unlabelledJS lists the visible form controls without an accessible name: every input needs
+// a label and every button a text.
+const unlabelledJS = `[...document.querySelectorAll('input, select, textarea, button')]
+  .filter(e => !e.closest('[hidden], dialog:not([open])'))
+  .filter(e => e.tagName === 'BUTTON'
+    ? !e.textContent.trim() && !e.getAttribute('aria-label')
+    : e.labels.length === 0 && !e.getAttribute('aria-label') && !e.getAttribute('aria-labelledby'))
+  .map(e => e.id || e.outerHTML.slice(0, 80))`
+
+// checkAccessible checks the page's landmarks and that every visible control is labelled.
+func (p *page) checkAccessible() {
+	p.t.Helper()
+	if got := eval[[]string](p, unlabelledJS); len(got) > 0 {
+		p.t.Errorf("controls without a label: %v", got)
+	}
+	landmarks := eval[[]string](p, `['header', 'nav[aria-label]', 'main', 'h1'].filter(s => !document.querySelector(s))`)
+	if len(landmarks) > 0 {
+		p.t.Errorf("missing landmarks: %v", landmarks)
+	}
+}
+
+// loadStats is what the browser's Performance API says about the first load.
+type loadStats struct {
+	Requests     int     `json:"requests"`
+	Transfer     float64 `json:"transfer"` // bytes on the wire, headers included
+	Encoded      float64 `json:"encoded"`  // response bodies as sent
+	ServersShown float64 `json:"servers"`  // ms from navigation to the servers table on screen
+	// Where that time went, in ms from navigation: the page's HTML fully received, the
+	// script run (DOMContentLoaded), and GET /v1/servers sent and answered.
+	HTML        float64 `json:"html"`
+	Ready       float64 `json:"ready"`
+	FetchStart  float64 `json:"fetch_start"`
+	FetchAnswer float64 `json:"fetch_answer"`
+}
+
+const loadStatsJS = `(() => {
+  const all = [...performance.getEntriesByType('navigation'), ...performance.getEntriesByType('resource')];
+  const mark = performance.getEntriesByName('toolmesh:servers-rendered')[0];
+  const nav = all[0];
+  const servers = all.find(e => e.name.endsWith('/v1/servers')) || { startTime: -1, responseEnd: -1 };
+  return {
+    html: nav.responseEnd,
+    ready: nav.domContentLoadedEventEnd,
+    fetch_start: servers.startTime,
+    fetch_answer: servers.responseEnd,
+    requests: all.length,
+    transfer: all.reduce((n, e) => n + e.transferSize, 0),
+    encoded: all.reduce((n, e) => n + e.encodedBodySize, 0),
+    servers: mark ? mark.startTime : -1,
+  };
+})()`
+
+func TestConsole(t *testing.T) {
+	browser := startBrowser(t)
+	const jaeger = "http://jaeger.invalid:16686"
+	m := startMesh(t, "--api.jaeger-url="+jaeger+"/")
+	m.model.set("What is 2 plus 3?", func(p string, calls int, compose bool) string {
+		switch {
+		case compose:
+			return "2 plus 3 is " + outputOf(p) + "."
+		case calls == 0:
+			return "<<function>>calculator.add(a=2, b=3)"
+		}
+		return "The sum is " + outputOf(p)
+	})
+	m.model.set("Take your time with 2 plus 3.", func(string, int, bool) string { return "HANG" })
+	ui := m.base + "/ui/"
+
+	t.Run("servers page lists the demo servers, light and fast", func(t *testing.T) {
+		var shown []float64
+		for i := range 5 {
+			p := openPage(t, browser, ui)
+			p.wait("three servers listed", `document.querySelectorAll('#servers-table tbody tr').length === 3`)
+			p.wait("the frame with them drawn", `performance.getEntriesByName('toolmesh:servers-rendered').length > 0`)
+			names := eval[[]string](p, `[...document.querySelectorAll('#servers-table tbody tr')].map(r => r.dataset.server)`)
+			if want := []string{"calculator", "converter", "sqlite"}; !slices.Equal(names, want) {
+				t.Errorf("servers listed: %v, want %v", names, want)
+			}
+			rows := eval[[]string](p, `[...document.querySelectorAll('#servers-table tbody tr')].map(r => [...r.cells].map(c => c.textContent.trim()).join(' | '))`)
+			for _, r := range rows {
+				// name version | health | transport | endpoint | protocol | tools | connected | last error
+				if !regexp.MustCompile(`^\w+ 0\.1\.0 \| ready \| SSE \| http://127\.0\.0\.1:\d+/sse \| \d{4}-\d\d-\d\d \| [1-9]\d* \| .+ \| —$`).MatchString(r) {
+					t.Errorf("server row %q: want name, ready, SSE, endpoint, protocol version, tool count, connected, no error", r)
+				}
+			}
+			load := eval[loadStats](p, loadStatsJS)
+			if load.Transfer >= firstLoadBudget || load.Transfer <= 0 {
+				t.Errorf("first load transferred %.0f bytes in %d requests; the budget is %d", load.Transfer, load.Requests, firstLoadBudget)
+			}
+			if load.ServersShown <= 0 {
+				t.Errorf("no toolmesh:servers-rendered mark")
+			}
+			shown = append(shown, load.ServersShown)
+			t.Logf("load %d: HTML in %.0f ms, script run at %.0f ms, GET /v1/servers %.0f-%.0f ms, servers on screen at %.0f ms",
+				i+1, load.HTML, load.Ready, load.FetchStart, load.FetchAnswer, load.ServersShown)
+			if i == 0 {
+				t.Logf("first load: %d requests, %.1f KB transferred (%.1f KB of bodies); servers on screen %.0f ms after navigation",
+					load.Requests, load.Transfer/1024, load.Encoded/1024, load.ServersShown)
+				p.checkAccessible()
+				p.screenshot("servers")
+			}
+			p.close()
+		}
+		slices.Sort(shown)
+		// Reported, not asserted: timings on a shared CI machine are not a test (the goal is 300 ms).
+		t.Logf("servers on screen after navigation, 5 first loads: min %.0f ms, median %.0f ms, max %.0f ms",
+			shown[0], shown[len(shown)/2], shown[len(shown)-1])
+	})
+
+	t.Run("search for celsius ranks the converter first", func(t *testing.T) {
+		p := openPage(t, browser, ui+"#/tools")
+		p.wait("the catalog", `document.querySelectorAll('#tools-list li').length === 11`)
+		p.do(chromedp.SendKeys(chromedp.ID("search-q"), "celsius"+kb.Enter))
+		p.wait("search results", `document.getElementById('tools-summary').textContent.includes('celsius')`)
+		results := eval[[]string](p, `[...document.querySelectorAll('#tools-list li')].map(li => li.dataset.toolId + ' ' + li.querySelector('.score').textContent)`)
+		if len(results) == 0 || !regexp.MustCompile(`^converter\.\w+ score \d+\.\d\d$`).MatchString(results[0]) {
+			t.Errorf("results for celsius: %q; want a converter tool first, with its score", results)
+		}
+		p.checkAccessible()
+		p.screenshot("search-celsius")
+	})
+
+	t.Run("the calculator.add form rejects a missing field and returns 5", func(t *testing.T) {
+		p := openPage(t, browser, ui+"#/tools/calculator.add")
+		p.wait("the call form", `!!document.querySelector('#call-form [data-field="b"] input')`)
+		required := eval[[]string](p, `[...document.querySelectorAll('#call-form input[required]')].map(i => i.name + ':' + i.type + ':' + i.labels[0].textContent)`)
+		if want := []string{"a:number:a* (required)number", "b:number:b* (required)number"}; !slices.Equal(required, want) {
+			t.Errorf("required inputs: %q, want %q", required, want)
+		}
+		p.do(chromedp.SendKeys(chromedp.CSS(`#call-form [data-field="a"] input`), "2"),
+			chromedp.Click(chromedp.CSS(`#call-form button[type="submit"]`)))
+		p.wait("the form's complaint", `!document.getElementById('call-form-error').hidden`)
+		got := eval[string](p, `document.getElementById('call-form-error').textContent + ' / ' +
+			document.querySelector('[data-field="b"] .field-error').textContent + ' / ' +
+			document.activeElement.name + ' invalid=' + document.activeElement.getAttribute('aria-invalid')`)
+		if want := "Not sent: b is required. / b is required. / b invalid=true"; got != want {
+			t.Errorf("after submitting without b: %q, want %q", got, want)
+		}
+		if n := eval[int](p, `performance.getEntriesByType('resource').filter(e => e.name.includes(':call')).length`); n != 0 {
+			t.Errorf("the form sent %d calls with a field missing", n)
+		}
+		p.screenshot("add-missing-b")
+		p.do(chromedp.SendKeys(chromedp.CSS(`#call-form [data-field="b"] input`), "3"),
+			chromedp.Click(chromedp.CSS(`#call-form button[type="submit"]`)))
+		p.wait("the result", `!!document.querySelector('#call-result .content-text')`)
+		result := eval[string](p, `document.querySelector('#call-result .content-text').textContent + ' ' + document.querySelector('#call-result .badge').textContent`)
+		if result != "5 ok" {
+			t.Errorf("calculator.add 2 3 shows %q, want 5 ok", result)
+		}
+		if n := eval[bool](p, `document.getElementById('call-form-error').hidden && !document.querySelector('[aria-invalid]')`); !n {
+			t.Errorf("the form still shows an error after a good call")
+		}
+		p.checkAccessible()
+		p.screenshot("add-result")
+	})
+
+	t.Run("the form enforces each schema type before sending", func(t *testing.T) {
+		p := openPage(t, browser, ui+"#/tools")
+		p.wait("the catalog", `document.querySelectorAll('#tools-list li').length === 11`)
+		// No demo tool has every kind of field, so the page is shown one of its own making; its
+		// calls are caught before they leave (window.sent) and answered "ok".
+		p.do(chromedp.Evaluate[chromedp.Void](`
+			toolsView.byID.set('kinds.every', {id: 'kinds.every', server: 'kinds', name: 'every', description: 'Every kind of field.',
+			  input_schema: {type: 'object', required: ['count', 'flag', 'unit', 'items', 'options', 'name'], properties: {
+			    count: {type: 'integer', minimum: 1}, ratio: {type: 'number', maximum: 1}, flag: {type: 'boolean'},
+			    unit: {enum: ['C', 'F']}, items: {type: 'array'}, options: {type: 'object'},
+			    name: {type: 'string', minLength: 2}, anything: {}}}});
+			window.sent = null;
+			const realFetch = window.fetch;
+			window.fetch = (url, init) => {
+			  if (!String(url).endsWith('/v1/tools/kinds/every:call')) return realFetch(url, init);
+			  window.sent = init.body;
+			  return Promise.resolve(new Response('{"content":[{"type":"text","text":"ok"}],"is_error":false,"duration_ms":1}'));
+			};
+			location.hash = '#/tools/kinds.every';`))
+		p.wait("the form", `!!document.querySelector('#call-form [data-field="anything"]')`)
+		controls := eval[[]string](p, `[...document.querySelectorAll('#call-form [data-field]')].map(d => {
+			const c = d.querySelector('input, select, textarea');
+			return [d.dataset.field, c.tagName.toLowerCase() + (c.type && c.tagName === 'INPUT' ? '/' + c.type : ''), c.required ? 'required' : 'optional'].join(' ');
+		})`)
+		want := []string{"count input/number required", "flag select required", "unit select required", "items textarea required",
+			"options textarea required", "name input/text required", "ratio input/number optional", "anything textarea optional"}
+		if !slices.Equal(controls, want) {
+			t.Errorf("controls:\n%s\nwant\n%s", strings.Join(controls, "\n"), strings.Join(want, "\n"))
+		}
+		field := func(name string) chromedp.CSS {
+			return chromedp.CSS(`#call-form [data-field="` + name + `"] :is(input, select, textarea)`)
+		}
+		p.do(chromedp.SendKeys(field("count"), "2.5"), chromedp.SendKeys(field("ratio"), "3"), chromedp.SetValue(field("flag"), "false"),
+			chromedp.SendKeys(field("items"), "{"), chromedp.SendKeys(field("options"), "[1]"), chromedp.SendKeys(field("name"), "x"),
+			chromedp.Click(chromedp.CSS(`#call-form button[type="submit"]`)))
+		p.wait("the form's complaints", `!document.getElementById('call-form-error').hidden`)
+		errs := eval[[]string](p, `[...document.querySelectorAll('#call-form .field-error:not([hidden])')].map(e => e.textContent)`)
+		wantErrs := []string{"count must be a whole number.", "unit is required.", "items is not valid JSON: ",
+			`options must be a JSON object, like {"key": "value"}.`, "name must be at least 2 characters.", "ratio must be at most 1."}
+		if len(errs) != len(wantErrs) {
+			t.Errorf("field errors: %q, want %q", errs, wantErrs)
+		} else {
+			for i := range errs {
+				if !strings.HasPrefix(errs[i], wantErrs[i]) {
+					t.Errorf("field error %d: %q, want %q", i, errs[i], wantErrs[i])
+				}
+			}
+		}
+		if sent := eval[any](p, `window.sent`); sent != nil {
+			t.Errorf("the form sent %v with bad fields", sent)
+		}
+		p.screenshot("types-refused")
+		p.do(chromedp.SetValue(field("count"), "3"), chromedp.SetValue(field("ratio"), "0.5"), chromedp.SetValue(field("unit"), "1"),
+			chromedp.SetValue(field("items"), "[1, 2]"), chromedp.SetValue(field("options"), `{"a": 1}`), chromedp.SetValue(field("name"), "ok"),
+			chromedp.SetValue(field("anything"), "null"), chromedp.Click(chromedp.CSS(`#call-form button[type="submit"]`)))
+		p.wait("the call", `window.sent !== null && !!document.querySelector('#call-result .content-text')`)
+		sent := eval[string](p, `window.sent`)
+		if want := `{"arguments":{"count":3,"flag":false,"unit":"F","items":[1,2],"options":{"a":1},"name":"ok","ratio":0.5,"anything":null}}`; sent != want {
+			t.Errorf("sent %s\nwant %s", sent, want)
+		}
+		p.checkAccessible()
+	})
+
+	t.Run("playground shows the retrieval, the call and the answer in order", func(t *testing.T) {
+		p := openPage(t, browser, ui+"#/playground")
+		p.do(chromedp.SendKeys(chromedp.ID("question"), "What is 2 plus 3?"), chromedp.Click(chromedp.ID("ask")))
+		p.wait("the query to finish", `!!document.querySelector('#timeline > li[data-kind="done"]')`)
+		kinds := eval[[]string](p, `[...document.querySelectorAll('#timeline > li')].map(li => li.dataset.kind)`)
+		if want := []string{"retrieved", "model_output", "call", "retrieved", "model_output", "answer", "done"}; !slices.Equal(kinds, want) {
+			t.Errorf("timeline: %v, want %v", kinds, want)
+		}
+		retrieved := eval[string](p, `document.querySelector('#timeline > li[data-kind="retrieved"]').textContent`)
+		if !regexp.MustCompile(`calculator\.add score \d+\.\d\d`).MatchString(retrieved) {
+			t.Errorf("step 1 retrieved: %q; want calculator.add with its score", retrieved)
+		}
+		if out := eval[string](p, `document.querySelector('#timeline .model-output').textContent`); out != "<<function>>calculator.add(a=2, b=3)" {
+			t.Errorf("model output: %q", out)
+		}
+		call := eval[string](p, `(li => li.querySelector('h2').textContent + ' | ' + JSON.stringify(JSON.parse(li.querySelector('.call-args').textContent)) +
+			' | ' + li.querySelector('.call-status').textContent + ' | ' + li.querySelector('.call-output').textContent)(document.querySelector('#timeline > li[data-kind="call"]'))`)
+		if !regexp.MustCompile(`^Step 1: call calculator\.add \| \{"a":2,"b":3\} \| done in \d+\.\d\d ms \| 5$`).MatchString(call) {
+			t.Errorf("call: %q; want the tool, its arguments, its duration and its result", call)
+		}
+		if answer := eval[string](p, `document.querySelector('#timeline .answer-text').textContent`); answer != "2 plus 3 is 5." {
+			t.Errorf("answer: %q", answer)
+		}
+		link := eval[string](p, `document.querySelector('#timeline > li[data-kind="done"] a.trace-link').href`)
+		if !regexp.MustCompile(`^` + regexp.QuoteMeta(jaeger) + `/trace/[0-9a-f]{32}$`).MatchString(link) {
+			t.Errorf("trace link %q, want %s/trace/TRACE_ID", link, jaeger)
+		}
+		p.checkAccessible()
+		p.screenshot("playground-answer")
+	})
+
+	t.Run("stop cancels a slow query", func(t *testing.T) {
+		before := m.double.Canceled()
+		p := openPage(t, browser, ui+"#/playground")
+		p.do(chromedp.SendKeys(chromedp.ID("question"), "Take your time with 2 plus 3."), chromedp.Click(chromedp.ID("ask")))
+		p.wait("the retrieval before the model answers", `!!document.querySelector('#timeline > li[data-kind="retrieved"]')`)
+		waitFor(t, "the model request to start", func() bool { return m.double.Processing() > 0 })
+		p.screenshot("playground-waiting")
+		p.do(chromedp.Click(chromedp.ID("stop")))
+		waitFor(t, "the model request to be canceled after stop", func() bool { return m.double.Canceled() > before })
+		p.wait("the stopped note", `!!document.querySelector('#timeline > li[data-kind="stopped"]')`)
+		if ok := eval[bool](p, `!document.getElementById('ask').disabled && document.getElementById('stop').disabled`); !ok {
+			t.Errorf("after stop: want Ask enabled and Stop disabled")
+		}
+		p.screenshot("playground-stopped")
+	})
+
+	t.Run("keyboard alone: skip link, navigation, Ctrl+Enter asks", func(t *testing.T) {
+		p := openPage(t, browser, ui)
+		p.wait("servers", `document.querySelectorAll('#servers-table tbody tr').length === 3`)
+		p.do(chromedp.KeyEvent(kb.Tab))
+		if id := eval[string](p, `document.activeElement.id`); id != "skip" {
+			t.Errorf("first Tab focuses %q, want the skip link", id)
+		}
+		p.do(chromedp.KeyEvent(kb.Enter))
+		if id := eval[string](p, `document.activeElement.id`); id != "main" {
+			t.Errorf("the skip link moved focus to %q, want main", id)
+		}
+		// Tab on to the navigation's third link (Playground) and follow it.
+		p.do(chromedp.Focus(chromedp.CSS(`a[data-route="servers"]`)), chromedp.KeyEvent(kb.Tab+kb.Tab+kb.Enter))
+		p.wait("the playground", `location.hash === '#/playground' && document.activeElement.id === 'playground-title'`)
+		p.do(chromedp.KeyEvent(kb.Tab))
+		if id := eval[string](p, `document.activeElement.id`); id != "question" {
+			t.Errorf("Tab after the playground's heading focuses %q, want the question", id)
+		}
+		p.do(chromedp.KeyEvent(`@calculator.add({"a":2,"b":3})`),
+			chromedp.KeyEvent(kb.Enter, chromedp.KeyModifiers(chromedp.ModifierCtrl)))
+		p.wait("the direct call's answer", `document.querySelector('#timeline .answer-text')?.textContent === '5'`)
+		if visible := eval[bool](p, `(() => { document.getElementById('ask').focus(); const s = getComputedStyle(document.activeElement); return s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) >= 2; })()`); !visible {
+			t.Errorf("a focused button shows no focus outline")
+		}
+		p.screenshot("keyboard-direct-call")
+	})
+}
+
+func TestConsoleAsksForToken(t *testing.T) {
+	browser := startBrowser(t)
+	const token = "console-test-token-0123456789abcdef"
+	t.Setenv("TOOLMESH_API_TOKENS", "console:"+token)
+	base := startApp(t, token, []string{
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
+		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
+		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0",
+		"--drain-timeout=2s", "--llm-url=http://127.0.0.1:1",
+	}, "demo", "executor", "retriever", "inference", "api")
+
+	p := openPage(t, browser, base+"/ui/")
+	p.wait("the token prompt", `document.getElementById('token-dialog').open && document.activeElement.id === 'token-input'`)
+	if n := eval[int](p, `document.querySelectorAll('#servers-table tbody tr').length`); n != 0 {
+		t.Errorf("%d servers shown before a token was given", n)
+	}
+	p.screenshot("asks-for-token")
+
+	p.do(chromedp.SendKeys(chromedp.ID("token-input"), "not-the-token-0123456789"+kb.Enter))
+	p.wait("the prompt again, saying why", `document.getElementById('token-dialog').open && !document.getElementById('token-error').hidden`)
+	if msg := eval[string](p, `document.getElementById('token-error').textContent`); !strings.Contains(msg, "refused") {
+		t.Errorf("after a wrong token the prompt says %q; want it to say the token was refused", msg)
+	}
+	p.screenshot("token-refused")
+
+	p.do(chromedp.SendKeys(chromedp.ID("token-input"), token+kb.Enter))
+	p.wait("servers listed with the token", `!document.getElementById('token-dialog').open && document.querySelectorAll('#servers-table tbody tr').length === 3`)
+	if kept := eval[string](p, `sessionStorage.getItem('toolmesh.token')`); kept != token {
+		t.Errorf("sessionStorage holds %q, want the token", kept)
+	}
+	// Kept for the tab: a reload asks no more, and other pages' calls carry it too.
+	p.do(chromedp.Navigate(base + "/ui/#/tools/calculator.add"))
+	p.wait("the call form", `!!document.querySelector('#call-form [data-field="b"] input')`)
+	p.do(chromedp.SendKeys(chromedp.CSS(`#call-form [data-field="a"] input`), "2"),
+		chromedp.SendKeys(chromedp.CSS(`#call-form [data-field="b"] input`), "3"+kb.Enter))
+	p.wait("the result", `document.querySelector('#call-result .content-text')?.textContent === '5'`)
+	if open := eval[bool](p, `document.getElementById('token-dialog').open`); open {
+		t.Errorf("the token was asked again after a reload")
+	}
+	p.screenshot("with-token")
+}
+
+// TestConsoleAuth checks, without a browser, what the console's routes need with API tokens
+// set: the page and its script load without one (so it can ask for one); its settings and
+// every API call need it.
+func TestConsoleAuth(t *testing.T) {
+	const token = "console-auth-token-0123456789abcdef"
+	t.Setenv("TOOLMESH_API_TOKENS", "console:"+token)
+	base := startApp(t, token, []string{
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
+		"--api.retriever-addr=", "--api.inference-addr=", "--drain-timeout=2s",
+		"--api.jaeger-url=http://jaeger.invalid:16686",
+	}, "executor", "api")
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	cases := []struct {
+		method, path, auth string
+		want               int
+		body               string // the body contains this
+	}{
+		{"GET", "/ui", "", http.StatusTemporaryRedirect, ""},
+		{"GET", "/ui/", "", 200, "<title>toolmesh console</title>"},
+		{"GET", "/ui/app.js", "", 200, "sessionStorage"},
+		{"GET", "/ui/style.css", "", 200, ":focus-visible"},
+		{"GET", "/ui/config.json", "", 401, "missing Authorization header"},
+		{"GET", "/ui/config.json", "Bearer not-the-token-0123456789", 401, "unknown token"},
+		{"GET", "/ui/config.json", "Bearer " + token, 200, `{"jaeger_url":"http://jaeger.invalid:16686"}`},
+		{"GET", "/ui/nope", "", 401, ""},
+		{"GET", "/ui/nope", "Bearer " + token, 404, ""},
+		{"POST", "/ui/", "", 401, ""},
+		{"GET", "/v1/servers", "", 401, ""},
+		{"GET", "/v1/servers", "Bearer " + token, 200, `"servers"`},
+	}
+	for _, tc := range cases {
+		req, _ := http.NewRequest(tc.method, base+tc.path, nil)
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want || !strings.Contains(string(b), tc.body) {
+			t.Errorf("%s %s with %q: %d %.200s; want %d with %q", tc.method, tc.path, tc.auth, resp.StatusCode, b, tc.want, tc.body)
+		}
+	}
+}
