@@ -149,6 +149,7 @@ func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct
 		m = map[string]any{}
 	}
 	if t.schema != nil {
+		dropOptionalNulls(t.schema, m)
 		if err := validateArgs(id, t.schema, m); err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,6 +55,22 @@ func compileSchema(id string, raw json.RawMessage) (*jsonschema.Schema, error) {
 }
 
 var printer = message.NewPrinter(language.English)
+
+// dropOptionalNulls removes top-level arguments that are null where the schema neither
+// requires the property nor allows null for it: models write `verbose=None` for an optional
+// argument they mean to leave out, and MCP clients omit such values (SEP-2243) rather than
+// send a null the server's schema refuses.
+func dropOptionalNulls(sch *jsonschema.Schema, args map[string]any) {
+	for k, v := range args {
+		if v != nil || slices.Contains(sch.Required, k) {
+			continue
+		}
+		if p := sch.Properties[k]; p != nil && (p.Types == nil || slices.Contains(p.Types.ToStrings(), "null")) {
+			continue
+		}
+		delete(args, k)
+	}
+}
 
 // validateArgs checks args against the tool's compiled schema.
 func validateArgs(toolID string, sch *jsonschema.Schema, args map[string]any) error {
