@@ -48,9 +48,15 @@ func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest)
 	if err != nil {
 		return nil, llmStatus(err)
 	}
+	// An explicit max_tokens is kept exactly. Otherwise the configured n_predict is a ceiling:
+	// the model gets what the context has left, down to half of it, before any tool is
+	// dropped — a longer budget lets the grammar allow longer calls, and a dropped tool
+	// cannot be called at all.
 	nPredict := int(req.GetMaxTokens())
+	floor := nPredict
 	if nPredict == 0 {
 		nPredict = s.cfg.LLM.NPredict
+		floor = max(nPredict/2, 1)
 	}
 	history := gorilla.StepsFromRecords(req.GetHistory())
 
@@ -68,12 +74,13 @@ func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest)
 			return nil, llmStatus(err)
 		}
 		// +1: llama-server puts BOS in front of a string prompt.
-		if n+1+nPredict <= props.NCtx {
+		if n+1+floor <= props.NCtx {
+			nPredict = min(nPredict, props.NCtx-n-1)
 			break
 		}
 		if len(tools) == 0 {
 			return nil, status.Errorf(codes.ResourceExhausted,
-				"the question and earlier steps take %d tokens; with max_tokens %d that exceeds the model's context of %d", n+1, nPredict, props.NCtx)
+				"the question and earlier steps take %d tokens; with max_tokens %d that exceeds the model's context of %d", n+1, floor, props.NCtx)
 		}
 		dropped = append(dropped, tools[len(tools)-1].GetId())
 		tools = tools[:len(tools)-1]

@@ -106,6 +106,33 @@ func TestGenerateDropsLowestRankedToolsToFit(t *testing.T) {
 	}
 }
 
+// TestGenerateGivesTheModelWhatTheContextLeaves: without max_tokens, the configured n_predict
+// is a ceiling; the model gets what the context leaves (down to half of it) before a tool is
+// dropped, and the grammar is sized to that.
+func TestGenerateGivesTheModelWhatTheContextLeaves(t *testing.T) {
+	d := llamatest.NewDouble(t, llamatest.DoubleOptions{CtxSize: 4096})
+	d.SetDefault(llamatest.Reply{Pieces: []string{"Five."}})
+	s := newTestService(t, d.URL)
+	s.cfg.LLM.NPredict = 4000
+	resp, err := s.Generate(context.Background(), &toolmeshv1.GenerateRequest{Query: "What is 2 plus 3?", Tools: calcTools(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := d.Requests()
+	got := reqs[len(reqs)-1].NPredict
+	if len(resp.GetDroppedToolIds()) != 0 || got >= 4000 || got < 2000 {
+		t.Errorf("dropped %v, n_predict %d; want no tool dropped and n_predict between 2000 and 4000", resp.GetDroppedToolIds(), got)
+	}
+	// An explicit max_tokens is kept as asked.
+	if _, err := s.Generate(context.Background(), &toolmeshv1.GenerateRequest{Query: "What is 2 plus 3?", Tools: calcTools(t), MaxTokens: 100}); err != nil {
+		t.Fatal(err)
+	}
+	reqs = d.Requests()
+	if got := reqs[len(reqs)-1].NPredict; got != 100 {
+		t.Errorf("n_predict with max_tokens 100 = %d", got)
+	}
+}
+
 func TestGenerateErrors(t *testing.T) {
 	d := llamatest.NewDouble(t, llamatest.DoubleOptions{})
 	s := newTestService(t, d.URL)

@@ -31,7 +31,7 @@ const (
 	DefaultHealthTimeout  = 2 * time.Second
 	DefaultReadyTimeout   = 2 * time.Minute
 	DefaultTokenCacheSize = 4096
-	DefaultNPredict       = 512
+	DefaultNPredict       = 1024
 )
 
 const (
