@@ -37,6 +37,7 @@ import (
 	"github.com/toolmesh/toolmesh/bench/internal/bfcl"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
+	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
 
 type bfclCase struct {
@@ -64,7 +65,7 @@ func main() {
 	// 2048: under the worst case of one byte per token the grammars then leave room for every
 	// BFCL ground truth (the longest is 697 bytes, and it is one of several calls); at the
 	// service's default of 512 some real calls cannot fit whatever the limits.
-	grammarNPredict := flag.Int("grammar-n-predict", 2048, "parse/grammar/reject: the token budget the grammars are sized to, as the service sizes them to max_tokens (0: not sized)")
+	grammarNPredict := flag.Int("grammar-n-predict", llama.DefaultNPredict, "parse/grammar/reject: the token budget the grammars are sized to, as the service sizes them to max_tokens (default: the service's n_predict ceiling; 0: not sized)")
 	timeout := flag.Duration("timeout", 2*time.Minute, "live: timeout per request")
 	callsOnly := flag.Bool("calls-only", false, "build grammars without the plain-answer branch (live output must be calls)")
 	flag.Parse()
