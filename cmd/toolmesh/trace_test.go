@@ -125,6 +125,8 @@ func TestOneQueryOneTrace(t *testing.T) {
 		{"invoke_agent toolmesh", "toolmesh-api", map[string]any{"gen_ai.operation.name": "invoke_agent", "toolmesh.query.stop_reason": "answered"}},
 		{"execute_tool calculator.add", "toolmesh-api", map[string]any{"gen_ai.tool.name": "calculator.add"}},
 		{"retrieval memory/lexical-v1*", "toolmesh-retriever", map[string]any{"gen_ai.operation.name": "retrieval", "gen_ai.request.top_k": int64(4)}},
+		{"chat gorilla-openfunctions-v2", "toolmesh-inference", map[string]any{"gen_ai.operation.name": "chat", "gen_ai.provider.name": "llama.cpp",
+			"gen_ai.request.model": "gorilla-openfunctions-v2", "toolmesh.llm.grammar": true}},
 		{"tools/call add", "toolmesh-executor", map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "add", "network.transport": "tcp"}},
 		{"tools/call add", "mcp-calculator", map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "add"}},
 	}
@@ -134,6 +136,11 @@ func TestOneQueryOneTrace(t *testing.T) {
 			if s.Attributes[k] != v {
 				t.Errorf("%s (%s): %s = %v, want %v", w.name, w.service, k, s.Attributes[k], v)
 			}
+		}
+	}
+	for _, s := range tr.Named("chat gorilla-openfunctions-v2") {
+		if in, _ := s.Attributes["gen_ai.usage.input_tokens"].(int64); in <= 0 {
+			t.Errorf("chat span without input tokens: %v", s.Attributes)
 		}
 	}
 	// The MCP server continued the executor's trace from params._meta.

@@ -234,7 +234,7 @@ func initInference(a *App) ([]runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	svc, err := inference.New(a.cfg.Inference, logger)
+	svc, err := inference.New(a.cfg.Inference, logger, tel)
 	if err != nil {
 		return nil, err
 	}

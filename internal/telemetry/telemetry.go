@@ -323,7 +323,9 @@ func (s *Service) GRPCDialOptions() []grpc.DialOption {
 }
 
 // HTTPTransport traces outbound HTTP requests made through base (nil: http.DefaultTransport)
-// and sends the trace context in their headers.
+// and sends the trace context in their headers. Only requests inside a sampled span go
+// through the instrumentation: for the rest it would cost more than the call it wraps and
+// record nothing.
 func (s *Service) HTTPTransport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -331,8 +333,18 @@ func (s *Service) HTTPTransport(base http.RoundTripper) http.RoundTripper {
 	if s == nil {
 		return base
 	}
-	return otelhttp.NewTransport(base, otelhttp.WithTracerProvider(s.tracerProvider),
+	traced := otelhttp.NewTransport(base, otelhttp.WithTracerProvider(s.tracerProvider),
 		otelhttp.WithMeterProvider(s.meterProvider), otelhttp.WithPropagators(s.Propagator))
+	return sampledTransport{traced: traced, plain: base}
+}
+
+type sampledTransport struct{ traced, plain http.RoundTripper }
+
+func (t sampledTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if trace.SpanContextFromContext(r.Context()).IsSampled() {
+		return t.traced.RoundTrip(r)
+	}
+	return t.plain.RoundTrip(r)
 }
 
 // HTTPHandler traces inbound HTTP requests, continuing a trace the caller sent.

@@ -111,7 +111,7 @@ func newChatService(t *testing.T, url string) *Service {
 	cfg.RegisterFlags(flag.NewFlagSet("t", flag.ContinueOnError))
 	cfg.Backend, cfg.ChatURL, cfg.ChatModel = "openai", url, "some-model"
 	cfg.LLM.Timeout = 5 * time.Second
-	s, err := New(cfg, nil)
+	s, err := New(cfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,12 +7,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"sync"
 
 	"google.golang.org/grpc"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/services/inference/chat"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
@@ -47,7 +49,7 @@ type Service struct {
 }
 
 // New builds the service and its llama-server client; nothing is contacted yet.
-func New(cfg Config, logger *slog.Logger) (*Service, error) {
+func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -55,22 +57,33 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Backend == "openai" {
+		hc, closeHC := httpClient(tel)
 		c, err := chat.New(chat.Config{URL: cfg.ChatURL, Model: cfg.ChatModel, APIKey: os.Getenv(envLLMAPIKey),
-			Timeout: cfg.LLM.Timeout, MaxTokens: cfg.LLM.NPredict, Temperature: cfg.LLM.Sampling.Temperature}, nil, logger)
+			Timeout: cfg.LLM.Timeout, MaxTokens: cfg.LLM.NPredict, Temperature: cfg.LLM.Sampling.Temperature}, hc, logger)
 		if err != nil {
 			return nil, fmt.Errorf("chat client: %w", err)
 		}
-		s := newService(cfg, nil, c.Close, logger)
-		s.chat = c
+		s := newService(cfg, nil, func() error { closeHC(); return c.Close() }, logger)
+		s.chat = tracedChat{chatBackend: c, g: newGenAI(tel, "openai", cfg.ChatModel, cfg.ChatURL)}
 		return s, nil
 	}
 	llmCfg := cfg.LLM
 	llmCfg.APIKey = os.Getenv(envLLMAPIKey)
-	c, err := llama.New(llmCfg, nil, logger)
+	hc, closeHC := httpClient(tel)
+	c, err := llama.New(llmCfg, hc, logger)
 	if err != nil {
 		return nil, fmt.Errorf("llama-server client: %w", err)
 	}
-	return newService(cfg, c, c.Close, logger), nil
+	llm := tracedLLM{completer: c, g: newGenAI(tel, "llama.cpp", cfg.LLM.Model, cfg.LLM.URL)}
+	return newService(cfg, llm, func() error { closeHC(); return c.Close() }, logger), nil
+}
+
+// httpClient is the HTTP client of the model backends: pooled for the concurrency the api
+// drives, and traced (requests carry the trace context when sampled).
+func httpClient(tel *telemetry.Service) (*http.Client, func()) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	return &http.Client{Transport: tel.HTTPTransport(tr)}, tr.CloseIdleConnections
 }
 
 func newService(cfg Config, llm completer, closer func() error, logger *slog.Logger) *Service {

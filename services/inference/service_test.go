@@ -44,7 +44,7 @@ func newTestService(t *testing.T, url string) *Service {
 	cfg.RegisterFlags(flag.NewFlagSet("t", flag.ContinueOnError))
 	cfg.LLM.URL = url
 	cfg.LLM.NPredict = 64
-	s, err := New(cfg, nil)
+	s, err := New(cfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestGenerateOpenAIBackend(t *testing.T) {
 	var cfg Config
 	cfg.RegisterFlags(flag.NewFlagSet("t", flag.ContinueOnError))
 	cfg.Backend, cfg.ChatURL, cfg.ChatModel = "openai", d.URL, "some-model"
-	s, err := New(cfg, nil)
+	s, err := New(cfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
