@@ -294,7 +294,7 @@ func TestQueryLoop(t *testing.T) {
 			answer: "The result is 20.",
 		},
 		{
-			name: "chains a database query and a calculation on its result",
+			name:     "chains a database query and a calculation on its result",
 			question: "What is the average salary in the Engineering department, and what would a 12% raise cost per person?",
 			script: func(p string, calls int, compose bool) string {
 				avg := regexp.MustCompile(`avg_salary\\?"?:(\d+)`).FindStringSubmatch(p)
