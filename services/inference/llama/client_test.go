@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"slices"
 	"strings"
 	"sync"
@@ -563,5 +564,30 @@ func TestUTF8Acc(t *testing.T) {
 	want := []string{"", "", "🙂a", "€", "\uFFFD", "", "\uFFFD"}
 	if !slices.Equal(got, want) {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestStreamReusesConnection: a streamed completion read to its last event leaves the
+// connection for the next request rather than closing it with bytes unread.
+func TestStreamReusesConnection(t *testing.T) {
+	d := llamatest.NewDouble(t, llamatest.DoubleOptions{})
+	d.SetDefault(llamatest.Reply{Pieces: []string{"Hel", "lo"}})
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	defer tr.CloseIdleConnections()
+	c, err := New(Config{URL: d.URL}, &http.Client{Transport: tr}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reused []bool
+	for range 3 {
+		ctx := httptrace.WithClientTrace(t.Context(), &httptrace.ClientTrace{
+			GotConn: func(info httptrace.GotConnInfo) { reused = append(reused, info.Reused) },
+		})
+		if _, err := c.CompleteStream(ctx, CompletionRequest{Prompt: "hi"}, func(Chunk) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(reused) != 3 || !reused[1] || !reused[2] {
+		t.Errorf("connections reused per request = %v, want the 2nd and 3rd reused", reused)
 	}
 }

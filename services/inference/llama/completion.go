@@ -216,6 +216,9 @@ func (c *Client) CompleteStream(ctx context.Context, req CompletionRequest, fn f
 		if ev.Stop {
 			out := ev.completion(content.String())
 			c.logDone(ctx, out, start)
+			// Read the stream's end, so the connection goes back to the pool instead of
+			// being closed with bytes unread (a new connection for every streamed answer).
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 			return out, nil
 		}
 	}
@@ -373,7 +376,8 @@ func NewSSEReader(r io.Reader, onLine func()) *SSEReader {
 	if onLine == nil {
 		onLine = func() {}
 	}
-	return &SSEReader{r: bufio.NewReaderSize(r, 64<<10), onLine: onLine}
+	// Events are small; a longer line is read in pieces (see line), so a small buffer does.
+	return &SSEReader{r: bufio.NewReaderSize(r, 4<<10), onLine: onLine}
 }
 
 // Next returns the next event's data, or the value of llama-server's old non-standard
