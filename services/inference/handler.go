@@ -65,7 +65,7 @@ func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest)
 	var dropped []string
 	for {
 		// The prompt does not depend on the grammar's limits: size the grammar once, below.
-		if cat, err = gorilla.Build(tools); err != nil {
+		if cat, err = s.catalogs.build(tools, 0); err != nil {
 			return nil, invalid.Field("tools", err.Error())
 		}
 		prompt = cat.Prompt(req.GetQuery(), history)
@@ -89,9 +89,7 @@ func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest)
 	// least one byte; the end-of-text token takes the last one), so the agent loop always gets
 	// something that parses.
 	if nPredict > 0 {
-		opts := gorilla.DefaultOptions
-		opts.MaxBytes = max(nPredict-1, 1)
-		if cat, err = gorilla.BuildWith(tools, opts); err != nil {
+		if cat, err = s.catalogs.build(tools, max(nPredict-1, 1)); err != nil {
 			return nil, invalid.Field("tools", err.Error())
 		}
 		if u := cat.Uncallable(); len(u) > 0 {

@@ -44,6 +44,8 @@ type Service struct {
 	chat   chatBackend // set when the backend is openai; llm is then nil
 	closer func() error
 
+	catalogs *catalogs
+
 	mu    sync.Mutex
 	props *llama.Props // cached after the first success; the server's context does not change
 }
@@ -90,7 +92,7 @@ func newService(cfg Config, llm completer, closer func() error, logger *slog.Log
 	if closer == nil {
 		closer = func() error { return nil }
 	}
-	return &Service{cfg: cfg, log: logger, llm: llm, closer: closer}
+	return &Service{cfg: cfg, log: logger, llm: llm, closer: closer, catalogs: newCatalogs(256)}
 }
 
 // Register adds the InferenceService.
