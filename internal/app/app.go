@@ -282,6 +282,7 @@ func initAPI(a *App) ([]runner, error) {
 		return nil, err
 	}
 	a.endpoint("REST", "http://"+hs.Addr())
+	a.endpoint("console", "http://"+hs.Addr()+"/ui/")
 	a.endpoint("api gRPC", g.Addr())
 	// The HTTP server drains before the gRPC server it forwards to stops.
 	serve := func(ctx context.Context) error {

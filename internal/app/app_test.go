@@ -36,8 +36,8 @@ func TestRunStopsCleanlyAndReportsBindErrors(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("Run returned before starting: %v", err)
 	}
-	if len(a.Endpoints) != 3 {
-		t.Errorf("endpoints = %v, want executor gRPC, REST and api gRPC", a.Endpoints)
+	if len(a.Endpoints) != 4 {
+		t.Errorf("endpoints = %v, want executor gRPC, REST, console and api gRPC", a.Endpoints)
 	}
 	cancel()
 	select {
