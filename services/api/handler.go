@@ -138,6 +138,8 @@ func dependencyError(name, addr string, err error) error {
 	return err
 }
 
-var transportMessage = regexp.MustCompile(`connection error|connection refused|transport|name resolver|dial`)
+// transportMessage matches what gRPC itself says when it cannot reach a peer, not a peer's own
+// Unavailable answer (inference saying its llama-server is down mentions "dial" too).
+var transportMessage = regexp.MustCompile(`^connection error|transport: Error while dialing|name resolver|produced zero addresses|^connection closed`)
 
 func isTransportMessage(msg string) bool { return transportMessage.MatchString(msg) }

@@ -109,7 +109,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if err := s.llm.Health(ctx); err != nil && ctx.Err() == nil {
 		s.log.Warn("llama-server is not ready; questions fail until it is", "url", s.cfg.LLM.URL, "err", err,
-			"hint", "start one with: llama-server --host 127.0.0.1 --port 8080 -c 4096 -m gorilla-openfunctions-v2.Q4_K_M.gguf")
+			"hint", "start one with: llama-server --host 127.0.0.1 --port 8080 -c 4096 -m gorilla-openfunctions-v2-q4_K_M.gguf")
 	}
 	<-ctx.Done()
 	return nil
