@@ -370,3 +370,25 @@ func (s *Service) Inject(ctx context.Context, carrier propagation.TextMapCarrier
 func (s *Service) Extract(ctx context.Context, carrier propagation.TextMapCarrier) context.Context {
 	return s.propagator().Extract(ctx, carrier)
 }
+
+// MetaCarrier lets a propagator read and write trace context in an MCP request's params._meta
+// (traceparent, tracestate, baggage), where MCP 2026-07-28 puts it.
+type MetaCarrier map[string]any
+
+// Get returns the string value of key, or "".
+func (c MetaCarrier) Get(key string) string {
+	s, _ := c[key].(string)
+	return s
+}
+
+// Set stores value under key.
+func (c MetaCarrier) Set(key, value string) { c[key] = value }
+
+// Keys lists the keys present.
+func (c MetaCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}

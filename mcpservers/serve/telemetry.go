@@ -165,7 +165,7 @@ func (st *serverTelemetry) remoteParent(ctx context.Context, req *mcp.CallToolRe
 		fromHeader = st.tel.Extract(ctx, propagation.HeaderCarrier(req.Header))
 	}
 	if m := req.Params.Meta; m != nil && m.AdditionalFields["traceparent"] != nil {
-		fromMeta := st.tel.Extract(ctx, metaCarrier(m.AdditionalFields))
+		fromMeta := st.tel.Extract(ctx, telemetry.MetaCarrier(m.AdditionalFields))
 		var link trace.Link
 		if fromHeader != nil {
 			hsc, msc := trace.SpanContextFromContext(fromHeader), trace.SpanContextFromContext(fromMeta)
@@ -292,22 +292,4 @@ func requestID(v any) string {
 		return requestID(v.Value())
 	}
 	return ""
-}
-
-// metaCarrier lets an OpenTelemetry propagator read a request's _meta fields.
-type metaCarrier map[string]any
-
-func (c metaCarrier) Get(key string) string {
-	s, _ := c[key].(string)
-	return s
-}
-
-func (c metaCarrier) Set(key, value string) { c[key] = value }
-
-func (c metaCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	return keys
 }

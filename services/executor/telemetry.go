@@ -221,7 +221,7 @@ func (r *rpc) injectMeta(ctx context.Context) *mcp.Meta {
 	if !r.span.SpanContext().IsSampled() {
 		return nil
 	}
-	fields := metaCarrier{}
+	fields := telemetry.MetaCarrier{}
 	r.s.ins.tel.Inject(ctx, fields)
 	return &mcp.Meta{AdditionalFields: fields}
 }
@@ -336,24 +336,6 @@ func requestID(v any) string {
 		return strconv.FormatFloat(v, 'f', -1, 64)
 	}
 	return ""
-}
-
-// metaCarrier lets an OpenTelemetry propagator write into a request's _meta fields.
-type metaCarrier map[string]any
-
-func (c metaCarrier) Get(key string) string {
-	s, _ := c[key].(string)
-	return s
-}
-
-func (c metaCarrier) Set(key, value string) { c[key] = value }
-
-func (c metaCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	return keys
 }
 
 // sessionIDOf is the connection's mcp.session.id: the Mcp-Session-Id of streamable HTTP,
