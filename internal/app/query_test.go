@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -616,17 +615,8 @@ func TestQueryWithoutModel(t *testing.T) {
 // random-weight model: its text is noise, but under the grammar whatever it emits must become
 // calls to offered tools that the executor runs, and every query must end with a stop reason.
 func TestQueryOnRealServer(t *testing.T) {
-	// Left alone the noise hardly ever starts with "<<" and would only answer: a bias on "<"
-	// makes it call tools often, and temperature 1 explores the grammar.
-	lt := ""
-	tokens, _ := llamatest.TinyVocab()
-	for id, tok := range tokens {
-		if tok == "<" {
-			lt = strconv.Itoa(id)
-		}
-	}
-	srv := llamatest.StartServer(t, llamatest.ServerOptions{Args: []string{
-		"--logit-bias", lt + "+6", "--logit-bias", strconv.Itoa(llamatest.ByteToken('<')) + "+6"}})
+	// A bias on "<" makes the noise call tools often; temperature 1 explores the grammar.
+	srv := llamatest.StartServer(t, llamatest.ServerOptions{Args: llamatest.CallBias()})
 	base := startApp(t, "", []string{
 		"--inference.llm.temperature=1",
 		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",

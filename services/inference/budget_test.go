@@ -3,7 +3,6 @@ package inference
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -78,15 +77,7 @@ func budgetToolSet(t *testing.T, i int) ([]*toolmeshv1.ScoredTool, map[string]*j
 func TestGenerateNeverCutOffOnRealServer(t *testing.T) {
 	// Left alone, the noise hardly ever starts with "<<" (one character of about 200 allowed
 	// at first), so it would only ever answer: a bias on "<" makes it call tools often.
-	lt := ""
-	tokens, _ := llamatest.TinyVocab()
-	for id, tok := range tokens {
-		if tok == "<" {
-			lt = strconv.Itoa(id)
-		}
-	}
-	srv := llamatest.StartServer(t, llamatest.ServerOptions{Args: []string{
-		"--logit-bias", lt + "+6", "--logit-bias", strconv.Itoa(llamatest.ByteToken('<')) + "+6"}})
+	srv := llamatest.StartServer(t, llamatest.ServerOptions{Args: llamatest.CallBias()})
 	s := newTestService(t, srv.URL)
 	s.cfg.LLM.Sampling.Temperature = new(1.0) // noise that explores the grammar, not one path
 	budgets := []int32{16, 40, 64, 100, 130, 160, 256}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strconv"
 )
 
 // GGUF value types (ggml/include/gguf.h enum gguf_type).
@@ -307,4 +308,18 @@ func (g *ggufWriter) value(v any) {
 			g.err = fmt.Errorf("llamatest: gguf value of type %T", v)
 		}
 	}
+}
+
+// CallBias is llama-server arguments that make the tiny model's noise start with "<" far more
+// often: left alone it hardly ever writes "<<" (one character of about 200 allowed first), so
+// under a grammar it would only ever answer in text and never call a tool.
+func CallBias() []string {
+	args := []string{"--logit-bias", strconv.Itoa(ByteToken('<')) + "+6"}
+	tokens, _ := TinyVocab()
+	for id, tok := range tokens {
+		if tok == "<" {
+			args = append(args, "--logit-bias", strconv.Itoa(id)+"+6")
+		}
+	}
+	return args
 }
