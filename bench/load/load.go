@@ -1,0 +1,532 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/toolmesh/toolmesh/internal/app"
+	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
+)
+
+// options configure one run.
+type options struct {
+	Duration time.Duration
+	Warmup   time.Duration
+	Rate     float64
+	Mix      map[string]int
+	// Settle is an extra wait before measuring after the load (idle connections time out).
+	Settle time.Duration
+	// GoroutineDump, when set, is where the goroutines left after the load are written.
+	GoroutineDump string
+}
+
+// kinds are the requests the load is made of, in table order.
+var kinds = []string{"search", "direct", "call", "question"}
+
+// parseMix reads "search=1,direct=2": the weight of each kind; kinds not named get 0.
+func parseMix(s string) (map[string]int, error) {
+	out := map[string]int{}
+	total := 0
+	for part := range strings.SplitSeq(s, ",") {
+		name, w, ok := strings.Cut(strings.TrimSpace(part), "=")
+		n, err := strconv.Atoi(w)
+		if !ok || err != nil || n < 0 || !slices.Contains(kinds, name) {
+			return nil, fmt.Errorf("bad -mix entry %q: want KIND=WEIGHT with KIND one of %v", part, kinds)
+		}
+		out[name] = n
+		total += n
+	}
+	if total == 0 {
+		return nil, errors.New("-mix has no weight")
+	}
+	return out, nil
+}
+
+// schedule is the mix as a repeating sequence of kinds, spread evenly.
+func schedule(mix map[string]int) []string {
+	var seq []string
+	maxW := 0
+	for _, w := range mix {
+		maxW = max(maxW, w)
+	}
+	for round := range maxW {
+		for _, k := range kinds {
+			if mix[k] > round {
+				seq = append(seq, k)
+			}
+		}
+	}
+	return seq
+}
+
+// result is one request's outcome.
+type result struct {
+	kind    string
+	latency time.Duration
+	err     error
+}
+
+// report is what a run measured.
+type report struct {
+	opts                      options
+	elapsed                   time.Duration // from the first scheduled send to the last answer
+	results                   []result
+	rssBefore, rssAfter       int64  // bytes
+	heapBefore, heapAfter     uint64 // bytes of heap in use
+	goroutBefore, goroutAfter int
+	sampleErrors              []string
+}
+
+func (r *report) errors() int {
+	n := 0
+	for _, x := range r.results {
+		if x.err != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// row is one line of the table.
+type row struct {
+	kind           string
+	sent, ok, errs int
+	rate           float64
+	p50, p99, p999 time.Duration
+}
+
+func (r *report) rows() []row {
+	var out []row
+	for _, k := range append(slices.Clone(kinds), "all") {
+		var lat []time.Duration
+		x := row{kind: k}
+		for _, res := range r.results {
+			if k != "all" && res.kind != k {
+				continue
+			}
+			x.sent++
+			if res.err != nil {
+				x.errs++
+				continue
+			}
+			x.ok++
+			lat = append(lat, res.latency)
+		}
+		if x.sent == 0 {
+			continue
+		}
+		slices.Sort(lat)
+		x.p50, x.p99, x.p999 = percentile(lat, 0.50), percentile(lat, 0.99), percentile(lat, 0.999)
+		x.rate = float64(x.ok) / r.elapsed.Seconds()
+		out = append(out, x)
+	}
+	return out
+}
+
+// percentile of sorted durations: the smallest value at or above the fraction p of them.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 2, 64) }
+
+func (r *report) table() string {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "rate %.0f req/s for %s (after %s warm-up), open loop\n\n", r.opts.Rate, r.opts.Duration, r.opts.Warmup)
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "kind\tsent\tok\terrors\tok/s\tp50 ms\tp99 ms\tp99.9 ms\t")
+	for _, x := range r.rows() {
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%.1f\t%s\t%s\t%s\t\n", x.kind, x.sent, x.ok, x.errs, x.rate, ms(x.p50), ms(x.p99), ms(x.p999))
+	}
+	w.Flush()
+	fmt.Fprintf(&b, "\nresident memory (VmRSS): %.1f MiB before, %.1f MiB after\n", float64(r.rssBefore)/(1<<20), float64(r.rssAfter)/(1<<20))
+	fmt.Fprintf(&b, "heap in use: %.1f MiB before, %.1f MiB after\n", float64(r.heapBefore)/(1<<20), float64(r.heapAfter)/(1<<20))
+	fmt.Fprintf(&b, "goroutines: %d before, %d after\n", r.goroutBefore, r.goroutAfter)
+	return b.String()
+}
+
+// run starts the mesh, sends the warm-up and the measured load, and stops the mesh.
+func run(ctx context.Context, o options) (*report, error) {
+	if o.Rate <= 0 || o.Duration <= 0 {
+		return nil, errors.New("rate and duration must be positive")
+	}
+	m, err := startModel()
+	if err != nil {
+		return nil, err
+	}
+	defer m.close()
+	base, stop, err := startMesh(m.URL)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := load(ctx, base, m, o)
+	return rep, errors.Join(err, stop())
+}
+
+func load(ctx context.Context, base string, m *model, o options) (*report, error) {
+	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	seq := schedule(o.Mix)
+
+	if o.Warmup > 0 {
+		res, _ := send(ctx, hc, base, seq, o.Rate, o.Warmup)
+		for _, r := range res {
+			if r.err != nil {
+				return nil, fmt.Errorf("warm-up: %s: %w", r.kind, r.err)
+			}
+		}
+	}
+	rep := &report{opts: o}
+	settle := func() {
+		m.swap()
+		tr.CloseIdleConnections()
+		time.Sleep(500 * time.Millisecond)
+		debug.FreeOSMemory()
+	}
+	settle()
+	rep.rssBefore, rep.goroutBefore, rep.heapBefore = rss(), runtime.NumGoroutine(), heapInuse()
+	rep.results, rep.elapsed = send(ctx, hc, base, seq, o.Rate, o.Duration)
+	settle()
+	time.Sleep(o.Settle)
+	settle()
+	rep.rssAfter, rep.goroutAfter, rep.heapAfter = rss(), runtime.NumGoroutine(), heapInuse()
+	if o.GoroutineDump != "" {
+		f, err := os.Create(o.GoroutineDump)
+		if err != nil {
+			return nil, err
+		}
+		err = pprof.Lookup("goroutine").WriteTo(f, 1)
+		if err := errors.Join(err, f.Close()); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range rep.results {
+		if r.err != nil && len(rep.sampleErrors) < 10 {
+			rep.sampleErrors = append(rep.sampleErrors, r.kind+": "+r.err.Error())
+		}
+	}
+	return rep, nil
+}
+
+// send sends requests on schedule, one every 1/rate seconds, whether or not earlier ones have
+// answered, for d; it waits for every answer. A request's latency counts from its scheduled
+// time, so a slow send does not hide a queue.
+func send(ctx context.Context, hc *http.Client, base string, seq []string, rate float64, d time.Duration) ([]result, time.Duration) {
+	interval := time.Duration(float64(time.Second) / rate)
+	n := int(d / interval)
+	results := make([]result, n)
+	sent := n
+	var wg sync.WaitGroup
+	start := time.Now()
+	var last atomic.Int64
+	for i := range n {
+		at := start.Add(time.Duration(i) * interval)
+		if wait := time.Until(at); wait > 0 {
+			time.Sleep(wait)
+		}
+		if ctx.Err() != nil {
+			sent = i
+			break
+		}
+		kind := seq[i%len(seq)]
+		wg.Go(func() {
+			err := do(ctx, hc, base, kind)
+			end := time.Now()
+			results[i] = result{kind: kind, latency: end.Sub(at), err: err}
+			for {
+				old := last.Load()
+				if int64(end.Sub(start)) <= old || last.CompareAndSwap(old, int64(end.Sub(start))) {
+					break
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return results[:sent], time.Duration(last.Load())
+}
+
+const question = "What is 2 plus 3?"
+
+// do sends one request of kind and checks its answer.
+func do(ctx context.Context, hc *http.Client, base, kind string) error {
+	switch kind {
+	case "search":
+		var got struct {
+			Results []struct{ Tool struct{ ID string } }
+		}
+		if err := call(ctx, hc, http.MethodGet, base+"/v1/tools:search?k=4&q="+url.QueryEscape("add two numbers"), "", &got); err != nil {
+			return err
+		}
+		for _, r := range got.Results {
+			if r.Tool.ID == "calculator.add" {
+				return nil
+			}
+		}
+		return fmt.Errorf("calculator.add not among the results %+v", got.Results)
+	case "call":
+		var got struct {
+			Content []struct{ Text string }
+			IsError bool `json:"is_error"`
+		}
+		if err := call(ctx, hc, http.MethodPost, base+"/v1/tools/calculator/add:call", `{"arguments":{"a":2,"b":3}}`, &got); err != nil {
+			return err
+		}
+		if got.IsError || len(got.Content) != 1 || got.Content[0].Text != "5" {
+			return fmt.Errorf("got %+v, want the text 5", got)
+		}
+		return nil
+	case "direct", "question":
+		body, want := `{"query":"@calculator.add({\"a\":2,\"b\":3})"}`, "5"
+		if kind == "question" {
+			body, want = `{"query":"`+question+`"}`, "2 plus 3 is 5."
+		}
+		var got struct {
+			Answer     string
+			StopReason string `json:"stop_reason"`
+			ToolCalls  []struct {
+				Output  string
+				IsError bool `json:"is_error"`
+			} `json:"tool_calls"`
+		}
+		if err := call(ctx, hc, http.MethodPost, base+"/v1/query", body, &got); err != nil {
+			return err
+		}
+		if got.Answer != want || got.StopReason != "STOP_REASON_ANSWERED" || len(got.ToolCalls) != 1 ||
+			got.ToolCalls[0].Output != "5" || got.ToolCalls[0].IsError {
+			return fmt.Errorf("got %+v, want the answer %q from one call that output 5", got, want)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown kind %q", kind)
+}
+
+func call(ctx context.Context, hc *http.Client, method, u, body string, out any) error {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return err
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%d %s", resp.StatusCode, bytes.TrimSpace(b))
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("%w: %s", err, b)
+	}
+	return nil
+}
+
+func heapInuse() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// rss is this process's resident memory (VmRSS), or -1 where /proc is missing.
+func rss() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return kb << 10
+		}
+	}
+	return -1
+}
+
+// model is the llama-server double behind a proxy, so the double can be swapped for a fresh
+// one: a double keeps every request it received, which would otherwise grow this process's
+// memory with the load and hide whether toolmesh's own memory stays flat.
+type model struct {
+	URL   string
+	srv   *http.Server
+	mu    sync.Mutex
+	cur   *llamatest.Double
+	close func()
+}
+
+func startModel() (*model, error) {
+	m := &model{cur: newDouble()}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			m.mu.Lock()
+			u, _ := url.Parse(m.cur.URL)
+			m.mu.Unlock()
+			r.SetURL(u)
+		},
+		FlushInterval: -1,
+	}
+	ts := httptest.NewServer(proxy)
+	m.URL = ts.URL
+	m.close = func() {
+		ts.Close()
+		m.mu.Lock()
+		m.cur.Close()
+		m.mu.Unlock()
+	}
+	return m, nil
+}
+
+func newDouble() *llamatest.Double {
+	d := llamatest.StartDouble(llamatest.DoubleOptions{Parallel: 64, CtxSize: 64 * 4096})
+	d.ScriptFunc(reply)
+	return d
+}
+
+// swap puts a fresh double behind the proxy and closes the old one once idle.
+func (m *model) swap() {
+	m.mu.Lock()
+	old := m.cur
+	m.cur = newDouble()
+	m.mu.Unlock()
+	time.Sleep(100 * time.Millisecond)
+	old.Close()
+}
+
+// reply is the double's script for the question: step 1 calls add, step 2 answers in text,
+// and the compose request (no grammar) words the answer from the last output in the prompt.
+func reply(req llamatest.Request) (llamatest.Reply, bool) {
+	if !strings.Contains(req.Prompt, question) {
+		return llamatest.Reply{}, false
+	}
+	var text string
+	switch {
+	case req.Grammar == "":
+		text = "2 plus 3 is " + lastOutput(req.Prompt) + "."
+	case strings.Count(req.Prompt, "<<call>>") == 0:
+		text = "<<function>>calculator.add(a=2, b=3)"
+	default:
+		text = "The sum is " + lastOutput(req.Prompt)
+	}
+	return llamatest.Reply{Pieces: []string{text}}, true
+}
+
+// lastOutput reads the last <<output>> of a prompt, quotes removed.
+func lastOutput(prompt string) string {
+	i := strings.LastIndex(prompt, "<<output>>")
+	if i < 0 {
+		return ""
+	}
+	rest := prompt[i+len("<<output>>"):]
+	if end := strings.IndexByte(rest, '\n'); end >= 0 {
+		rest = rest[:end]
+	}
+	return strings.Trim(rest, `'"`)
+}
+
+// startMesh runs every target in this process on loopback :0 ports, as `toolmesh up` does,
+// with the demo MCP servers; it returns the REST base URL once /readyz says ready.
+func startMesh(modelURL string) (string, func() error, error) {
+	args := []string{
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
+		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
+		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0",
+		"--drain-timeout=2s", "--llm-url=" + modelURL,
+	}
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var cfg app.Config
+	cfg.RegisterFlags(fs)
+	cfg.RegisterDemoFlags(fs)
+	if err := cfg.Load(fs, args); err != nil {
+		return "", nil, err
+	}
+	cfg.Targets = []string{"demo", "executor", "retriever", "inference", "api"}
+	if err := cfg.Validate(); err != nil {
+		return "", nil, err
+	}
+	a, err := app.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return "", nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	started := make(chan struct{})
+	go func() { done <- a.Run(ctx, func() { close(started) }) }()
+	stop := func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(15 * time.Second):
+			return errors.New("the mesh did not stop within 15s")
+		}
+	}
+	select {
+	case <-started:
+	case err := <-done:
+		cancel()
+		return "", nil, fmt.Errorf("mesh: %w", err)
+	}
+	var base string
+	for _, e := range a.Endpoints {
+		if e.Name == "REST" {
+			base = e.Addr
+		}
+	}
+	if base == "" {
+		return "", nil, errors.Join(errors.New("mesh: no REST endpoint"), stop())
+	}
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := hc.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return base, stop, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", nil, errors.Join(errors.New("mesh: /readyz not ready within 30s"), stop())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
