@@ -30,8 +30,9 @@ func FuzzConfigLoad(f *testing.F) {
 	} {
 		f.Add(s, "--log.format=json")
 	}
+	// One file per process, rewritten for each input: a fresh t.TempDir costs more than Load.
+	path := filepath.Join(f.TempDir(), "toolmesh.yaml")
 	f.Fuzz(func(t *testing.T, yamlText, flagArg string) {
-		path := filepath.Join(t.TempDir(), "toolmesh.yaml")
 		if err := os.WriteFile(path, []byte(yamlText), 0o600); err != nil {
 			t.Fatal(err)
 		}
