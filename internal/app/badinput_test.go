@@ -237,3 +237,58 @@ func TestBadInput(t *testing.T) {
 	}
 	runBad(t, m.base, cases)
 }
+
+// TestBadInputTokens: with API tokens set, every endpoint but /healthz refuses a missing,
+// malformed or wrong token with a 401 that says which, and never echoes the token.
+func TestBadInputTokens(t *testing.T) {
+	const token = "a-long-enough-test-token-0123456789"
+	t.Setenv("TOOLMESH_API_TOKENS", "tester:"+token)
+	base := startApp(t, token, []string{
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
+		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
+		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0",
+		"--drain-timeout=2s", "--llm-url=http://127.0.0.1:1",
+	}, "demo", "executor", "retriever", "inference", "api")
+	endpoints := []struct{ method, path, body string }{
+		{"GET", "/v1/tools", ""},
+		{"GET", "/v1/tools:search?q=add", ""},
+		{"POST", "/v1/tools/calculator/add:call", `{"arguments":{"a":1,"b":2}}`},
+		{"GET", "/v1/servers", ""},
+		{"POST", "/v1/query", `{"query":"@calculator.add({\"a\":1,\"b\":2})"}`},
+		{"POST", "/v1/query:stream", `{"query":"@calculator.add({\"a\":1,\"b\":2})"}`},
+		{"GET", "/readyz", ""},
+		{"GET", "/openapi.json", ""},
+		{"GET", "/metrics", ""},
+		{"GET", "/ui/config.json", ""},
+	}
+	auths := []struct{ name, auth, msg string }{
+		{"missing", "", "missing Authorization header"},
+		{"wrong token", "Bearer wrong-token-wrong-token-0123456", "unknown token"},
+		{"basic scheme", "Basic " + token, "not a Bearer token"},
+		{"empty bearer", "Bearer ", "empty Bearer token"},
+		{"token without scheme", token, "not a Bearer token"},
+		{"token with a prefix of the right one", "Bearer " + token[:20], "unknown token"},
+		{"right token with a suffix", "Bearer " + token + "x", "unknown token"},
+		{"huge token", "Bearer " + strings.Repeat("t", 6000), "unknown token"},
+	}
+	for _, e := range endpoints {
+		for _, a := range auths {
+			tc := badCase{name: a.name, method: e.method, path: e.path, body: e.body, auth: a.auth, want: 401, msg: []string{a.msg}}
+			path, _, _ := strings.Cut(tc.path, "?")
+			t.Run(tc.method+" "+strings.ReplaceAll(strings.TrimPrefix(path, "/"), "/", ".")+": "+tc.name, func(t *testing.T) {
+				r := doBad(t, base, tc)
+				tc.check(t, r)
+				if r.code == 401 && (r.header.Get("WWW-Authenticate") != "Bearer" || strings.Contains(string(r.body), token[:20])) {
+					t.Errorf("401 with WWW-Authenticate %q and body %.300s; want Bearer and no token echoed", r.header.Get("WWW-Authenticate"), r.body)
+				}
+			})
+		}
+	}
+	// The liveness probe and the console's page (which then asks for a token) stay open.
+	for _, path := range []string{"/healthz", "/ui/"} {
+		for _, a := range auths {
+			tc := badCase{name: a.name, method: "GET", path: path, auth: a.auth, want: 200}
+			t.Run("GET "+strings.Trim(path, "/")+": open with "+a.name, func(t *testing.T) { tc.check(t, doBad(t, base, tc)) })
+		}
+	}
+}
