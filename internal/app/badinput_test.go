@@ -34,6 +34,7 @@ type badCase struct {
 	want        int
 	msg         []string // the error body's message contains each of these
 	plain       bool     // a plain-text error body is accepted (the console's file server)
+	chunked     bool     // send the body without a Content-Length
 	gap         string
 }
 
@@ -54,6 +55,9 @@ func doBad(t *testing.T, base string, tc badCase) badResult {
 	var body io.Reader
 	if tc.body != "" {
 		body = strings.NewReader(tc.body)
+		if tc.chunked {
+			body = io.MultiReader(body) // hides the length: the body is sent chunked
+		}
 	}
 	req, err := http.NewRequestWithContext(ctx, tc.method, base+tc.path, body)
 	if err != nil {
@@ -197,6 +201,12 @@ func TestBadInput(t *testing.T) {
 		{name: "invalid UTF-8 in a string argument", method: "POST", path: "/v1/tools/calculator/calculate:call", body: `{"arguments":{"expression":"` + invalidUTF8 + `"}}`, want: 400, msg: []string{"UTF-8"}},
 		{name: "deep nesting in arguments", method: "POST", path: call, body: `{"arguments":{"a":` + badNested(10000) + `,"b":1}}`, want: 400, msg: []string{"max depth"}},
 		{name: "huge body", method: "POST", path: call, body: hugeArgs, want: 413, msg: []string{"body", "65536"}},
+		{name: "huge chunked body", method: "POST", path: call, body: hugeArgs, chunked: true, want: 413, msg: []string{"body", "65536"}},
+		{name: "arguments null", method: "POST", path: call, body: `{"arguments":null}`, want: 400, msg: []string{"missing property"}},
+		{name: "JSON sent as text/plain", method: "POST", path: call, body: `{"arguments":{"a":1,"b":2}}`, contentType: "text/plain", want: 200, msg: []string{`"text":"3"`}},
+		{name: "invalid UTF-8 in an argument name", method: "POST", path: call, body: "{\"arguments\":{\"a\xff\":1,\"a\":1,\"b\":2}}", want: 400, msg: []string{"invalid UTF-8"}},
+		{name: "tool name with a space", method: "POST", path: "/v1/tools/calculator/ad%20d:call", body: `{"arguments":{}}`, want: 404, msg: []string{"calculator.ad d"}},
+		{name: "empty tool name", method: "POST", path: "/v1/tools/calculator/:call", body: `{"arguments":{}}`, want: 404, msg: []string{"no route for POST /v1/tools/calculator/:call"}},
 		{name: "unknown tool", method: "POST", path: "/v1/tools/calculator/nope:call", body: `{"arguments":{}}`, want: 404, msg: []string{"calculator.nope"}},
 		{name: "unknown server", method: "POST", path: "/v1/tools/nope/add:call", body: `{"arguments":{}}`, want: 404, msg: []string{"nope"}},
 		{name: "bad server name", method: "POST", path: "/v1/tools/Bad%20Name/add:call", body: `{"arguments":{}}`, want: 400, msg: []string{"server"}},
@@ -218,6 +228,12 @@ func TestBadInput(t *testing.T) {
 		{name: "invalid UTF-8 query", method: "POST", path: "/v1/query", body: `{"query":"` + invalidUTF8 + `"}`, want: 400, msg: []string{"invalid UTF-8"}},
 		{name: "deep nesting", method: "POST", path: "/v1/query", body: `{"query":"x","servers":` + badNested(10000) + `}`, want: 400, msg: []string{"max depth"}},
 		{name: "huge body", method: "POST", path: "/v1/query", body: huge, want: 413, msg: []string{"body", "65536"}},
+		{name: "huge chunked body", method: "POST", path: "/v1/query", body: huge, chunked: true, want: 413, msg: []string{"body", "65536"}},
+		// protojson names the field by its JSON camelCase name, not the snake_case one sent.
+		{name: "max_iterations as float", method: "POST", path: "/v1/query", body: `{"query":"x","max_iterations":2.5}`, want: 400, msg: []string{"maxIterations", "2.5"}},
+		{name: "k overflows int32", method: "POST", path: "/v1/query", body: `{"query":"x","k":99999999999}`, want: 400, msg: []string{"k"}},
+		{name: "null query", method: "POST", path: "/v1/query", body: `{"query":null}`, want: 400, msg: []string{"query: is required"}},
+		{name: "duplicate field", method: "POST", path: "/v1/query", body: `{"query":"x","query":"y"}`, want: 400, msg: []string{"query"}},
 		{name: "not JSON", method: "POST", path: "/v1/query", body: `query=x`, contentType: "text/plain", want: 400, msg: []string{"body", "JSON"}},
 		{name: "body an array", method: "POST", path: "/v1/query", body: `["x"]`, want: 400, msg: []string{"body", "object"}},
 		// A direct call's failure is the call's output, as in the loop: 200 with is_error.
