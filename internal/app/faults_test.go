@@ -52,6 +52,35 @@ func decodeError(t *testing.T, b []byte) errorBody {
 	return e
 }
 
+// checkFDs fails the test when, once everything it started has stopped, the process holds
+// more open file descriptors than when it began (a few of slack for the runtime). Call it
+// first, so its check runs after every other cleanup.
+func checkFDs(t *testing.T) {
+	t.Helper()
+	before, err := openFDs()
+	if err != nil {
+		t.Logf("not counting file descriptors: %v", err)
+		return
+	}
+	t.Cleanup(func() {
+		http.DefaultClient.CloseIdleConnections()
+		var now int
+		for range 40 {
+			now, _ = openFDs()
+			if now <= before+2 {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Errorf("open file descriptors: %d at the start, %d at the end", before, now)
+	})
+}
+
+func openFDs() (int, error) {
+	es, err := os.ReadDir("/proc/self/fd")
+	return len(es), err
+}
+
 // within fails the test when f does not return within d.
 func within(t *testing.T, d time.Duration, what string, f func()) {
 	t.Helper()
@@ -80,6 +109,7 @@ func eventually(t *testing.T, d time.Duration, what string, f func() string) {
 }
 
 func TestFaultLlamaLoading(t *testing.T) {
+	checkFDs(t)
 	m := startMesh(t)
 	m.model.set("What is 2 plus 3?", addScript)
 	m.double.Loading(1000, false)
@@ -100,6 +130,7 @@ func TestFaultLlamaLoading(t *testing.T) {
 }
 
 func TestFaultLlamaGarbage(t *testing.T) {
+	checkFDs(t)
 	m := startMesh(t)
 	m.model.set("What is 2 plus 3?", addScript)
 	m.double.Garbage(1000)
@@ -122,6 +153,7 @@ func TestFaultLlamaGarbage(t *testing.T) {
 }
 
 func TestFaultLlamaHang(t *testing.T) {
+	checkFDs(t)
 	m := startMesh(t)
 	m.model.set("What is 2 plus 3?", addScript)
 	m.model.set("Wait forever.", func(string, int, bool) string { return "HANG" })
@@ -208,6 +240,7 @@ func freeAddr(t *testing.T) string {
 // microservices mode does: with the executor stopped a direct call answers 503 naming the
 // executor, and a new executor on the same address serves the same api again.
 func TestFaultExecutorRestartedUnderAPI(t *testing.T) {
+	checkFDs(t)
 	addr := freeAddr(t)
 	execArgs := []string{"--executor.grpc-addr=" + addr, "--demo.calculator-addr=127.0.0.1:0",
 		"--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0", "--drain-timeout=2s"}
@@ -291,6 +324,7 @@ func (s *slowTools) serve(t *testing.T, l net.Listener) *httptest.Server {
 // is an error saying so and the loop goes on to an answer; restarted on the same address, the
 // server's tools work again within seconds, without restarting toolmesh.
 func TestFaultMCPServerKilledMidCall(t *testing.T) {
+	checkFDs(t)
 	tools := &slowTools{started: make(chan struct{}, 1), release: make(chan struct{})}
 	tools.slow.Store(true)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
