@@ -267,10 +267,6 @@ func TestFaultExecutorRestartedUnderAPI(t *testing.T) {
 		t.Errorf("direct query, executor down: %d %s; want the executor named", code, b)
 	}
 	t.Run("direct query answers 503", func(t *testing.T) {
-		if code == http.StatusOK {
-			t.Skip("known gap: a direct query with the executor down answers 200, stop_reason answered, " +
-				"the error as its answer (services/api/agent.go runner.direct records an Unavailable from the executor as a tool error)")
-		}
 		if code != http.StatusServiceUnavailable {
 			t.Errorf("direct query, executor down: %d %s; want 503 naming the executor", code, b)
 		}

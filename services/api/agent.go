@@ -213,6 +213,9 @@ type runner struct {
 	resp *toolmeshv1.QueryResponse
 	send func(*toolmeshv1.QueryStreamResponse)
 	mu   sync.Mutex
+	// down is set when the executor itself could not be reached: that is no tool's error
+	// to feed back to the model, and the query ends with it.
+	down error
 }
 
 func (r *runner) loop(ctx context.Context) (*toolmeshv1.QueryResponse, error) {
@@ -289,6 +292,10 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 		resp, err := r.fail(ctx, ctx.Err(), n, "calling tools")
 		return resp, true, err
 	}
+	if r.down != nil {
+		resp, err := r.fail(ctx, r.down, n, "calling tools")
+		return resp, true, err
+	}
 	return nil, false, nil
 }
 
@@ -311,6 +318,9 @@ func (r *runner) direct(ctx context.Context) (*toolmeshv1.QueryResponse, error) 
 	r.execute(ctx, 1, calls)
 	if ctx.Err() != nil {
 		return r.fail(ctx, ctx.Err(), 1, "calling tools")
+	}
+	if r.down != nil {
+		return r.fail(ctx, r.down, 1, "calling tools")
 	}
 	var b strings.Builder
 	for i, c := range calls {
@@ -384,6 +394,11 @@ func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord) {
 	start := time.Now()
 	res, err := r.h.executor.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: c.GetTool(), Arguments: c.GetArguments()})
 	if err != nil {
+		if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable && isTransportMessage(st.Message()) {
+			r.mu.Lock()
+			r.down = dependencyError("executor", r.h.cfg.ExecutorAddr, err)
+			r.mu.Unlock()
+		}
 		err = dependencyError("executor", r.h.cfg.ExecutorAddr, err)
 		c.IsError, c.Output = true, status.Convert(err).Message()
 		c.DurationMs = float64(time.Since(start).Microseconds()) / 1000
@@ -481,12 +496,22 @@ func (r *runner) fail(ctx context.Context, err error, step int, doing string) (*
 		r.resp.Error = fmt.Sprintf("the query's %s deadline passed in step %d while %s", r.q.timeout, step, doing)
 		return r.resp, nil
 	}
-	if len(r.resp.GetToolCalls()) == 0 {
+	if !r.anyCallWorked() {
 		return nil, err
 	}
 	r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_ERROR
 	r.resp.Error = fmt.Sprintf("step %d, %s: %s", step, doing, status.Convert(err).Message())
 	return r.resp, nil
+}
+
+// anyCallWorked says whether a tool call has returned a result, i.e. there is work to return.
+func (r *runner) anyCallWorked() bool {
+	for _, c := range r.resp.GetToolCalls() {
+		if !c.GetIsError() {
+			return true
+		}
+	}
+	return false
 }
 
 // inferenceError explains an unreachable model: which backend URL was tried (the inference
@@ -502,6 +527,9 @@ func (r *runner) inferenceError(ctx context.Context, err error) error {
 	defer cancel()
 	if ms, err := r.h.inference.GetModelStatus(sctx, &toolmeshv1.GetModelStatusRequest{}); err == nil && ms.GetBackendUrl() != "" {
 		tried = " at " + ms.GetBackendUrl()
+	}
+	if strings.Contains(strings.ToLower(st.Message()), "loading model") {
+		return status.Errorf(codes.Unavailable, "the model%s is still loading (%s); retry in a few seconds", tried, st.Message())
 	}
 	return status.Errorf(codes.Unavailable, "no model to answer with: the model backend%s does not answer (%s); %s", tried, st.Message(), startHint)
 }
