@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 )
@@ -17,6 +18,17 @@ import (
 // It also rejects bodies over max bytes before they are read into memory.
 func checkBody(max int64, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A gateway parameter that is not UTF-8 would fail deep in the gateway as a 500.
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			for k, vs := range r.URL.Query() {
+				for _, v := range vs {
+					if !utf8.ValidString(k) || !utf8.ValidString(v) {
+						writeError(w, http.StatusBadRequest, fmt.Sprintf("%s: is not valid UTF-8", strings.ToValidUTF8(k, "\uFFFD")))
+						return
+					}
+				}
+			}
+		}
 		if r.Body == nil || r.Method == http.MethodGet || r.Method == http.MethodHead {
 			next.ServeHTTP(w, r)
 			return

@@ -154,9 +154,15 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 
 // routingError names the path that matched no route; other routing errors keep the gateway's mapping.
 func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, code int) {
-	if code == http.StatusNotFound {
+	switch code {
+	case http.StatusNotFound:
 		err := status.Errorf(codes.NotFound, "no route for %s %s", r.Method, r.URL.Path)
 		runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+		return
+	case http.StatusMethodNotAllowed:
+		// The gateway would answer 501 (Unimplemented): the route exists, the method does not.
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]any{"code": codes.Unimplemented,
+			"message": fmt.Sprintf("Method Not Allowed: %s is not a method of %s", r.Method, r.URL.Path), "details": []any{}})
 		return
 	}
 	runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, code)
