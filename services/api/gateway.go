@@ -62,6 +62,15 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 		_, _ = w.Write(openAPI)
 	})
 	mux.Handle("GET "+ui.Prefix, ui.Handler(ui.Config{JaegerURL: s.cfg.JaegerURL}))
+	// Without these, another method on an operational path would fall through to the gateway's
+	// catch-all and read as "no route" (404) rather than a wrong method (405).
+	operational := []string{"/healthz", "/readyz", "/openapi.json", ui.Prefix}
+	if s.metrics != nil {
+		operational = append(operational, "/metrics")
+	}
+	for _, p := range operational {
+		mux.HandleFunc(p, methodNotAllowed)
+	}
 	mux.Handle("/", gw)
 	// /v1/ routes go through the gateway to the gRPC server, whose interceptor checks the
 	// token (once, so one request counts once against the rate limit); the rest are checked here.
@@ -224,4 +233,11 @@ func (b *bufferedWriter) Write(p []byte) (int, error) {
 		b.code = http.StatusOK
 	}
 	return b.body.Write(p)
+}
+
+// methodNotAllowed answers a method an operational path does not serve.
+func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", "GET, HEAD")
+	writeJSON(w, http.StatusMethodNotAllowed, map[string]any{"code": codes.Unimplemented,
+		"message": fmt.Sprintf("Method Not Allowed: %s is not a method of %s (GET is)", r.Method, r.URL.Path), "details": []any{}})
 }
