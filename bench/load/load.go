@@ -12,7 +12,6 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"runtime"
@@ -394,15 +393,50 @@ type model struct {
 
 func startModel() (*model, error) {
 	m := &model{cur: newDouble()}
-	proxy := &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			m.mu.Lock()
-			u, _ := url.Parse(m.cur.URL)
-			m.mu.Unlock()
-			r.SetURL(u)
-		},
-		FlushInterval: -1,
-	}
+	// A plain forwarder, not httputil.ReverseProxy: the inference service closes its side right
+	// after a stream's last event, and ReverseProxy then aborted the upstream copy and left a
+	// closed connection in its pool that failed a later request mid-answer (about 1 in 100).
+	// This one always reads the double's answer to its end, whatever the mesh does.
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}}
+	proxy := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		m.mu.Lock()
+		upstream := m.cur.URL
+		m.mu.Unlock()
+		out, err := http.NewRequestWithContext(context.WithoutCancel(r.Context()), r.Method, upstream+r.URL.RequestURI(), bytes.NewReader(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		out.Header = r.Header.Clone()
+		resp, err := hc.Do(out)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		flusher, _ := w.(http.Flusher)
+		buf := make([]byte, 4<<10)
+		var werr error
+		for {
+			n, rerr := resp.Body.Read(buf)
+			if n > 0 && werr == nil {
+				if _, werr = w.Write(buf[:n]); werr == nil && flusher != nil {
+					flusher.Flush()
+				}
+			}
+			if rerr != nil {
+				return
+			}
+		}
+	})
 	ts := httptest.NewServer(proxy)
 	m.URL = ts.URL
 	m.close = func() {
