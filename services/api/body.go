@@ -69,6 +69,13 @@ func bodyProblem(data []byte, isCall bool) string {
 		}
 		return "body: must be a JSON object"
 	}
+	if v, ok := fields["servers"]; ok && !isCall {
+		// protojson would say "unexpected token" without naming the field.
+		var names []string
+		if t := bytes.TrimSpace(v); string(t) != "null" && json.Unmarshal(t, &names) != nil {
+			return "servers: must be a list of server names, e.g. [\"calculator\"]"
+		}
+	}
 	if !isCall {
 		return ""
 	}
