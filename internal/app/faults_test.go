@@ -183,9 +183,9 @@ func TestFaultLlamaHang(t *testing.T) {
 	}
 }
 
-// runApp runs targets with args, as startApp does, but hands back a stop function so a test
-// can stop it midway; stop is idempotent and also runs when the test ends.
-func runApp(t *testing.T, args []string, targets ...string) (stop func()) {
+// runApp runs targets with args once they have started, and hands back the app and a stop
+// function so a test can stop it midway; stop is idempotent and also runs when the test ends.
+func runApp(t *testing.T, args []string, targets ...string) (a *App, stop func()) {
 	t.Helper()
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -221,7 +221,7 @@ func runApp(t *testing.T, args []string, targets ...string) (stop func()) {
 	case err := <-done:
 		t.Fatalf("Run returned before starting: %v", err)
 	}
-	return stop
+	return a, stop
 }
 
 // freeAddr is a loopback address that was free a moment ago.
@@ -244,7 +244,7 @@ func TestFaultExecutorRestartedUnderAPI(t *testing.T) {
 	addr := freeAddr(t)
 	execArgs := []string{"--executor.grpc-addr=" + addr, "--demo.calculator-addr=127.0.0.1:0",
 		"--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0", "--drain-timeout=2s"}
-	stopExec := runApp(t, execArgs, "demo", "executor")
+	_, stopExec := runApp(t, execArgs, "demo", "executor")
 	base := startApp(t, "", []string{"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0",
 		"--api.executor-addr=" + addr, "--api.retriever-addr=", "--api.inference-addr=", "--drain-timeout=2s"}, "api")
 	const direct = `{"query":"@calculator.add({\"a\":2,\"b\":3})"}`

@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
@@ -97,36 +95,7 @@ func startMesh(t *testing.T, extra ...string) *mesh {
 // /readyz says ready.
 func startApp(t *testing.T, token string, args []string, targets ...string) string {
 	t.Helper()
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var cfg Config
-	cfg.RegisterFlags(fs)
-	cfg.RegisterDemoFlags(fs)
-	if err := cfg.Load(fs, args); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Targets = targets
-	a, err := New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	started := make(chan struct{})
-	go func() { done <- a.Run(ctx, func() { close(started) }) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			t.Error("the mesh did not stop within 15s")
-		}
-	})
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("Run returned before starting: %v", err)
-	}
+	a, _ := runApp(t, args, targets...)
 	var base string
 	for _, e := range a.Endpoints {
 		if e.Name == "REST" {
