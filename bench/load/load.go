@@ -25,6 +25,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/toolmesh/toolmesh/bench/internal/addscript"
 	"github.com/toolmesh/toolmesh/internal/app"
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
@@ -271,8 +272,6 @@ func send(ctx context.Context, hc *http.Client, base string, seq []string, rate 
 	return results[:sent], time.Duration(last.Load())
 }
 
-const question = "What is 2 plus 3?"
-
 // do sends one request of kind and checks its answer.
 func do(ctx context.Context, hc *http.Client, base, kind string) error {
 	switch kind {
@@ -304,7 +303,7 @@ func do(ctx context.Context, hc *http.Client, base, kind string) error {
 	case "direct", "question":
 		body, want := `{"query":"@calculator.add({\"a\":2,\"b\":3})"}`, "5"
 		if kind == "question" {
-			body, want = `{"query":"`+question+`"}`, "2 plus 3 is 5."
+			body, want = `{"query":"`+addscript.Question+`"}`, addscript.Answer
 		}
 		var got struct {
 			Answer     string
@@ -450,7 +449,7 @@ func startModel() (*model, error) {
 
 func newDouble() *llamatest.Double {
 	d := llamatest.StartDouble(llamatest.DoubleOptions{Parallel: 64, CtxSize: 64 * 4096})
-	d.ScriptFunc(reply)
+	d.ScriptFunc(addscript.Reply)
 	return d
 }
 
@@ -462,37 +461,6 @@ func (m *model) swap() {
 	m.mu.Unlock()
 	time.Sleep(100 * time.Millisecond)
 	old.Close()
-}
-
-// reply is the double's script for the question: step 1 calls add, step 2 answers in text,
-// and the compose request (no grammar) words the answer from the last output in the prompt.
-func reply(req llamatest.Request) (llamatest.Reply, bool) {
-	if !strings.Contains(req.Prompt, question) {
-		return llamatest.Reply{}, false
-	}
-	var text string
-	switch {
-	case req.Grammar == "":
-		text = "2 plus 3 is " + lastOutput(req.Prompt) + "."
-	case strings.Count(req.Prompt, "<<call>>") == 0:
-		text = "<<function>>calculator.add(a=2, b=3)"
-	default:
-		text = "The sum is " + lastOutput(req.Prompt)
-	}
-	return llamatest.Reply{Pieces: []string{text}}, true
-}
-
-// lastOutput reads the last <<output>> of a prompt, quotes removed.
-func lastOutput(prompt string) string {
-	i := strings.LastIndex(prompt, "<<output>>")
-	if i < 0 {
-		return ""
-	}
-	rest := prompt[i+len("<<output>>"):]
-	if end := strings.IndexByte(rest, '\n'); end >= 0 {
-		rest = rest[:end]
-	}
-	return strings.Trim(rest, `'"`)
 }
 
 // startMesh runs every target in this process on loopback :0 ports, as `toolmesh up` does,

@@ -16,10 +16,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/toolmesh/toolmesh/bench/internal/addscript"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 )
 
-// asker asks the question once and checks the answer; it returns the loop's iterations.
+// asker asks the standard question once and checks the answer; it returns the loop's iterations.
 type asker func(ctx context.Context) (iterations int, err error)
 
 // answer is what the check looks at, from either API.
@@ -47,8 +48,8 @@ func (a answer) check() error {
 		return fmt.Errorf("%d iterations, want 2", a.iterations)
 	case len(a.calls) != 1 || a.calls[0].tool != "calculator.add" || a.calls[0].output != "5" || a.calls[0].isError:
 		return fmt.Errorf("tool calls %+v, want one calculator.add returning 5", a.calls)
-	case a.text != wantAnswer:
-		return fmt.Errorf("answer %q, want %q", a.text, wantAnswer)
+	case a.text != addscript.Answer:
+		return fmt.Errorf("answer %q, want %q", a.text, addscript.Answer)
 	}
 	return nil
 }
@@ -74,7 +75,7 @@ func newAsker(via string, ms *mesh, clients int, timeout time.Duration) (asker, 
 	return nil, nil, fmt.Errorf("unknown API %q", via)
 }
 
-var restBody = []byte(`{"query":"` + question + `"}`)
+var restBody = []byte(`{"query":"` + addscript.Question + `"}`)
 
 // restResponse is QueryResponse as its JSON reads (the fields the check needs).
 type restResponse struct {
@@ -129,7 +130,7 @@ func grpcAsker(c toolmeshv1.AgentServiceClient, timeout time.Duration) asker {
 	return func(ctx context.Context) (int, error) {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		r, err := c.Query(ctx, &toolmeshv1.QueryRequest{Query: question})
+		r, err := c.Query(ctx, &toolmeshv1.QueryRequest{Query: addscript.Question})
 		if err != nil {
 			return 0, err
 		}
@@ -157,7 +158,7 @@ type driven struct {
 	elapsed  time.Duration
 }
 
-// drive runs clients callers, each asking one question after the other, until d has passed
+// drive runs clients callers, each asking one addscript.Question after the other, until d has passed
 // (a query under way then still finishes and counts).
 func drive(ctx context.Context, ask asker, clients int, d time.Duration, m *model) driven {
 	out := driven{clients: clients}

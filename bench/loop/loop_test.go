@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/toolmesh/toolmesh/bench/internal/addscript"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -54,7 +56,7 @@ func TestMicro(t *testing.T) {
 }
 
 func TestCheck(t *testing.T) {
-	good := answer{text: wantAnswer, stopReason: "STOP_REASON_ANSWERED", iterations: 2,
+	good := answer{text: addscript.Answer, stopReason: "STOP_REASON_ANSWERED", iterations: 2,
 		calls: []call{{tool: "calculator.add", output: "5"}}}
 	if err := good.check(); err != nil {
 		t.Fatalf("check(right answer) = %v", err)

@@ -8,63 +8,15 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/toolmesh/toolmesh/bench/internal/addscript"
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // question is the standard question; the double answers nothing else.
-const question = "What is 2 plus 3?"
-
-// wantAnswer is what the double composes from the calculator's output, so a right answer
-// shows that the output went through the loop and back to the model.
-const wantAnswer = "2 plus 3 is 5."
-
-// reply is the double's script for the question, answered at once: step 1 calls add, step 2
-// answers in text, and the compose request (the one without a grammar) words the answer from
-// the last output in the prompt.
-func reply(req llamatest.Request) (llamatest.Reply, bool) {
-	if !strings.Contains(req.Prompt, question) {
-		return llamatest.Reply{}, false
-	}
-	var text string
-	switch {
-	case req.Grammar == "":
-		text = "2 plus 3 is " + lastOutput(req.Prompt) + "."
-	case strings.Count(req.Prompt, "<<call>>") == 0:
-		text = "<<function>>calculator.add(a=2, b=3)"
-	default:
-		text = "The sum is " + lastOutput(req.Prompt)
-	}
-	return llamatest.Reply{Pieces: pieces(text)}, true
-}
-
-// lastOutput reads the last <<output>> of a prompt, quotes removed.
-func lastOutput(prompt string) string {
-	i := strings.LastIndex(prompt, "<<output>>")
-	if i < 0 {
-		return ""
-	}
-	rest := prompt[i+len("<<output>>"):]
-	if end := strings.IndexByte(rest, '\n'); end >= 0 {
-		rest = rest[:end]
-	}
-	return strings.Trim(rest, `'"`)
-}
-
-// pieces cuts text into 8-byte stream events, the way a server streams a few tokens at a time.
-func pieces(s string) []string {
-	var out []string
-	for len(s) > 8 {
-		out = append(out, s[:8])
-		s = s[8:]
-	}
-	return append(out, s)
-}
-
 // model is the llama-server the mesh talks to: a llamatest.Double behind a small forwarding
 // proxy in this process that times every request.
 //
@@ -107,7 +59,7 @@ type model struct {
 func startModel(timed bool) (*model, error) {
 	if !timed {
 		d := llamatest.StartDouble(llamatest.DoubleOptions{})
-		d.ScriptFunc(reply)
+		d.ScriptFunc(addscript.Reply)
 		return &model{URL: d.URL, double: d}, nil
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -141,7 +93,7 @@ func (m *model) swap() {
 		return // not timed: the mesh holds the double's URL
 	}
 	d := llamatest.StartDouble(llamatest.DoubleOptions{})
-	d.ScriptFunc(reply)
+	d.ScriptFunc(addscript.Reply)
 	m.mu.Lock()
 	old := m.double
 	m.double = d
