@@ -158,7 +158,7 @@ type driven struct {
 	elapsed  time.Duration
 }
 
-// drive runs clients callers, each asking one addscript.Question after the other, until d has passed
+// drive runs clients callers, each asking the standard question after the other, until d has passed
 // (a query under way then still finishes and counts).
 func drive(ctx context.Context, ask asker, clients int, d time.Duration, m *model) driven {
 	out := driven{clients: clients}
