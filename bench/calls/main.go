@@ -10,7 +10,7 @@
 // per case on a real llama-server under the case's grammar sized to -n-predict, and checks that
 // the output parses and validates and was not cut off (live).
 //
-//	go run ./bench/calls -cases ../shared/data/bfcl-calls/calls-dev.jsonl [-llama http://127.0.0.1:8080]
+//	go run ./bench/calls -cases ../shared/data/bfcl-calls/calls-dev.jsonl [-llama http://127.0.0.1:8080] [-json FILE]
 //
 // It ends with one line: parse=N/T validate=N/T grammar=N/T reject=N/T live=N/M.
 package main
@@ -35,6 +35,7 @@ import (
 
 	"github.com/toolmesh/toolmesh/bench/calls/gbnf"
 	"github.com/toolmesh/toolmesh/bench/internal/bfcl"
+	"github.com/toolmesh/toolmesh/bench/internal/figures"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
@@ -68,10 +69,16 @@ func main() {
 	grammarNPredict := flag.Int("grammar-n-predict", llama.DefaultNPredict, "parse/grammar/reject: the token budget the grammars are sized to, as the service sizes them to max_tokens (default: the service's n_predict ceiling; 0: not sized)")
 	timeout := flag.Duration("timeout", 2*time.Minute, "live: timeout per request")
 	callsOnly := flag.Bool("calls-only", false, "build grammars without the plain-answer branch (live output must be calls)")
+	limit := flag.Int("limit", 0, "check only the first N cases (0: all; for a smoke run)")
+	jsonPath := flag.String("json", "", "also write the counts of the last line as JSON to this file, for bench/report")
 	flag.Parse()
 	opts := gorilla.DefaultOptions
 	opts.CallsOnly = *callsOnly
-	if err := run(*casesPath, *llamaURL, *show, *nPredict, *grammarNPredict, *timeout, opts); err != nil {
+	fig, err := run(*casesPath, *llamaURL, *show, *nPredict, *grammarNPredict, *limit, *timeout, opts)
+	if err == nil && *jsonPath != "" {
+		err = figures.Write(*jsonPath, fig)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "calls:", err)
 		os.Exit(1)
 	}
@@ -97,10 +104,13 @@ func (t *tally) fail(qid, why string, show int) {
 // grammar, and the end-of-text token takes the last one (0: not sized).
 func budget(nPredict int) int { return max(nPredict-1, 0) }
 
-func run(casesPath, llamaURL string, show, nPredict, grammarNPredict int, timeout time.Duration, opts gorilla.Options) error {
+func run(casesPath, llamaURL string, show, nPredict, grammarNPredict, limit int, timeout time.Duration, opts gorilla.Options) (figures.Calls, error) {
 	cases, err := readCases(casesPath)
 	if err != nil {
-		return err
+		return figures.Calls{}, err
+	}
+	if limit > 0 && limit < len(cases) {
+		cases = cases[:limit]
 	}
 	// Names of every function in the file, for the reject check.
 	var allNames []string
@@ -313,7 +323,9 @@ func run(casesPath, llamaURL string, show, nPredict, grammarNPredict int, timeou
 		fmt.Println("live: no -llama URL given, skipped")
 	}
 	fmt.Println(strings.Join([]string{parse.line(), validate.line(), grammar.line(), reject.line(), live.line()}, " "))
-	return nil
+	count := func(t *tally) figures.Count { return figures.Count{OK: t.ok, N: t.n} }
+	return figures.Calls{Cases: len(cases), Parse: count(parse), Validate: count(validate), Grammar: count(grammar),
+		Reject: count(reject), Live: count(live)}, nil
 }
 
 func readCases(path string) ([]bfclCase, error) {

@@ -27,7 +27,7 @@
 // C concurrent callers for D (calls/s, p50, p99 under load). Everything is repeated R times,
 // scenarios in a rotating order, and the median of the runs is reported.
 //
-//	go run ./bench/executor [-calls N] [-duration D] [-runs R] [-concurrency C] [-markdown]
+//	go run ./bench/executor [-calls N] [-duration D] [-runs R] [-concurrency C] [-markdown] [-json FILE]
 package main
 
 import (
@@ -57,6 +57,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/toolmesh/toolmesh/bench/internal/figures"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/mcpservers/calculator"
 )
@@ -74,6 +75,7 @@ type options struct {
 	scenarios   string
 	workers     uint
 	telemetry   string
+	jsonPath    string
 
 	loadBefore, loadAfter string // /proc/loadavg around the measurement, for the report
 	callTimeout           time.Duration
@@ -96,6 +98,7 @@ func main() {
 	fs.DurationVar(&o.callTimeout, "call-timeout", 10*time.Second, "bound of one call; a call that exceeds it counts as an error")
 	fs.StringVar(&o.telemetry, "telemetry", "", "also measure a second executor with telemetry, as executor-inproc-otel and executor-grpc-otel: "+
 		"unsampled (as toolmesh runs without an OTLP endpoint: spans never sampled, metrics kept; unset OTEL_EXPORTER_OTLP_* first) or sampled (every span recorded, then dropped)")
+	fs.StringVar(&o.jsonPath, "json", "", "also write the headline figures (each scenario's medians) as JSON to this file, for bench/report")
 	_ = fs.Parse(os.Args[1:])
 	if o.calls < 1 || o.runs < 1 || o.concurrency < 1 || o.duration <= 0 {
 		fmt.Fprintln(os.Stderr, "executor: -calls, -runs, -concurrency and -duration must be positive")
@@ -265,7 +268,24 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	o.loadAfter = loadavg()
 
 	report(stdout, o, scenarios, results)
+	if o.jsonPath != "" {
+		return figures.Write(o.jsonPath, headline(o, scenarios, results))
+	}
 	return nil
+}
+
+// headline is every scenario's medians, as the table shows them.
+func headline(o options, scenarios []*scenario, results map[string][]measurement) figures.Executor {
+	out := figures.Executor{Runs: o.runs, Calls: o.calls, Concurrency: o.concurrency}
+	for _, s := range scenarios {
+		sm := summarize(results[s.key()])
+		out.Scenarios = append(out.Scenarios, figures.ExecutorScenario{
+			Transport: s.transport, Name: s.name, Protocol: s.protocol,
+			P50: sm.p50, P99: sm.p99, CallsPerSec: sm.callsPerSec, LoadP50: sm.loadP50, LoadP99: sm.loadP99,
+			CPUPerCall: sm.cpuPerCall, Calls: sm.calls, Errors: sm.errors,
+		})
+	}
+	return out
 }
 
 // benchTelemetry is the executor's telemetry for -telemetry mode.

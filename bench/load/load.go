@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/toolmesh/toolmesh/bench/internal/addscript"
+	"github.com/toolmesh/toolmesh/bench/internal/figures"
 	"github.com/toolmesh/toolmesh/internal/app"
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
@@ -169,6 +170,19 @@ func (r *report) table() string {
 	fmt.Fprintf(&b, "heap in use: %.1f MiB before, %.1f MiB after\n", float64(r.heapBefore)/(1<<20), float64(r.heapAfter)/(1<<20))
 	fmt.Fprintf(&b, "goroutines: %d before, %d after\n", r.goroutBefore, r.goroutAfter)
 	return b.String()
+}
+
+// headline is the table's figures for bench/report.
+func (r *report) headline() figures.Load {
+	out := figures.Load{Rate: r.opts.Rate, DurationSeconds: r.opts.Duration.Seconds(), SettleSeconds: r.opts.Settle.Seconds(),
+		RSSBefore: r.rssBefore, RSSAfter: r.rssAfter, HeapBefore: r.heapBefore, HeapAfter: r.heapAfter,
+		GoroutinesBefore: r.goroutBefore, GoroutinesAfter: r.goroutAfter}
+	msf := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	for _, x := range r.rows() {
+		out.Kinds = append(out.Kinds, figures.LoadRow{Kind: x.kind, Sent: x.sent, OK: x.ok, Errors: x.errs, OKRate: x.rate,
+			P50: msf(x.p50), P99: msf(x.p99), P999: msf(x.p999)})
+	}
+	return out
 }
 
 // run starts the mesh, sends the warm-up and the measured load, and stops the mesh.

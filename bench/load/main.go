@@ -3,7 +3,7 @@
 // request: sent, ok, errors, achieved rate, latency percentiles, and the process's resident
 // memory and goroutines before and after.
 //
-//	go run ./bench/load -duration 60s -rate 200 -mix search=1,direct=1,call=1,question=1
+//	go run ./bench/load -duration 60s -rate 200 -mix search=1,direct=1,call=1,question=1 [-json FILE]
 package main
 
 import (
@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/toolmesh/toolmesh/bench/internal/figures"
 )
 
 func main() {
@@ -22,6 +24,7 @@ func main() {
 	mix := flag.String("mix", "search=1,direct=1,call=1,question=1", "weights of the kinds: search, direct, call, question")
 	flag.DurationVar(&o.Settle, "settle", 0, "extra wait after the load before measuring memory and goroutines")
 	flag.StringVar(&o.GoroutineDump, "goroutines", "", "write the goroutines left after the load to this file")
+	jsonPath := flag.String("json", "", "also write the table's figures as JSON to this file (errors included), for bench/report")
 	flag.Parse()
 	var err error
 	if o.Mix, err = parseMix(*mix); err != nil {
@@ -34,6 +37,12 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Print(r.table())
+	if *jsonPath != "" {
+		if err := figures.Write(*jsonPath, r.headline()); err != nil {
+			fmt.Fprintln(os.Stderr, "load:", err)
+			os.Exit(1)
+		}
+	}
 	if r.errors() > 0 {
 		fmt.Println()
 		for _, e := range r.sampleErrors {

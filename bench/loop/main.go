@@ -22,7 +22,7 @@
 // own model time is subtracted; with more, queries overlap at the double, so the mean model
 // time per query is subtracted instead (marked ~).
 //
-//	go run ./bench/loop [-duration 10s] [-clients 1,32] [-mode inproc,micro] [-via rest,grpc] [-markdown]
+//	go run ./bench/loop [-duration 10s] [-clients 1,32] [-mode inproc,micro] [-via rest,grpc] [-markdown] [-json FILE]
 package main
 
 import (
@@ -40,6 +40,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/toolmesh/toolmesh/bench/internal/figures"
 )
 
 type options struct {
@@ -56,6 +58,7 @@ type options struct {
 	logs       string
 	noProxy    bool
 	childEnv   []string
+	jsonPath   string
 }
 
 // Targets of the issue: the loop's own overhead per iteration at p50.
@@ -84,6 +87,7 @@ func main() {
 	})
 	fs.BoolVar(&o.noProxy, "no-model-time", false, "point the mesh at the double directly, without the timing proxy: no model time (overhead/iter is then the whole query ÷ iterations), to see what the proxy costs")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound of one query; a query that exceeds it counts as an error")
+	fs.StringVar(&o.jsonPath, "json", "", "also write every row's headline figures as JSON to this file, for bench/report")
 	_ = fs.Parse(os.Args[1:])
 	var err error
 	if o.clients, err = parseInts(clients); err != nil {
@@ -102,6 +106,9 @@ func main() {
 	results, err := run(ctx, o, os.Stderr)
 	if len(results) > 0 {
 		report(os.Stdout, o, results)
+	}
+	if o.jsonPath != "" && err == nil {
+		err = figures.Write(o.jsonPath, headline(o, results))
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loop:", err)
@@ -434,6 +441,19 @@ func report(w io.Writer, o options, results []result) {
 	if len(rows) > 0 {
 		printTable(w, o.markdown, header, rows)
 	}
+}
+
+// headline is the table's figures for bench/report.
+func headline(o options, results []result) figures.Loop {
+	out := figures.Loop{DurationSeconds: o.duration.Seconds()}
+	for _, r := range results {
+		out.Rows = append(out.Rows, figures.LoopRow{
+			Mode: r.mode, Via: r.via, Clients: r.clients, Queries: r.queries, Errors: r.errors,
+			QPS: r.qps, P50: ms2(r.p50), P99: ms2(r.p99), IterP50: us(r.iterP50), IterP99: us(r.iterP99),
+			CPUPerQuery: us(r.cpuPerQuery), AllocKB: r.allocPerQuery / 1024, Target: us(targets[r.mode]),
+		})
+	}
+	return out
 }
 
 func printTable(w io.Writer, markdown bool, header []string, rows [][]string) {

@@ -5,6 +5,8 @@
 //	go run ./bench/retrieval [-pool POOL.jsonl] [-queries QUERIES.jsonl] [-k 10] [-methods a,b]
 //	go run ./bench/retrieval -speed [-sizes 1000,10000,100000]
 //
+// -json FILE also writes the headline figures for bench/report.
+//
 // Metrics (strict ids): for each query, recall@k = |relevant ∩ top k| / |relevant| and
 // MRR@10 = 1/rank of the first relevant tool within the top 10 (0 if none); both are averaged
 // over queries. Tools are ranked by the index's Search with k = max(-k, 10).
@@ -29,6 +31,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/toolmesh/toolmesh/bench/internal/bfcl"
+	"github.com/toolmesh/toolmesh/bench/internal/figures"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/services/retriever/index"
 	"github.com/toolmesh/toolmesh/services/retriever/lexical"
@@ -52,6 +55,7 @@ func main() {
 	speedMethod := flag.String("speed-method", "default", "method whose search options -speed uses (its encoder knobs are ignored: the default encoder is used)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	misses := flag.String("misses", "", "print the queries this method misses at rank 5")
+	jsonPath := flag.String("json", "", "also write the headline figures as JSON to this file, for bench/report: each method's overall figures on -queries (quality), or each size's row (-speed)")
 	flag.Parse()
 
 	if *list {
@@ -87,8 +91,14 @@ func main() {
 		if !ok {
 			fatal(fmt.Errorf("unknown method %q (see -list)", *speedMethod))
 		}
-		if err := runSpeed(os.Stdout, pool, *queriesPath, *sizes, *searches, m.name, m.opt); err != nil {
+		sp, err := runSpeed(os.Stdout, pool, *queriesPath, *sizes, *searches, m.name, m.opt)
+		if err != nil {
 			fatal(err)
+		}
+		if *jsonPath != "" {
+			if err := figures.Write(*jsonPath, sp); err != nil {
+				fatal(err)
+			}
 		}
 		return
 	}
@@ -111,12 +121,16 @@ func main() {
 	}
 	ctx := context.Background()
 	var last string
+	var fig figures.Retrieval
 	for si, qp := range sets {
 		qs, err := loadQueries(qp)
 		if err != nil {
 			fatal(err)
 		}
 		fmt.Printf("\n## %s: %d queries, %d tools, strict ids\n", filepath.Base(qp), len(qs), len(pool))
+		if si == 0 {
+			fig = figures.Retrieval{Queries: filepath.Base(qp), N: len(qs), Tools: len(pool)}
+		}
 		for _, m := range chosen {
 			ix, err := build(ctx, pool, m)
 			if err != nil {
@@ -131,6 +145,11 @@ func main() {
 			if m.name == *misses {
 				printMisses(os.Stdout, res)
 			}
+			if si == 0 {
+				o := res.overall
+				fig.Methods = append(fig.Methods, figures.RetrievalMethod{Name: m.name,
+					R1: o.recall[1], R3: o.recall[3], R5: o.recall[5], R10: o.recall[10], MRR10: o.mrr})
+			}
 			if m.name == "default" && si == 0 {
 				last = fmt.Sprintf("overall recall@5=%.3f mrr@10=%.3f", res.overall.recall[5], res.overall.mrr)
 			}
@@ -139,6 +158,11 @@ func main() {
 	if last != "" {
 		fmt.Println()
 		fmt.Println(last)
+	}
+	if *jsonPath != "" {
+		if err := figures.Write(*jsonPath, fig); err != nil {
+			fatal(err)
+		}
 	}
 }
 

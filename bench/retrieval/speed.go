@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/toolmesh/toolmesh/bench/internal/figures"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/services/retriever/index"
 	"github.com/toolmesh/toolmesh/services/retriever/lexical"
@@ -66,10 +67,11 @@ func heapAlloc() uint64 {
 	return m.HeapAlloc
 }
 
-func runSpeed(w io.Writer, pool []*toolmeshv1.Tool, queriesPath, sizes string, searches int, name string, opt index.Options) error {
+func runSpeed(w io.Writer, pool []*toolmeshv1.Tool, queriesPath, sizes string, searches int, name string, opt index.Options) (figures.Speed, error) {
+	fig := figures.Speed{Method: name}
 	qs, err := loadQueries(queriesPath)
 	if err != nil {
-		return err
+		return fig, err
 	}
 	ctx := context.Background()
 	load, _ := os.ReadFile("/proc/loadavg")
@@ -80,7 +82,7 @@ func runSpeed(w io.Writer, pool []*toolmeshv1.Tool, queriesPath, sizes string, s
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
-			return fmt.Errorf("bad size %q", s)
+			return fig, fmt.Errorf("bad size %q", s)
 		}
 		h0 := heapAlloc()
 		tools := synthetic(pool, n)
@@ -91,7 +93,7 @@ func runSpeed(w io.Writer, pool []*toolmeshv1.Tool, queriesPath, sizes string, s
 		start := time.Now()
 		for lo := 0; lo < n; lo += 1000 { // batches, as the sync loop sends them
 			if err := ix.Upsert(ctx, tools[lo:min(lo+1000, n)]); err != nil {
-				return err
+				return fig, err
 			}
 		}
 		build := time.Since(start)
@@ -106,7 +108,7 @@ func runSpeed(w io.Writer, pool []*toolmeshv1.Tool, queriesPath, sizes string, s
 			t0 := time.Now()
 			hits, err := ix.Search(ctx, q, 10, nil)
 			if err != nil && err != index.ErrEmptyQuery {
-				return err
+				return fig, err
 			}
 			lat = append(lat, time.Since(t0))
 			if i < len(qs) {
@@ -121,7 +123,7 @@ func runSpeed(w io.Writer, pool []*toolmeshv1.Tool, queriesPath, sizes string, s
 			q := storeQuery(lex, qs[i%len(qs)].Query)
 			t0 := time.Now()
 			if _, err := st.Search(ctx, q); err != nil {
-				return err
+				return fig, err
 			}
 			slat = append(slat, time.Since(t0))
 		}
@@ -129,13 +131,17 @@ func runSpeed(w io.Writer, pool []*toolmeshv1.Tool, queriesPath, sizes string, s
 			slices.Sort(d)
 			return float64(d[min(len(d)-1, int(f*float64(len(d))))].Nanoseconds()) / 1e3
 		}
+		row := figures.SpeedSize{Tools: n, BuildSeconds: build.Seconds(), SearchP50: p(lat, 0.5), SearchP99: p(lat, 0.99),
+			SearchCPU: float64(cpu.Microseconds()) / float64(searches), StoreP50: p(slat, 0.5), StoreP99: p(slat, 0.99),
+			HeapPerTool: int64(h2-h1) / int64(n), HeapPerToolAll: int64(h2-h0) / int64(n)}
+		fig.Sizes = append(fig.Sizes, row)
 		fmt.Fprintf(w, "| %d | %.2f | %.0f | %.0f | %.0f | %.0f | %d | %.0f | %.0f | %d | %d |\n", n, build.Seconds(), float64(n)/build.Seconds(),
-			p(lat, 0.5), p(lat, 0.99), float64(cpu.Microseconds())/float64(searches), (m1.TotalAlloc-m0.TotalAlloc)/uint64(searches),
-			p(slat, 0.5), p(slat, 0.99), int64(h2-h1)/int64(n), int64(h2-h0)/int64(n))
+			row.SearchP50, row.SearchP99, row.SearchCPU, (m1.TotalAlloc-m0.TotalAlloc)/uint64(searches),
+			row.StoreP50, row.StoreP99, row.HeapPerTool, row.HeapPerToolAll)
 		runtime.KeepAlive(tools)
 		runtime.KeepAlive(ix)
 	}
-	return nil
+	return fig, nil
 }
 
 // cpuTime is the process's user + system CPU time (all threads, GC included).

@@ -1,0 +1,223 @@
+// Package figures is the machine-readable form of the bench programs' headline numbers. Each
+// program writes its own with -json FILE next to its text tables, and bench/report reads them
+// to build the summary table, so the report never has to scrape a table meant for people.
+package figures
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Executor is bench/executor: the median over runs of every scenario measured.
+type Executor struct {
+	Runs        int                `json:"runs"`
+	Calls       int                `json:"calls"` // sequential calls per scenario and run
+	Concurrency int                `json:"concurrency"`
+	Scenarios   []ExecutorScenario `json:"scenarios"`
+}
+
+// ExecutorScenario is one way of calling add(2,3); latencies in µs.
+type ExecutorScenario struct {
+	Transport   string  `json:"transport"` // "" for the gRPC health baseline
+	Name        string  `json:"name"`      // direct-held, executor-grpc, new-session, ...
+	Protocol    string  `json:"protocol"`
+	P50         float64 `json:"p50_us"`
+	P99         float64 `json:"p99_us"`
+	CallsPerSec float64 `json:"calls_per_sec_concurrent"`
+	LoadP50     float64 `json:"p50_us_concurrent"`
+	LoadP99     float64 `json:"p99_us_concurrent"`
+	CPUPerCall  float64 `json:"cpu_us_per_call_concurrent"`
+	Calls       int     `json:"calls"`
+	Errors      int     `json:"errors"`
+}
+
+// Find returns the scenario named name on transport tr.
+func (e *Executor) Find(tr, name string) (ExecutorScenario, bool) {
+	for _, s := range e.Scenarios {
+		if s.Transport == tr && s.Name == name {
+			return s, true
+		}
+	}
+	return ExecutorScenario{}, false
+}
+
+// Retrieval is bench/retrieval's quality run on one query set.
+type Retrieval struct {
+	Queries string            `json:"queries"` // the query file's base name
+	N       int               `json:"n"`       // queries
+	Tools   int               `json:"tools"`
+	Methods []RetrievalMethod `json:"methods"`
+}
+
+// RetrievalMethod is one method's overall figures (strict ids).
+type RetrievalMethod struct {
+	Name  string  `json:"name"`
+	R1    float64 `json:"recall_at_1"`
+	R3    float64 `json:"recall_at_3"`
+	R5    float64 `json:"recall_at_5"`
+	R10   float64 `json:"recall_at_10"`
+	MRR10 float64 `json:"mrr_at_10"`
+}
+
+// Find returns the method named name.
+func (r *Retrieval) Find(name string) (RetrievalMethod, bool) {
+	for _, m := range r.Methods {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return RetrievalMethod{}, false
+}
+
+// Speed is bench/retrieval -speed: one entry per pool size.
+type Speed struct {
+	Method string      `json:"method"`
+	Sizes  []SpeedSize `json:"sizes"`
+}
+
+// SpeedSize is one pool size; latencies in µs.
+type SpeedSize struct {
+	Tools          int     `json:"tools"`
+	BuildSeconds   float64 `json:"build_s"`
+	SearchP50      float64 `json:"search_p50_us"`
+	SearchP99      float64 `json:"search_p99_us"`
+	SearchCPU      float64 `json:"search_cpu_us_per_op"`
+	StoreP50       float64 `json:"store_only_p50_us"`
+	StoreP99       float64 `json:"store_only_p99_us"`
+	HeapPerTool    int64   `json:"heap_bytes_per_tool_index"`
+	HeapPerToolAll int64   `json:"heap_bytes_per_tool_index_and_tools"`
+}
+
+// Find returns the entry for n tools.
+func (s *Speed) Find(n int) (SpeedSize, bool) {
+	for _, x := range s.Sizes {
+		if x.Tools == n {
+			return x, true
+		}
+	}
+	return SpeedSize{}, false
+}
+
+// Calls is bench/calls: passes out of cases for each check.
+type Calls struct {
+	Cases    int   `json:"cases"`
+	Parse    Count `json:"parse"`
+	Validate Count `json:"validate"`
+	Grammar  Count `json:"grammar"`
+	Reject   Count `json:"reject"`
+	Live     Count `json:"live"` // 0/0 without a llama-server
+}
+
+// Count is OK passes out of N.
+type Count struct {
+	OK int `json:"ok"`
+	N  int `json:"n"`
+}
+
+// Loop is bench/loop: one row per mode, API and client count.
+type Loop struct {
+	DurationSeconds float64   `json:"duration_s"`
+	Rows            []LoopRow `json:"rows"`
+}
+
+// LoopRow is one measured row; overhead per iteration in µs, query latency in ms.
+type LoopRow struct {
+	Mode        string  `json:"mode"` // inproc, micro
+	Via         string  `json:"via"`  // rest, grpc
+	Clients     int     `json:"clients"`
+	Queries     int     `json:"queries"`
+	Errors      int     `json:"errors"`
+	QPS         float64 `json:"queries_per_sec"`
+	P50         float64 `json:"p50_ms"`
+	P99         float64 `json:"p99_ms"`
+	IterP50     float64 `json:"overhead_per_iteration_p50_us"`
+	IterP99     float64 `json:"overhead_per_iteration_p99_us"`
+	CPUPerQuery float64 `json:"cpu_us_per_query"`
+	AllocKB     float64 `json:"alloc_kb_per_query"`
+	Target      float64 `json:"target_overhead_per_iteration_p50_us"`
+}
+
+// Find returns the row for mode, via and clients.
+func (l *Loop) Find(mode, via string, clients int) (LoopRow, bool) {
+	for _, r := range l.Rows {
+		if r.Mode == mode && r.Via == via && r.Clients == clients {
+			return r, true
+		}
+	}
+	return LoopRow{}, false
+}
+
+// Load is bench/load: the whole mix ("all") and each kind, and the process before and after.
+type Load struct {
+	Rate             float64   `json:"rate_per_sec"`
+	DurationSeconds  float64   `json:"duration_s"`
+	SettleSeconds    float64   `json:"settle_s"`
+	Kinds            []LoadRow `json:"kinds"` // the last one is "all"
+	RSSBefore        int64     `json:"rss_bytes_before"`
+	RSSAfter         int64     `json:"rss_bytes_after"`
+	HeapBefore       uint64    `json:"heap_inuse_bytes_before"`
+	HeapAfter        uint64    `json:"heap_inuse_bytes_after"`
+	GoroutinesBefore int       `json:"goroutines_before"`
+	GoroutinesAfter  int       `json:"goroutines_after"`
+}
+
+// LoadRow is one kind of request; latencies in ms.
+type LoadRow struct {
+	Kind   string  `json:"kind"`
+	Sent   int     `json:"sent"`
+	OK     int     `json:"ok"`
+	Errors int     `json:"errors"`
+	OKRate float64 `json:"ok_per_sec"`
+	P50    float64 `json:"p50_ms"`
+	P99    float64 `json:"p99_ms"`
+	P999   float64 `json:"p999_ms"`
+}
+
+// All is the row of the whole mix.
+func (l *Load) All() (LoadRow, bool) {
+	for _, r := range l.Kinds {
+		if r.Kind == "all" {
+			return r, true
+		}
+	}
+	return LoadRow{}, false
+}
+
+// Write writes v as indented JSON to path through a temporary file and a rename, so a reader
+// never sees half a file.
+func Write(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("figures: %w", err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".figures-*.json")
+	if err != nil {
+		return fmt.Errorf("figures: %w", err)
+	}
+	_, werr := f.Write(append(b, '\n'))
+	cerr := f.Close()
+	if werr != nil || cerr != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("figures: writing %s: %w", path, errors.Join(werr, cerr))
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("figures: %w", err)
+	}
+	return nil
+}
+
+// Read reads what Write wrote into v.
+func Read(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("figures: %w", err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("figures: %s: %w", path, err)
+	}
+	return nil
+}
