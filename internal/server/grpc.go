@@ -57,9 +57,11 @@ func NewGRPC(addr string, logger *slog.Logger, drain time.Duration, opts ...grpc
 	if err != nil {
 		return nil, fmt.Errorf("listen grpc %s: %w", addr, err)
 	}
+	codec := newRequestCodec()
 	opts = append([]grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(unaryRecover(logger), unaryLog(logger)),
-		grpc.ChainStreamInterceptor(streamRecover(logger), streamLog(logger)),
+		grpc.ForceServerCodecV2(codec),
+		grpc.ChainUnaryInterceptor(unaryRecover(logger), unaryLog(logger), codec.unary),
+		grpc.ChainStreamInterceptor(streamRecover(logger), streamLog(logger), codec.stream),
 		// A pool of workers instead of a new goroutine per RPC: a tool call runs deep mcp-go
 		// stacks, and a fresh goroutine grows its stack on every call.
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
