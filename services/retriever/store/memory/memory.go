@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
+	"slices"
 	"sync"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
@@ -64,6 +66,9 @@ type Store struct {
 	fingerprint string
 	log         *slog.Logger
 	loadErr     error
+	// write writes the snapshot file's bytes; nil is f.Write. Tests replace it to fail or stop
+	// a write halfway.
+	write func(f *os.File, b []byte) error
 
 	wmu sync.Mutex // serializes writers (apply, persist, roll back)
 
@@ -124,7 +129,7 @@ func (s *Store) Len() int {
 }
 
 // Upsert inserts or replaces docs by ID. With persistence, the batch is written to the snapshot
-// before Upsert returns; if that fails, the batch is rolled back and the error returned.
+// before any search sees it; if that fails, the store is unchanged and the error returned.
 func (s *Store) Upsert(ctx context.Context, docs []store.Doc) error {
 	for i := range docs {
 		if docs[i].ID == "" {
@@ -136,17 +141,11 @@ func (s *Store) Upsert(ctx context.Context, docs []store.Doc) error {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return errClosed
-	}
-	undo := s.capture(docIDs(docs))
-	for i := range docs {
-		s.put(&docs[i])
-	}
-	s.mu.Unlock()
-	return s.persistOrUndo(undo)
+	return s.commit(docIDs(docs), func() {
+		for i := range docs {
+			s.put(&docs[i])
+		}
+	})
 }
 
 // Delete removes docs by ID; unknown ids are ignored.
@@ -156,24 +155,51 @@ func (s *Store) Delete(ctx context.Context, ids []string) error {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	s.mu.RLock()
+	known := slices.ContainsFunc(ids, func(id string) bool { _, ok := s.byID[id]; return ok })
+	s.mu.RUnlock()
+	if !known {
+		return nil
+	}
+	return s.commit(ids, func() {
+		for _, id := range ids {
+			if sl, ok := s.byID[id]; ok {
+				s.remove(sl)
+			}
+		}
+	})
+}
+
+// commit applies a batch (apply changes the docs of ids). With persistence the batch becomes
+// searchable only once the snapshot with it is on disk: a search during a write that then fails
+// must answer from the old index, not show a batch that is about to vanish. So the batch is
+// applied, the snapshot captured and the batch undone under one lock (searches wait only for
+// that, not for the encoding and fsync), the file written, and the batch applied again.
+// Called with wmu held, so no other write comes in between.
+func (s *Store) commit(ids []string, apply func()) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return errClosed
 	}
-	undo := s.capture(ids)
-	changed := false
-	for _, id := range ids {
-		if sl, ok := s.byID[id]; ok {
-			s.remove(sl)
-			changed = true
-		}
-	}
-	s.mu.Unlock()
-	if !changed {
+	if s.path == "" {
+		apply()
+		s.mu.Unlock()
 		return nil
 	}
-	return s.persistOrUndo(undo)
+	undo := s.capture(ids)
+	apply()
+	snap := s.snapshot()
+	s.rollBack(undo)
+	s.mu.Unlock()
+
+	if err := s.persist(snap); err != nil {
+		return fmt.Errorf("memory store: persist %s: %w", s.path, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	apply()
+	return nil
 }
 
 // Hashes returns every stored id with its hash.
@@ -224,12 +250,9 @@ type undoLog struct {
 	prev []*store.Doc
 }
 
-// capture records the current docs of ids, to restore them if persisting fails. Called with mu
-// held; only needed with persistence.
+// capture records the current docs of ids, to restore them after the snapshot is taken.
+// Called with mu held.
 func (s *Store) capture(ids []string) *undoLog {
-	if s.path == "" {
-		return nil
-	}
 	u := &undoLog{ids: ids, prev: make([]*store.Doc, len(ids))}
 	for i, id := range ids {
 		if sl, ok := s.byID[id]; ok {
@@ -240,16 +263,8 @@ func (s *Store) capture(ids []string) *undoLog {
 	return u
 }
 
-func (s *Store) persistOrUndo(u *undoLog) error {
-	if s.path == "" {
-		return nil
-	}
-	err := s.persist()
-	if err == nil {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// rollBack restores the docs capture recorded. Called with mu held.
+func (s *Store) rollBack(u *undoLog) {
 	for i := len(u.ids) - 1; i >= 0; i-- {
 		if sl, ok := s.byID[u.ids[i]]; ok {
 			s.remove(sl)
@@ -260,7 +275,6 @@ func (s *Store) persistOrUndo(u *undoLog) error {
 			s.put(d)
 		}
 	}
-	return fmt.Errorf("memory store: persist: %w", err)
 }
 
 // docAt rebuilds the stored doc of a slot (sparse vectors from the postings). Called with mu held.

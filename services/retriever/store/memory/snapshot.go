@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -47,21 +48,27 @@ type snapshotV1 struct {
 	Vectors     map[string]snapVec
 }
 
-// snapshot captures the current state. Called with mu held (read).
-func (s *Store) snapshot() (*snapshotV1, error) {
+// pending is a snapshot captured under the lock, still to be encoded and written: the tools
+// are marshaled outside the lock (they are immutable once stored), so searches wait only for
+// the copy of the postings.
+type pending struct {
+	snap  *snapshotV1
+	tools []*toolmeshv1.Tool // of snap.Docs, by index
+}
+
+// snapshot captures the current state. Called with mu held.
+func (s *Store) snapshot() *pending {
 	snap := &snapshotV1{Fingerprint: s.fingerprint, Vectors: map[string]snapVec{}}
+	p := &pending{snap: snap}
 	pos := make([]uint32, len(s.slots))
 	for i := range s.slots {
 		x := &s.slots[i]
 		if !x.live {
 			continue
 		}
-		b, err := proto.Marshal(x.tool)
-		if err != nil {
-			return nil, fmt.Errorf("marshal tool %s: %w", x.id, err)
-		}
 		pos[i] = uint32(len(snap.Docs))
-		snap.Docs = append(snap.Docs, snapDoc{ID: x.id, Server: s.serverNames[x.server], Hash: x.hash, Tool: b, Dense: x.dense})
+		snap.Docs = append(snap.Docs, snapDoc{ID: x.id, Server: s.serverNames[x.server], Hash: x.hash, Dense: x.dense})
+		p.tools = append(p.tools, x.tool)
 	}
 	for name, post := range s.vecs {
 		v := snapVec{Terms: make([]uint32, 0, len(post))}
@@ -80,30 +87,34 @@ func (s *Store) snapshot() (*snapshotV1, error) {
 		}
 		snap.Vectors[name] = v
 	}
-	return snap, nil
+	return p
 }
 
-// persist writes the current state to the snapshot file atomically: a temp file in the same
-// directory, fsync, rename over the old file, fsync of the directory. Called with wmu held.
-func (s *Store) persist() error {
-	s.mu.RLock()
-	snap, err := s.snapshot()
-	s.mu.RUnlock()
-	if err != nil {
-		return err
+// persist writes a snapshot to the snapshot file atomically: a temp file in the same directory,
+// fsync, rename over the old file, fsync of the directory. A crash at any point leaves the old
+// file or the new one, never a partial one (a leftover temp file is removed by the next Open).
+// Called with wmu held.
+func (s *Store) persist(p *pending) error {
+	for i, t := range p.tools {
+		b, err := proto.Marshal(t)
+		if err != nil {
+			return fmt.Errorf("marshal tool %s: %w", p.snap.Docs[i].ID, err)
+		}
+		p.snap.Docs[i].Tool = b
 	}
 	var payload bytes.Buffer
-	if err := gob.NewEncoder(&payload).Encode(snap); err != nil {
+	if err := gob.NewEncoder(&payload).Encode(p.snap); err != nil {
 		return fmt.Errorf("encode snapshot: %w", err)
 	}
-	hdr := make([]byte, 0, headerLen)
-	hdr = append(hdr, magic...)
-	hdr = binary.LittleEndian.AppendUint32(hdr, formatVersion)
-	hdr = binary.LittleEndian.AppendUint32(hdr, crc32.ChecksumIEEE(payload.Bytes()))
-	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(payload.Len()))
+	out := make([]byte, 0, headerLen+payload.Len())
+	out = append(out, magic...)
+	out = binary.LittleEndian.AppendUint32(out, formatVersion)
+	out = binary.LittleEndian.AppendUint32(out, crc32.ChecksumIEEE(payload.Bytes()))
+	out = binary.LittleEndian.AppendUint64(out, uint64(payload.Len()))
+	out = append(out, payload.Bytes()...)
 
 	dir := filepath.Dir(s.path)
-	f, err := os.CreateTemp(dir, filepath.Base(s.path)+".tmp-*")
+	f, err := os.CreateTemp(dir, filepath.Base(s.path)+tempInfix+"*")
 	if err != nil {
 		return err
 	}
@@ -115,10 +126,11 @@ func (s *Store) persist() error {
 			_ = os.Remove(tmp)
 		}
 	}()
-	if _, err := f.Write(hdr); err != nil {
-		return err
+	write := s.write
+	if write == nil {
+		write = func(f *os.File, b []byte) error { _, err := f.Write(b); return err }
 	}
-	if _, err := f.Write(payload.Bytes()); err != nil {
+	if err := write(f, out); err != nil {
 		return err
 	}
 	if err := f.Sync(); err != nil {
@@ -138,6 +150,9 @@ func (s *Store) persist() error {
 	return nil
 }
 
+// tempInfix marks the temp files persist writes next to the snapshot (path + tempInfix + random).
+const tempInfix = ".tmp-"
+
 // errSnapshot marks a snapshot that exists but cannot be used.
 var errSnapshot = errors.New("memory store: unusable snapshot")
 
@@ -147,6 +162,7 @@ func (s *Store) load() error {
 	if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
 		return fmt.Errorf("memory store: %w", err)
 	}
+	s.removeTemps()
 	b, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -164,6 +180,23 @@ func (s *Store) load() error {
 		s.log.Warn("memory store: cannot move the unusable snapshot aside", "path", s.path, "err", rerr)
 	}
 	return nil
+}
+
+// removeTemps deletes temp files a writer left when it died before its rename: they are never
+// the snapshot (the rename is the commit), and each can be as large as the index.
+func (s *Store) removeTemps() {
+	entries, _ := os.ReadDir(filepath.Dir(s.path))
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), filepath.Base(s.path)+tempInfix) {
+			continue
+		}
+		tmp := filepath.Join(filepath.Dir(s.path), e.Name())
+		if err := os.Remove(tmp); err != nil {
+			s.log.Warn("memory store: cannot remove a temp file left by an interrupted write", "path", tmp, "err", err)
+			continue
+		}
+		s.log.Info("memory store: removed a temp file left by an interrupted write", "path", tmp)
+	}
 }
 
 func (s *Store) restore(b []byte) error {
