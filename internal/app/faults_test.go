@@ -139,11 +139,11 @@ func TestFaultLlamaGarbage(t *testing.T) {
 	within(t, 10*time.Second, "a query while llama-server answers garbage", func() {
 		code, b = post(t, m.base+"/v1/query", `{"query":"What is 2 plus 3?"}`)
 	})
-	// Today a garbage answer reads as 500 (gRPC INTERNAL) with a message naming llama-server
-	// and what it sent; a dependency's bad answer would better read as 502/503 (see the report).
+	// An answer that cannot be read is a bad gateway: gRPC UNAVAILABLE, 503 over REST.
 	e := decodeError(t, b)
-	if code < 500 || !strings.Contains(e.Message, "llama-server") || !strings.Contains(e.Message, "not JSON") {
-		t.Errorf("garbage: %d %s; want a 5xx naming llama-server and its unreadable answer", code, b)
+	if code != 503 || !strings.Contains(e.Message, "llama-server") || !strings.Contains(e.Message, "not JSON") ||
+		strings.Contains(e.Message, "start one") {
+		t.Errorf("garbage: %d %s; want 503 naming llama-server and its unreadable answer", code, b)
 	}
 	m.double.Garbage(0)
 	got := query(t, m.base, `{"query":"What is 2 plus 3?"}`)

@@ -531,6 +531,10 @@ func (r *runner) inferenceError(ctx context.Context, err error) error {
 	if strings.Contains(strings.ToLower(st.Message()), "loading model") {
 		return status.Errorf(codes.Unavailable, "the model%s is still loading (%s); retry in a few seconds", tried, st.Message())
 	}
+	if strings.Contains(st.Message(), "unreadable answer") {
+		// It answers, so "start one" would mislead: something else may be listening there.
+		return status.Errorf(codes.Unavailable, "the model backend%s answered something that is not a model server's answer (%s); check that --llm-url points at llama-server or an OpenAI-compatible server and not at a proxy's error page or another service", tried, st.Message())
+	}
 	return status.Errorf(codes.Unavailable, "no model to answer with: the model backend%s does not answer (%s); %s", tried, st.Message(), startHint)
 }
 

@@ -434,8 +434,9 @@ func modelError(finish, msg string, raw []byte) *Error {
 	return &Error{Op: "parse", Code: codes.Internal, Message: msg}
 }
 
+// badAnswer is Unavailable for the reason llama's is: an unreadable answer is a bad gateway.
 func badAnswer(err error, raw []byte) *Error {
-	return &Error{Op: "parse", Code: codes.Internal, Message: fmt.Sprintf("unreadable answer (%v): %s", err, llama.Snippet(raw)), err: err}
+	return &Error{Op: "parse", Code: codes.Unavailable, Message: fmt.Sprintf("unreadable answer (%v): %s", err, llama.Snippet(raw)), err: err}
 }
 
 // errTimeout is the cause of a context that ran out of Timeout.

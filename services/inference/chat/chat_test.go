@@ -351,8 +351,8 @@ func TestErrors(t *testing.T) {
 		{"429", chattest.Reply{Status: 429, Body: chattest.APIErrorBody("Rate limit reached", "requests", "rate_limit_exceeded")}, codes.ResourceExhausted, nil, "Rate limit"},
 		{"Ollama model missing", chattest.Reply{Status: 404, Body: chattest.APIErrorBody(`model "llama9" not found, try pulling it first`, "api_error", nil)}, codes.NotFound, nil, "try pulling"},
 		{"Ollama native", chattest.Reply{Status: 500, Body: `{"error":"something broke"}`}, codes.Internal, nil, "something broke"},
-		{"200 not JSON", chattest.Reply{Raw: `<html>proxy</html>`}, codes.Internal, nil, "<html>proxy</html>"},
-		{"200 no choices", chattest.Reply{Raw: `{"choices":[]}`}, codes.Internal, nil, "no choices[0].message"},
+		{"200 not JSON", chattest.Reply{Raw: `<html>proxy</html>`}, codes.Unavailable, nil, "<html>proxy</html>"},
+		{"200 no choices", chattest.Reply{Raw: `{"choices":[]}`}, codes.Unavailable, nil, "no choices[0].message"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := chattest.NewDouble(t, tc.reply)

@@ -125,7 +125,7 @@ func TestCompose(t *testing.T) {
 			"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1}}\r\n\r\n"},
 			deltas: []string{"ok"}, finish: "stop", usage: [2]int{5, 1}},
 		{name: "garbage chunk", reply: chattest.Reply{RawStream: sse(`data: {"choices":[{"index":0,"delta":{"content":"a"}}]}`, `data: <html>`)},
-			deltas: []string{"a"}, code: codes.Internal, has: "<html>"},
+			deltas: []string{"a"}, code: codes.Unavailable, has: "<html>"},
 		{name: "[DONE] before anything", reply: chattest.Reply{RawStream: sse(`data: [DONE]`)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

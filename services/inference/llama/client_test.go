@@ -190,7 +190,7 @@ func TestProps(t *testing.T) {
 	}
 	d.Garbage(1)
 	_, err = c.Props(t.Context())
-	if e := wantCode(t, err, codes.Internal); !strings.Contains(e.Message, "unreadable answer") {
+	if e := wantCode(t, err, codes.Unavailable); !strings.Contains(e.Message, "unreadable answer") {
 		t.Errorf("garbage: %v", err)
 	}
 }
@@ -367,7 +367,7 @@ func TestStreamErrors(t *testing.T) {
 	d.Garbage(1)
 	d.SetDefault(llamatest.Reply{Pieces: []string{"x"}})
 	_, err := c.CompleteStream(ctx, CompletionRequest{Prompt: "any"}, func(Chunk) error { return nil })
-	if e := wantCode(t, err, codes.Internal); !strings.Contains(e.Message, "unreadable answer") {
+	if e := wantCode(t, err, codes.Unavailable); !strings.Contains(e.Message, "unreadable answer") {
 		t.Errorf("garbage event: %v", err)
 	}
 }
