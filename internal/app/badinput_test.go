@@ -143,7 +143,6 @@ func runBad(t *testing.T, base string, cases []badCase) {
 	}
 }
 
-
 // badNested is n arrays, one inside the next.
 func badNested(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
 
