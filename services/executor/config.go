@@ -18,6 +18,11 @@ const (
 	DefaultMaxConcurrency      = 16
 	DefaultListChangedDebounce = 200 * time.Millisecond
 	DefaultConnectTimeout      = 10 * time.Second
+	// DefaultMaxResultBytes keeps a tools/call result 4x under gRPC's default
+	// 4 MiB receive limit (the api's and any other client's), and bounds what
+	// one call may make the executor buffer. A megabyte of text is already
+	// more than any model's context; the api keeps only api.max-output-bytes.
+	DefaultMaxResultBytes = 1 << 20
 )
 
 // Config configures the executor.
@@ -32,6 +37,10 @@ type Config struct {
 	ListChangedDebounce time.Duration
 	// ConnectTimeout bounds connect + initialize + the first tools/list of one attempt.
 	ConnectTimeout time.Duration
+	// MaxResultBytes bounds one tools/call result: the JSON-RPC response as read
+	// from the server, and the gRPC response made of it. A larger result fails
+	// the call with ResourceExhausted rather than being cut.
+	MaxResultBytes int
 }
 
 // RegisterFlags registers the executor flags on fs and sets the defaults.
@@ -44,6 +53,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long to coalesce tools/list_changed notifications before listing a server's tools again")
 	fs.DurationVar(&c.ConnectTimeout, "executor.connect-timeout", DefaultConnectTimeout,
 		"bound of one connection attempt to an MCP server (connect, initialize, first tools/list)")
+	fs.IntVar(&c.MaxResultBytes, "executor.max-result-bytes", DefaultMaxResultBytes,
+		"largest tool call result, in bytes, as read from the MCP server and as returned over gRPC; a larger result fails the call (ResourceExhausted) instead of being truncated")
 }
 
 var serverNameRE = regexp.MustCompile(`^[a-z0-9_-]+$`)
@@ -62,6 +73,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ConnectTimeout < 0 {
 		errs = append(errs, fmt.Errorf("executor.connect-timeout: must not be negative, got %s", c.ConnectTimeout))
+	}
+	if c.MaxResultBytes < 0 {
+		errs = append(errs, fmt.Errorf("executor.max-result-bytes: must not be negative, got %d", c.MaxResultBytes))
 	}
 	for key, srv := range c.Servers {
 		if err := validateServer(key, srv); err != nil {
@@ -119,6 +133,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.MaxResultBytes == 0 {
+		c.MaxResultBytes = DefaultMaxResultBytes
 	}
 	return c
 }

@@ -16,6 +16,8 @@ var (
 	ErrTimeout = errors.New("tool call timed out")
 	// ErrSessionExpired: the server forgot our session (HTTP 404 for its Mcp-Session-Id).
 	ErrSessionExpired = errors.New("mcp session expired")
+	// ErrResultTooLarge: the tool's result is larger than Config.MaxResultBytes.
+	ErrResultTooLarge = errors.New("tool result too large")
 	// ErrStopped: the executor is shutting down.
 	ErrStopped = errors.New("executor stopped")
 )
@@ -52,6 +54,24 @@ func (e *timeoutError) Error() string {
 	return fmt.Sprintf("tool %q timed out after %s", e.tool, e.timeout)
 }
 func (e *timeoutError) Is(target error) bool { return target == ErrTimeout }
+
+// resultTooLargeError names the tool, how large its result was and the limit.
+// size is a lower bound when over is set: reading stopped at the limit.
+type resultTooLargeError struct {
+	tool  string
+	size  int64
+	over  bool
+	limit int
+}
+
+func (e *resultTooLargeError) Error() string {
+	size := fmt.Sprintf("%d bytes", e.size)
+	if e.over {
+		size = fmt.Sprintf("more than %d bytes", e.size)
+	}
+	return fmt.Sprintf("result of tool %q is %s, over the %d-byte limit (executor.max-result-bytes)", e.tool, size, e.limit)
+}
+func (e *resultTooLargeError) Is(target error) bool { return target == ErrResultTooLarge }
 
 // FieldViolation is one argument that failed validation.
 type FieldViolation struct {

@@ -52,6 +52,11 @@ func (s *Service) CallTool(ctx context.Context, req *toolmeshv1.ExecutorServiceC
 		return nil, toStatus(err)
 	}
 	out := resultToProto(res)
+	// The wire limit (see limit.go) does not bound this: JSON numbers grow in
+	// structpb, and stdio and SSE results are not read through it.
+	if n := proto.Size(out); n > s.cfg.MaxResultBytes {
+		return nil, toStatus(&resultTooLargeError{tool: req.GetToolId(), size: int64(n), limit: s.cfg.MaxResultBytes})
+	}
 	out.DurationMs = float64(time.Since(start).Microseconds()) / 1000
 	return out, nil
 }
@@ -112,6 +117,8 @@ func toStatus(err error) error {
 		return st.Err()
 	case errors.Is(err, ErrUnknownTool):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, ErrResultTooLarge):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, ErrTimeout):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrStopped):

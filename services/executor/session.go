@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -112,7 +113,7 @@ func newSession(name string, srv mcpconfig.Server, cfg Config, log *slog.Logger,
 			TLSHandshakeTimeout:   cfg.ConnectTimeout,
 			ExpectContinueTimeout: time.Second,
 		}
-		s.httpClient = &http.Client{Transport: tracedWithinSpans(ins.tel, s.httpTransport)}
+		s.httpClient = &http.Client{Transport: limitBodies{next: tracedWithinSpans(ins.tel, s.httpTransport)}}
 	}
 	return s
 }
@@ -579,6 +580,7 @@ func (s *session) refreshLoop(ctx context.Context) {
 			continue // the reconnect lists tools anyway
 		}
 		lctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+		lctx, probe := withAnswerProbe(lctx, 0)
 		tools, err := s.listTools(lctx, cn)
 		cancel()
 		if err != nil {
@@ -587,10 +589,10 @@ func (s *session) refreshLoop(ctx context.Context) {
 			}
 			if errors.Is(err, transport.ErrSessionTerminated) {
 				s.markBroken(cn, ErrSessionExpired, true)
-			} else if isConnError(err) {
+			} else if probe.brokenBy(err) {
 				s.markBroken(cn, err, false)
 			} else {
-				s.log.Warn("tools/list refresh failed", "err", err)
+				s.log.Warn("tools/list refresh failed; keeping the last good tool list", "err", err)
 			}
 			continue
 		}
@@ -667,6 +669,7 @@ func (s *session) call(ctx context.Context, t *tool, args map[string]any, reqTim
 	}
 	defer func() { <-s.sem }()
 
+	ctx, probe := withAnswerProbe(ctx, s.cfg.MaxResultBytes)
 	req := mcp.CallToolRequest{}
 	req.Params.Name = t.name
 	req.Params.Arguments = args
@@ -684,6 +687,9 @@ func (s *session) call(ctx context.Context, t *tool, args map[string]any, reqTim
 		if err == nil {
 			return res, nil
 		}
+		if err := probe.err(t.id); err != nil {
+			return nil, err
+		}
 		if ctxEnded(ctx) {
 			return nil, ctxErr()
 		}
@@ -696,16 +702,44 @@ func (s *session) call(ctx context.Context, t *tool, args map[string]any, reqTim
 		}
 		var te *transport.Error
 		if !errors.As(err, &te) {
+			if badResult(err) {
+				return nil, &unavailableError{server: s.name, reason: shorten("malformed tools/call result: "+err.Error(), maxReason)}
+			}
 			return nil, &ServerError{Server: s.name, Err: err}
 		}
-		if isConnError(err) || cn.isBroken() {
+		if probe.brokenBy(err) || cn.isBroken() {
 			s.markBroken(cn, err, false)
 			if cn.breakErr != nil {
 				err = cn.breakErr
 			}
 		}
-		return nil, &unavailableError{server: s.name, reason: err.Error()}
+		return nil, &unavailableError{server: s.name, reason: shorten(err.Error(), maxReason)}
 	}
+}
+
+// badResult reports whether err is mcp.ParseCallToolResult's: the server
+// answered with a result that is not a CallToolResult. That is a malformed
+// answer like any other (UNAVAILABLE), not the tool failing (a JSON-RPC
+// error, UNKNOWN). mcp-go has no type for it; faults_test.go pins the wording.
+func badResult(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "failed to unmarshal response: ") ||
+		msg == "content is missing" || msg == "response is nil"
+}
+
+// maxReason bounds the server's words in an error: a proxy's HTML error page
+// or a garbage body is quoted by mcp-go in full.
+const maxReason = 512
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes cut)", s[:cut], len(s)-cut)
 }
 
 // isConnError reports whether err means the connection itself is gone (as

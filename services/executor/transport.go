@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,6 +159,24 @@ func (h *hooks) sendCancelled(ctx context.Context, id mcp.RequestId) {
 	}()
 }
 
+// checkResponse rejects an answer that is not a JSON-RPC response to req.
+// mcp-go hands back whatever a streamable HTTP server put in the POST's body:
+// one with another id would be taken as this call's result, and one with
+// neither result nor error would fail later as a bare "unexpected end of
+// JSON input" that does not say the server is at fault. SSE and stdio route
+// answers by id, so there a wrong id never gets here (the call times out).
+func checkResponse(req transport.JSONRPCRequest, resp *transport.JSONRPCResponse) error {
+	switch {
+	case resp == nil:
+		return errors.New("malformed JSON-RPC response: no response")
+	case resp.ID.Value() != req.ID.Value(): // int64, float64, string or nil: comparable
+		return fmt.Errorf("malformed JSON-RPC response: id %v does not match request id %v", resp.ID.Value(), req.ID.Value())
+	case resp.Error == nil && len(resp.Result) == 0:
+		return errors.New("malformed JSON-RPC response: neither result nor error")
+	}
+	return nil
+}
+
 type sseTransport struct {
 	*transport.SSE
 	h *hooks
@@ -164,6 +184,9 @@ type sseTransport struct {
 
 func (t *sseTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
 	resp, err := t.SSE.SendRequest(ctx, req)
+	if err == nil {
+		err = checkResponse(req, resp)
+	}
 	return t.h.after(ctx, req, resp, err), err
 }
 
@@ -174,6 +197,9 @@ type streamableTransport struct {
 
 func (t *streamableTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
 	resp, err := t.StreamableHTTP.SendRequest(ctx, req)
+	if err == nil {
+		err = checkResponse(req, resp)
+	}
 	return t.h.after(ctx, req, resp, err), err
 }
 
@@ -184,6 +210,9 @@ type stdioTransport struct {
 
 func (t *stdioTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
 	resp, err := t.Stdio.SendRequest(ctx, req)
+	if err == nil {
+		err = checkResponse(req, resp)
+	}
 	return t.h.after(ctx, req, resp, err), err
 }
 
