@@ -30,6 +30,8 @@ import (
 	"time"
 
 	qc "github.com/qdrant/go-client/qdrant"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -54,12 +56,24 @@ const (
 	payloadHash   = "hash"
 	payloadTool   = "tool"
 
-	upsertBatch = 128
+	// upsertBatch is the most points in one Upsert call. One call is one Qdrant update, applied
+	// whole or not at all, so a store Upsert of up to this many docs never leaves half a batch
+	// behind; the retriever service writes at most this many tools at a time for that reason.
+	upsertBatch = 256
 	deleteBatch = 512
 	scrollPage  = 256
 	// maxNameLen is Qdrant's limit on collection names.
 	maxNameLen = 255
 )
+
+// reconnect is how often the connection to a Qdrant that went away is tried again. gRPC's
+// default backoff grows to 120 s, so after an outage of a minute or two the retriever would
+// stay failing for up to two more minutes after Qdrant is back; a local dependency is worth
+// a dial every 2 s at most.
+var reconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+	MinConnectTimeout: 5 * time.Second,
+}
 
 // Config is where the Qdrant server is and how to call it.
 type Config struct {
@@ -137,7 +151,8 @@ func New(ctx context.Context, cfg Config, model string, dim int, sparseNames []s
 		// do the health check under our timeout instead.
 		SkipCompatibilityCheck: true,
 		// gRPC multiplexes calls on one HTTP/2 connection; the default pool of 3 buys nothing here.
-		PoolSize: 1,
+		PoolSize:    1,
+		GrpcOptions: []grpc.DialOption{grpc.WithConnectParams(reconnect)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("qdrant: client for %s: %w", cfg.Addr, err)
@@ -263,6 +278,15 @@ func unreachable(ctx context.Context, err error) bool {
 	return errors.Is(err, context.DeadlineExceeded)
 }
 
+// down says how Qdrant failed a call that unreachable reports: it never answered (a hung server
+// or a network that drops packets) or the connection failed.
+func (s *Store) down(err error) string {
+	if status.Code(err) == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Sprintf("qdrant at %s did not answer within %v", s.addr, s.timeout)
+	}
+	return fmt.Sprintf("qdrant at %s is not reachable", s.addr)
+}
+
 func (s *Store) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.timeout)
 }
@@ -274,7 +298,7 @@ func (s *Store) health(ctx context.Context) (string, error) {
 	reply, err := s.client.HealthCheck(cctx)
 	if err != nil {
 		if unreachable(ctx, err) {
-			return "", fmt.Errorf("qdrant at %s is not reachable: %w", s.addr, err)
+			return "", fmt.Errorf("%s: %w", s.down(err), err)
 		}
 		return "", fmt.Errorf("qdrant at %s: health check: %w", s.addr, err)
 	}
@@ -326,7 +350,7 @@ func (s *Store) ensure(ctx context.Context) error {
 	info, err := s.client.GetCollectionInfo(cctx, s.collection)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("qdrant: get collection %q: %w", s.collection, err)
+		return fmt.Errorf("qdrant at %s: get collection %q: %w", s.addr, s.collection, err)
 	}
 	if err := s.checkSchema(info); err != nil {
 		return err
@@ -341,7 +365,7 @@ func (s *Store) ensure(ctx context.Context) error {
 		})
 		cancel()
 		if err != nil {
-			return fmt.Errorf("qdrant: create payload index %q in collection %q: %w", payloadServer, s.collection, err)
+			return fmt.Errorf("qdrant at %s: create payload index %q in collection %q: %w", s.addr, payloadServer, s.collection, err)
 		}
 	}
 	s.ensured = true
@@ -353,7 +377,7 @@ func (s *Store) exists(ctx context.Context) (bool, error) {
 	defer cancel()
 	ok, err := s.client.CollectionExists(cctx, s.collection)
 	if err != nil {
-		return false, fmt.Errorf("qdrant: check collection %q: %w", s.collection, err)
+		return false, fmt.Errorf("qdrant at %s: check collection %q: %w", s.addr, s.collection, err)
 	}
 	return ok, nil
 }
@@ -378,7 +402,7 @@ func (s *Store) create(ctx context.Context) error {
 	cctx, cancel := s.callCtx(ctx)
 	defer cancel()
 	if err := s.client.CreateCollection(cctx, req); err != nil {
-		return fmt.Errorf("qdrant: create collection %q: %w", s.collection, err)
+		return fmt.Errorf("qdrant at %s: create collection %q: %w", s.addr, s.collection, err)
 	}
 	return nil
 }
@@ -413,19 +437,25 @@ func (s *Store) checkSchema(info *qc.CollectionInfo) error {
 	return nil
 }
 
-// failed wraps a call's error; a missing collection (deleted behind our back) is re-created on
-// the next call.
-func (s *Store) failed(op string, err error) error {
+// failed wraps a call's error, naming Qdrant's address (an unreachable Qdrant is otherwise only
+// "context deadline exceeded" or a dial error); a missing collection (deleted behind our back)
+// is re-created on the next call.
+func (s *Store) failed(ctx context.Context, op string, err error) error {
 	if status.Code(err) == codes.NotFound {
 		s.mu.Lock()
 		s.ensured = false
 		s.mu.Unlock()
 	}
-	return fmt.Errorf("qdrant: %s in collection %q: %w", op, s.collection, err)
+	if unreachable(ctx, err) {
+		return fmt.Errorf("%s: %s in collection %q: %w", s.down(err), op, s.collection, err)
+	}
+	return fmt.Errorf("qdrant at %s: %s in collection %q: %w", s.addr, op, s.collection, err)
 }
 
 // Upsert writes docs in batches, waiting for each to be applied. A doc's point id comes from
-// its tool id, so writing a doc again replaces it.
+// its tool id, so writing a doc again replaces it. Up to upsertBatch docs are one Qdrant update,
+// which Qdrant applies whole or not at all; a larger Upsert that fails can leave its earlier
+// batches applied (each point whole, old or new).
 func (s *Store) Upsert(ctx context.Context, docs []store.Doc) error {
 	if len(docs) == 0 {
 		return nil
@@ -450,10 +480,10 @@ func (s *Store) Upsert(ctx context.Context, docs []store.Doc) error {
 		})
 		cancel()
 		if err != nil {
-			return s.failed("upsert", err)
+			return s.failed(ctx, "upsert", err)
 		}
 		if err := applied(res); err != nil {
-			return s.failed("upsert", err)
+			return s.failed(ctx, "upsert", err)
 		}
 	}
 	return nil
@@ -542,10 +572,10 @@ func (s *Store) Delete(ctx context.Context, ids []string) error {
 		})
 		cancel()
 		if err != nil {
-			return s.failed("delete", err)
+			return s.failed(ctx, "delete", err)
 		}
 		if err := applied(res); err != nil {
-			return s.failed("delete", err)
+			return s.failed(ctx, "delete", err)
 		}
 	}
 	return nil
@@ -569,7 +599,7 @@ func (s *Store) Hashes(ctx context.Context) (map[string]string, error) {
 		})
 		cancel()
 		if err != nil {
-			return nil, s.failed("scroll", err)
+			return nil, s.failed(ctx, "scroll", err)
 		}
 		for _, p := range points {
 			if id := p.GetPayload()[payloadID].GetStringValue(); id != "" {
@@ -580,7 +610,7 @@ func (s *Store) Hashes(ctx context.Context) (map[string]string, error) {
 			return out, nil
 		}
 		if offset != nil && next.String() == offset.String() {
-			return nil, s.failed("scroll", fmt.Errorf("next page offset %v repeats", next))
+			return nil, s.failed(ctx, "scroll", fmt.Errorf("next page offset %v repeats", next))
 		}
 		offset = next
 	}
@@ -673,7 +703,7 @@ func (s *Store) Search(ctx context.Context, q store.Query) ([]store.Hit, error) 
 	defer cancel()
 	points, err := s.client.Query(cctx, req)
 	if err != nil {
-		return nil, s.failed("query", err)
+		return nil, s.failed(ctx, "query", err)
 	}
 	hits := make([]store.Hit, 0, len(points))
 	for _, p := range points {

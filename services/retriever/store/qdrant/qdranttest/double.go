@@ -54,14 +54,18 @@ const Version = "1.17.0"
 
 // Double is a running test double of Qdrant's gRPC API.
 type Double struct {
-	srv  *grpc.Server
-	lis  net.Listener
-	done chan struct{}
+	addr string
+
+	// srvMu guards the serving side, which Stop and Restart replace while the data stays.
+	srvMu sync.Mutex
+	srv   *grpc.Server
+	done  chan struct{}
 
 	mu          sync.Mutex
 	collections map[string]*collection
 	calls       map[string]int
 	opID        uint64
+	fault       func(ctx context.Context, fullMethod string, call int) error
 }
 
 // Start serves a new Double on a loopback port and stops it when the test ends.
@@ -82,11 +86,15 @@ func Listen(addr string) (*Double, error) {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	d := &Double{
-		lis:         lis,
-		done:        make(chan struct{}),
+		addr:        lis.Addr().String(),
 		collections: make(map[string]*collection),
 		calls:       make(map[string]int),
 	}
+	d.serve(lis)
+	return d, nil
+}
+
+func (d *Double) serve(lis net.Listener) {
 	d.srv = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(d.count),
 		// The go-client pings every 10 s even without calls in flight; grpc-go's default policy
@@ -96,20 +104,64 @@ func Listen(addr string) (*Double, error) {
 	qc.RegisterQdrantServer(d.srv, healthService{})
 	qc.RegisterCollectionsServer(d.srv, collectionsService{d: d})
 	qc.RegisterPointsServer(d.srv, pointsService{d: d})
+	srv, done := d.srv, make(chan struct{})
+	d.done = done
 	go func() {
-		defer close(d.done)
-		_ = d.srv.Serve(lis)
+		defer close(done)
+		_ = srv.Serve(lis)
 	}()
-	return d, nil
 }
 
 // Addr is the host:port the double listens on.
-func (d *Double) Addr() string { return d.lis.Addr().String() }
+func (d *Double) Addr() string { return d.addr }
 
-// Close stops the server at once (in-flight calls fail, as when Qdrant goes away).
-func (d *Double) Close() {
+// Close stops the server at once (in-flight calls fail, as when Qdrant goes away). It is Stop:
+// the data stays, so Restart can bring the same Qdrant back.
+func (d *Double) Close() { d.Stop() }
+
+// Stop stops serving at once, like a Qdrant process that was killed: in-flight calls fail,
+// new connections are refused. The collections and points stay, as on Qdrant's disk.
+func (d *Double) Stop() {
+	d.srvMu.Lock()
+	defer d.srvMu.Unlock()
 	d.srv.Stop()
 	<-d.done
+}
+
+// Restart serves the same data on the same address again after Stop, like Qdrant coming back
+// with its storage. The port of a stopped server can take a moment to free, so it retries for
+// a second.
+func (d *Double) Restart() error {
+	d.srvMu.Lock()
+	defer d.srvMu.Unlock()
+	select {
+	case <-d.done:
+	default:
+		return fmt.Errorf("qdranttest: restart of a double that is still serving on %s", d.addr)
+	}
+	var lis net.Listener
+	var err error
+	for range 50 {
+		if lis, err = net.Listen("tcp", d.addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("qdranttest: restart on %s: %w", d.addr, err)
+	}
+	d.serve(lis)
+	return nil
+}
+
+// SetFault makes every later call ask f first: a non-nil error is returned to the client
+// instead of handling the call. call counts the calls of fullMethod so far, this one included
+// (the same count as Calls). f runs on the call's goroutine with the call's context, so it may
+// also block, to hold a call in flight or hang like a stuck server. nil removes the fault.
+func (d *Double) SetFault(f func(ctx context.Context, fullMethod string, call int) error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.fault = f
 }
 
 // Calls is how many times the RPC fullMethod (e.g. qdrant.Collections_Create_FullMethodName)
@@ -123,7 +175,13 @@ func (d *Double) Calls(fullMethod string) int {
 func (d *Double) count(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	d.mu.Lock()
 	d.calls[info.FullMethod]++
+	n, fault := d.calls[info.FullMethod], d.fault
 	d.mu.Unlock()
+	if fault != nil {
+		if err := fault(ctx, info.FullMethod, n); err != nil {
+			return nil, err
+		}
+	}
 	return h(ctx, req)
 }
 

@@ -1,0 +1,230 @@
+package qdrant
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	qc "github.com/qdrant/go-client/qdrant"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/toolmesh/toolmesh/services/retriever/store"
+	"github.com/toolmesh/toolmesh/services/retriever/store/qdrant/qdranttest"
+)
+
+// checkFDs fails the test when it ends with more file descriptors open than it started with
+// (a little slack for the runtime's own). Call it first, so its check runs after every other
+// cleanup.
+func checkFDs(t *testing.T) {
+	t.Helper()
+	count := func() int {
+		es, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			return -1
+		}
+		return len(es)
+	}
+	before := count()
+	if before < 0 {
+		t.Log("not counting file descriptors: no /proc/self/fd")
+		return
+	}
+	t.Cleanup(func() {
+		var now int
+		for range 50 {
+			if now = count(); now <= before+2 {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Errorf("open file descriptors: %d at the start, %d at the end", before, now)
+	})
+}
+
+// A Qdrant that fails or hangs on a call: the error names Qdrant's address and comes within the
+// store's timeout; a failed upsert leaves no point of its batch behind (the service's batch is
+// one Qdrant update); once the fault is gone the same store works again.
+func TestQdrantFaults(t *testing.T) {
+	checkFDs(t)
+	d := qdranttest.Start(t)
+	const timeout = 300 * time.Millisecond
+	s, err := New(t.Context(), Config{Addr: d.Addr(), Collection: "faults", Timeout: timeout}, "faults", 3, []string{"words"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Upsert(t.Context(), fixture); err != nil {
+		t.Fatal(err)
+	}
+	q := store.Query{Dense: []float32{0.1, 1, 0}, Sparse: sparseQ([]uint32{2, 6}, []float32{1, 1}), Limit: 5}
+	before, err := s.Search(t.Context(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldHashes, err := s.Hashes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A batch as large as the service writes: every fixture tool changed, and more new ones.
+	batch := make([]store.Doc, 0, upsertBatch)
+	for _, f := range fixture {
+		c := doc(f.ID, f.Server, "h2", []float32{0, 0, -1}, []uint32{9}, []float32{1})
+		batch = append(batch, c)
+	}
+	for i := len(batch); i < upsertBatch; i++ {
+		batch = append(batch, doc(fmt.Sprintf("more.t%03d", i), "more", "h1", []float32{1, 1, 1}, []uint32{2, 9}, []float32{1, 1}))
+	}
+
+	hang := func(ctx context.Context) error { <-ctx.Done(); return status.FromContextError(ctx.Err()).Err() }
+	for _, tc := range []struct {
+		name   string
+		method string
+		fault  func(ctx context.Context) error
+		op     func(ctx context.Context) error
+		want   string
+	}{
+		{"upsert rejected", qc.Points_Upsert_FullMethodName,
+			func(context.Context) error { return status.Error(codes.Internal, "No space left on device") },
+			func(ctx context.Context) error { return s.Upsert(ctx, batch) },
+			"qdrant at " + d.Addr() + `: upsert in collection "` + s.Collection() + `"`},
+		{"upsert hangs", qc.Points_Upsert_FullMethodName, hang,
+			func(ctx context.Context) error { return s.Upsert(ctx, batch) },
+			"qdrant at " + d.Addr() + " did not answer within " + timeout.String() + ": upsert"},
+		{"search hangs", qc.Points_Query_FullMethodName, hang,
+			func(ctx context.Context) error { _, err := s.Search(ctx, q); return err },
+			"qdrant at " + d.Addr() + " did not answer within " + timeout.String() + ": query"},
+		{"scroll rejected", qc.Points_Scroll_FullMethodName,
+			func(context.Context) error { return status.Error(codes.Unavailable, "shutting down") },
+			func(ctx context.Context) error { _, err := s.Hashes(ctx); return err },
+			"qdrant at " + d.Addr() + " is not reachable: scroll"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			upserts := d.Calls(qc.Points_Upsert_FullMethodName)
+			d.SetFault(func(ctx context.Context, method string, _ int) error {
+				if method == tc.method {
+					return tc.fault(ctx)
+				}
+				return nil
+			})
+			start := time.Now()
+			err := tc.op(t.Context())
+			took := time.Since(start)
+			d.SetFault(nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error containing %q", err, tc.want)
+			}
+			if took > timeout+time.Second {
+				t.Errorf("took %v, want at most about the %v timeout", took, timeout)
+			}
+			if tc.method == qc.Points_Upsert_FullMethodName {
+				if n := d.Calls(qc.Points_Upsert_FullMethodName) - upserts; n != 1 {
+					t.Errorf("upsert of %d docs made %d calls, want 1 (one update, applied whole or not at all)", len(batch), n)
+				}
+			}
+			// Nothing of the failed batch is visible.
+			got, err := s.Hashes(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(got, oldHashes) {
+				t.Errorf("hashes after the failure: got %d points, want the old %v", len(got), oldHashes)
+			}
+			after, err := s.Search(t.Context(), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.EqualFunc(after, before, func(a, b store.Hit) bool { return a.ID == b.ID && a.Score == b.Score }) {
+				t.Errorf("search after the failure: got %v, want the old %v", ids(after), ids(before))
+			}
+		})
+	}
+
+	// The fault is gone: the batch goes in whole.
+	if err := s.Upsert(t.Context(), batch); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Hashes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != upsertBatch || got["calc.add"] != "h2" {
+		t.Errorf("after the batch: %d points, calc.add at %q; want %d, h2", len(got), got["calc.add"], upsertBatch)
+	}
+}
+
+// Qdrant killed and started again on the same address with its data: the same store answers
+// again without being re-made, and nothing was lost.
+func TestQdrantRestart(t *testing.T) {
+	checkFDs(t)
+	d := qdranttest.Start(t)
+	const timeout = 300 * time.Millisecond
+	s, err := New(t.Context(), Config{Addr: d.Addr(), Collection: "restart", Timeout: timeout}, "restart", 3, []string{"words"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Upsert(t.Context(), fixture); err != nil {
+		t.Fatal(err)
+	}
+	q := store.Query{Sparse: sparseQ([]uint32{2, 3}, []float32{1, 1}), Limit: 5}
+	before, err := s.Search(t.Context(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	d.Stop()
+	for _, op := range []struct {
+		name string
+		run  func() error
+	}{
+		{"Ready", func() error { return s.Ready(t.Context()) }},
+		{"Search", func() error { _, err := s.Search(t.Context(), q); return err }},
+		{"Upsert", func() error { return s.Upsert(t.Context(), fixture[:1]) }},
+		{"Delete", func() error { return s.Delete(t.Context(), []string{"calc.add"}) }},
+		{"Hashes", func() error { _, err := s.Hashes(t.Context()); return err }},
+	} {
+		start := time.Now()
+		err := op.run()
+		if want := "qdrant at " + d.Addr() + " is not reachable"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s with Qdrant down: got %v, want an error containing %q", op.name, err, want)
+		}
+		if took := time.Since(start); took > timeout+time.Second {
+			t.Errorf("%s with Qdrant down took %v, want at most about the %v timeout", op.name, took, timeout)
+		}
+	}
+
+	if err := d.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	deadline := start.Add(5 * time.Second)
+	for err = s.Ready(t.Context()); err != nil; err = s.Ready(t.Context()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Ready after Qdrant came back: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("ready %v after Qdrant came back", time.Since(start).Round(time.Millisecond))
+	after, err := s.Search(t.Context(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids(after), ids(before)) {
+		t.Errorf("search after the restart: got %v, want %v", ids(after), ids(before))
+	}
+}
+
+func ids(hits []store.Hit) []string {
+	out := make([]string, len(hits))
+	for i, h := range hits {
+		out[i] = h.ID
+	}
+	return out
+}
