@@ -163,6 +163,7 @@ func newHandler(s *server.MCPServer, opts Options) *handler {
 		),
 		stream: server.NewStreamableHTTPServer(s,
 			server.WithStreamableHTTPLogger(log),
+			server.WithSessionIdManager(newSessionIDs()),
 		),
 		origins: newOriginPolicy(opts.AllowedOrigins),
 		log:     log,
