@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/toolmesh/toolmesh/bench/internal/figures"
+)
+
+// benchmarks are the report's sections, in issue order. Default durations keep the whole report
+// near 12 minutes on the 2-core machines; -quick shrinks each to seconds.
+var benchmarks = []benchmark{
+	{name: "executor", issue: "2 executor", title: "Executor call overhead (issue 2)",
+		builds: []string{"./bench/executor"}, run: runExecutor},
+	{name: "retrieval", issue: "3 retrieval quality", title: "Retrieval quality (issue 3)",
+		builds: []string{"./bench/retrieval"}, run: runRetrieval},
+	{name: "speed", issue: "3 retrieval speed", title: "Retrieval speed (issue 3)",
+		builds: []string{"./bench/retrieval"}, run: runSpeed},
+	{name: "calls", issue: "4 inference calls", title: "Gorilla calls on BFCL (issue 4)",
+		builds: []string{"./bench/calls"}, tests: []string{"./services/inference/gorilla"}, run: runCalls},
+	{name: "loop", issue: "5 agent loop", title: "Agent loop overhead (issue 5)",
+		builds: []string{"./bench/loop", "./cmd/toolmesh"}, run: runLoop},
+	{name: "tracing", issue: "6 tracing", title: "Tracing on vs off (issue 6)",
+		builds: []string{"./bench/loop"}, run: runTracing},
+	{name: "load", issue: "8 load", title: "Load (issue 8)",
+		builds: []string{"./bench/load"}, run: runLoad},
+	{name: "console", issue: "9 console", title: "Web console first load (issue 9)",
+		tests: []string{"./internal/app"}, run: runConsole},
+}
+
+// pick is the quick or the full variant.
+func (r *runner) pick(full, quick []string) []string {
+	if r.quick {
+		return quick
+	}
+	return full
+}
+
+func (r *runner) timeout(full time.Duration) time.Duration {
+	if r.quick {
+		return 3 * time.Minute
+	}
+	return full
+}
+
+func runExecutor(ctx context.Context, r *runner, s *section) {
+	s.Intro = []string{
+		"A tool call (`calculator` `add(2,3)`) through the executor's gRPC API (`executor-grpc`, what " +
+			"toolmesh ships) against its baseline, a direct mcp-go call on a held session (`direct-held`), " +
+			"and against a new session per call (`new-session`, the tutorials' way): the same in-process " +
+			"MCP server, the same process and run, scenarios interleaved in a rotating order, the median of " +
+			"the runs; over SSE and streamable HTTP. Targets: executor p50 ≤ direct p50 + 80 µs, calls/s at " +
+			"64 callers ≥ 0.85× direct, a new session ≥ 2.5× slower than the executor at p50.",
+	}
+	var f figures.Executor
+	c, err := r.runJSON(ctx, spec{
+		shown: "go run ./bench/executor", bin: r.program("./bench/executor"), markdown: true, timeout: r.timeout(12 * time.Minute),
+		args: r.pick([]string{"-markdown"},
+			[]string{"-markdown", "-calls", "100", "-duration", "300ms", "-runs", "1", "-warmup", "20", "-concurrency", "8"}),
+	}, "executor.json", &f)
+	s.Cmds = append(s.Cmds, c)
+	if err != nil {
+		s.Err = err.Error()
+		return
+	}
+	s.Rows = executorRows(f)
+}
+
+func runRetrieval(ctx context.Context, r *runner, s *section) {
+	s.Intro = []string{
+		"Tool-retrieval quality on the BFCL retrieval benchmark (`../shared/data/bfcl-retrieval`, dev " +
+			"split, strict ids): every method of the program, so the embedded `default` stands beside plain " +
+			"BM25 run in the same process (`bm25`) and beside the data README's published BM25 figures " +
+			fmt.Sprintf("(R@1 %.3f, R@5 %.3f, MRR@10 %.3f). Target for the default: recall@5 ≥ %.2f and MRR@10 ≥ %.2f.",
+				readmeBM25R1, readmeBM25R5, readmeBM25MRR10, targetR5, targetMRR10),
+	}
+	var f figures.Retrieval
+	c, err := r.runJSON(ctx, spec{
+		shown: "go run ./bench/retrieval", bin: r.program("./bench/retrieval"), markdown: true, timeout: r.timeout(5 * time.Minute),
+	}, "retrieval.json", &f)
+	s.Cmds = append(s.Cmds, c)
+	if err != nil {
+		s.Err = err.Error()
+		return
+	}
+	s.Rows = retrievalRows(f)
+}
+
+func runSpeed(ctx context.Context, r *runner, s *section) {
+	s.Intro = []string{
+		"The memory store's full search path (encode the request and its sentences, one multi-query " +
+			"store pass, merge) on synthetic pools built from the BFCL tools, index build time and memory " +
+			"per tool. No other program does this job, so the targets are the baseline: search p99 ≤ 1 ms " +
+			"at 10,000 tools and ≤ 10 ms at 100,000; 10,000 tools indexed in ≤ 2 s. `store-only` is one " +
+			"pre-encoded query against the store, the floor of the full path.",
+	}
+	var f figures.Speed
+	c, err := r.runJSON(ctx, spec{
+		shown: "go run ./bench/retrieval", bin: r.program("./bench/retrieval"), markdown: true, timeout: r.timeout(8 * time.Minute),
+		args: r.pick([]string{"-speed"}, []string{"-speed", "-sizes", "1000,10000", "-searches", "200"}),
+	}, "speed.json", &f)
+	s.Cmds = append(s.Cmds, c)
+	if err != nil {
+		s.Err = err.Error()
+		return
+	}
+	s.Rows = speedRows(f)
+}
+
+func runCalls(ctx context.Context, r *runner, s *section) {
+	s.Intro = []string{
+		"Every BFCL function-calling case (`../shared/data/bfcl-calls/calls-dev.jsonl`) through the " +
+			"Gorilla layer: prompt, ground truth rendered and parsed back (parse), arguments validated " +
+			"against the converted schema (validate), the case's grammar accepts the calls (grammar) and " +
+			"refuses a function not offered (reject). Target: every case on each. `live` decodes with a real " +
+			"llama-server and a model, which this run does not start (NOTES.md has the last live run); it " +
+			"reads 0/0. Then the per-step cost, prompt + grammar + parse for 8 tools (no target).",
+	}
+	var f figures.Calls
+	c, err := r.runJSON(ctx, spec{
+		shown: "go run ./bench/calls", bin: r.program("./bench/calls"), timeout: r.timeout(8 * time.Minute),
+		args: r.pick(nil, []string{"-limit", "100"}),
+	}, "calls.json", &f)
+	s.Cmds = append(s.Cmds, c)
+	if err != nil {
+		s.Err = err.Error()
+		return
+	}
+	bench := r.pick([]string{"-test.benchtime", "1s"}, []string{"-test.benchtime", "20x"})
+	shownBench := r.pick([]string{"-benchtime", "1s"}, []string{"-benchtime", "20x"})
+	step := spec{
+		shown: "go test", bin: r.testBinary("./services/inference/gorilla"), dir: "services/inference/gorilla", timeout: r.timeout(5 * time.Minute),
+		args:     append([]string{"-test.run", "^$", "-test.bench", "^BenchmarkStep$", "-test.benchmem", "-test.count", "1"}, bench...),
+		shownArg: append([]string{"-run", "^$", "-bench", "^BenchmarkStep$", "-benchmem", "-count", "1"}, append(shownBench, "./services/inference/gorilla")...),
+	}
+	sc := r.exec(ctx, step)
+	s.Cmds = append(s.Cmds, sc)
+	var sb *stepBench
+	if sc.Err != "" {
+		s.Err = "BenchmarkStep: " + sc.Err
+	} else if b, err := parseStep(sc.Output); err != nil {
+		s.Err = "BenchmarkStep: " + err.Error()
+	} else {
+		sb = &b
+	}
+	s.Rows = callsRows(f, sb)
+}
+
+func runLoop(ctx context.Context, r *runner, s *section) {
+	s.Intro = []string{
+		"The agent loop's own overhead: \"What is 2 plus 3?\" against the llama-server double replying at " +
+			"once (2 iterations and a compose request per query, every answer checked), sent by 1 and 32 " +
+			"clients over REST and gRPC, with every target in one process (`inproc`) and as one process per " +
+			"target (`micro`, the `toolmesh` binary built once with the rest). Overhead per iteration = " +
+			"(query time − the model's time, measured at a proxy in front of the double) ÷ 2. The issue " +
+			"gives no baseline program; its targets are the baseline: p50 ≤ 1 ms per iteration in one " +
+			"process, ≤ 1.5 ms in microservices mode, at 1 client.",
+	}
+	var f figures.Loop
+	common := []string{"-markdown", "-binary", r.program("./cmd/toolmesh")}
+	c, err := r.runJSON(ctx, spec{
+		shown: "go run ./bench/loop", bin: r.program("./bench/loop"), markdown: true, timeout: r.timeout(12 * time.Minute),
+		args: append(r.pick([]string{"-via", "rest,grpc", "-duration", "8s"},
+			[]string{"-via", "rest,grpc", "-clients", "1", "-duration", "1s", "-warmup", "200ms"}), common...),
+	}, "loop.json", &f)
+	s.Cmds = append(s.Cmds, c)
+	if err != nil {
+		s.Err = err.Error()
+		return
+	}
+	s.Rows = loopRows(f)
+}
+
+func runTracing(ctx context.Context, r *runner, s *section) {
+	col, err := r.collector(ctx)
+	if err != nil {
+		s.Err = "starting the span collector: " + err.Error()
+		return
+	}
+	defer col.stop()
+	pairs := 2
+	args := []string{"-mode", "inproc", "-clients", "1", "-via", "rest", "-duration", "8s", "-markdown"}
+	if r.quick {
+		pairs = 1
+		args = []string{"-mode", "inproc", "-clients", "1", "-via", "rest", "-duration", "1s", "-warmup", "200ms", "-markdown"}
+	}
+	s.Intro = []string{
+		"The agent-loop benchmark (one process, 1 client, REST) with tracing off (no exporter: spans " +
+			"unsampled, as toolmesh runs without an OTLP endpoint) and on (`OTEL_TRACES_SAMPLER=always_on`, " +
+			"every span exported over OTLP/gRPC), alternated " + strings.Repeat("off, on, ", pairs-1) + "off, on in this run. " +
+			"Target: at most 15 % overhead. Spans went to " + col.what + ".",
+	}
+	if !strings.HasPrefix(col.what, "Jaeger") {
+		s.Intro = append(s.Intro, "Issue 6 measured against a local Jaeger, whose own ingestion shares the "+
+			"2 cores; none is built here (`scripts/jaeger` builds one, about 5 minutes once, then the report "+
+			"uses it), so this figure is toolmesh's own cost of recording and exporting spans, without "+
+			"Jaeger's.")
+	}
+	on := []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + col.endpoint, "OTEL_EXPORTER_OTLP_INSECURE=true", "OTEL_TRACES_SAMPLER=always_on"}
+	var runs []tracingRun
+	for i := range 2 * pairs {
+		tracing := i%2 == 1
+		sp := spec{shown: "go run ./bench/loop", bin: r.program("./bench/loop"), markdown: true, timeout: r.timeout(5 * time.Minute),
+			args: append([]string(nil), args...)}
+		if tracing {
+			sp.env = on
+		}
+		var f figures.Loop
+		c, err := r.runJSON(ctx, sp, fmt.Sprintf("tracing-%d.json", i), &f)
+		s.Cmds = append(s.Cmds, c)
+		if err != nil {
+			s.Err = err.Error()
+			return
+		}
+		if row, ok := f.Find("inproc", "rest", 1); ok {
+			runs = append(runs, tracingRun{On: tracing, Row: row})
+		}
+	}
+	if st := col.stats(); st != "" {
+		s.Intro = append(s.Intro, "With tracing on, "+st+".")
+	}
+	s.Rows = tracingRows(runs, col.name())
+}
+
+// collector starts Jaeger when one is built, else the in-process sink.
+func (r *runner) collector(ctx context.Context) (*collector, error) {
+	if bin := jaegerBinary(r.root); bin != "" {
+		return startJaeger(ctx, bin, filepath.Join(r.tmp, "jaeger.log"))
+	}
+	return startSink()
+}
+
+// name is the collector in a few words, for the summary.
+func (c *collector) name() string {
+	if strings.HasPrefix(c.what, "Jaeger") {
+		return "a local Jaeger"
+	}
+	return "an in-process OTLP sink"
+}
+
+func runLoad(ctx context.Context, r *runner, s *section) {
+	s.Intro = []string{
+		"Open-loop traffic at a fixed rate against every target in one process with the demo MCP " +
+			"servers and the llama-server double: tool searches, direct calls, tool calls and questions in " +
+			"equal parts, every answer checked. The baseline is the same process before the load: resident " +
+			"memory, heap and goroutines after a warm-up, and again after the load once idle connections " +
+			"have timed out (`-settle`). Targets: no errors; memory flat (read here as at most 10 % more " +
+			"resident memory after than before).",
+	}
+	var f figures.Load
+	c, err := r.runJSON(ctx, spec{
+		shown: "go run ./bench/load", bin: r.program("./bench/load"), timeout: r.timeout(8 * time.Minute),
+		args: r.pick([]string{"-duration", "60s", "-rate", "200", "-settle", "95s"},
+			[]string{"-duration", "2s", "-rate", "20", "-warmup", "200ms"}),
+	}, "load.json", &f)
+	s.Cmds = append(s.Cmds, c)
+	if err != nil {
+		s.Err = err.Error()
+		return
+	}
+	s.Rows = loadRows(f)
+}
+
+func runConsole(ctx context.Context, r *runner, s *section) {
+	s.Intro = []string{
+		"The web console's browser test in headless Chromium against every target in one process: five " +
+			"first loads of the servers page, each in a fresh browser context, measured by the browser's " +
+			"Performance API (bytes transferred over the navigation and every resource; the time until the " +
+			"servers table is drawn). The figures are read from the test's log lines (internal/app is not " +
+			"a bench program, so it has no -json). Targets: first load under 200 KB, servers on screen " +
+			"under 300 ms.",
+	}
+	if r.chromium == "" {
+		s.Skip = "no headless Chromium here: `TOOLMESH_CHROMIUM` is not set and `.cache/chromium/chromium` does " +
+			"not exist. `make bench` installs it first with `eval \"$(./scripts/chromium)\"` (Debian's package, " +
+			"downloaded once into .cache); that failed or was not run."
+		return
+	}
+	c := r.exec(ctx, spec{
+		shown: "go test", bin: r.testBinary("./internal/app"), dir: "internal/app", timeout: r.timeout(5 * time.Minute),
+		env:      []string{"TOOLMESH_CHROMIUM=" + r.chromium},
+		args:     []string{"-test.run", "^TestConsole$/^servers", "-test.v", "-test.count", "1"},
+		shownArg: []string{"-count=1", "-run", "^TestConsole$/^servers", "-v", "./internal/app"},
+	})
+	s.Cmds = append(s.Cmds, c)
+	figs, skip, err := parseConsole(c.Output)
+	switch {
+	case c.Err != "":
+		s.Err = "the browser test failed: " + c.Err
+	case err != nil:
+		s.Err = err.Error()
+	case skip != "":
+		s.Skip = "the browser test skipped: " + skip
+	}
+	s.Rows = consoleRows(figs)
+}
+
+// sanity: the programs exist where the build put them (a typo in a package path would otherwise
+// read as a failed benchmark only at its turn).
+func (r *runner) check(chosen []benchmark) error {
+	for _, b := range chosen {
+		for _, p := range b.builds {
+			if _, err := os.Stat(r.program(p)); err != nil {
+				return fmt.Errorf("%s: %w", b.name, err)
+			}
+		}
+	}
+	return nil
+}

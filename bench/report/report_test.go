@@ -1,0 +1,318 @@
+package main
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/toolmesh/toolmesh/bench/internal/figures"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Canned figures: the executor's from NOTES.md ("Latest", 2026-12-02 15:11 UTC), the others
+// made up around their targets.
+var (
+	cannedExecutor = figures.Executor{Runs: 3, Calls: 2000, Concurrency: 64, Scenarios: []figures.ExecutorScenario{
+		{Name: "grpc-health", P50: 23, CallsPerSec: 56058},
+		{Transport: "sse", Name: "direct-held", P50: 132, CallsPerSec: 11326, CPUPerCall: 172, Calls: 175410},
+		{Transport: "sse", Name: "executor-grpc", P50: 234, CallsPerSec: 8698, CPUPerCall: 222, Calls: 136533},
+		{Transport: "sse", Name: "new-session", P50: 359, CallsPerSec: 3274, CPUPerCall: 594, Calls: 55102},
+		{Transport: "streamable-http", Name: "direct-held", P50: 118, CallsPerSec: 10265, CPUPerCall: 189, Calls: 160791},
+		{Transport: "streamable-http", Name: "executor-grpc", P50: 156, CallsPerSec: 7973, CPUPerCall: 242, Calls: 125062, Errors: 2},
+		{Transport: "streamable-http", Name: "new-session", P50: 420, CallsPerSec: 4232, CPUPerCall: 459, Calls: 70561},
+	}}
+	cannedRetrieval = figures.Retrieval{Queries: "queries-dev.jsonl", N: 1000, Tools: 1951, Methods: []figures.RetrievalMethod{
+		{Name: "bm25", R1: .655, R5: .887, MRR10: .821},
+		{Name: "default", R1: .674, R5: .919, MRR10: .903},
+	}}
+	cannedSpeed = figures.Speed{Method: "default", Sizes: []figures.SpeedSize{
+		{Tools: 1000, BuildSeconds: 0.05, SearchP99: 616},
+		{Tools: 10000, BuildSeconds: 0.70, SearchP99: 1021},
+		{Tools: 100000, BuildSeconds: 7.74, SearchP99: 4268},
+	}}
+	cannedCalls = figures.Calls{Cases: 1000, Parse: figures.Count{OK: 1000, N: 1000}, Validate: figures.Count{OK: 994, N: 1000},
+		Grammar: figures.Count{OK: 993, N: 1000}, Reject: figures.Count{OK: 1000, N: 1000}}
+	cannedLoop = figures.Loop{DurationSeconds: 8, Rows: []figures.LoopRow{
+		{Mode: "inproc", Via: "rest", Clients: 1, Queries: 3936, IterP50: 835, Target: 1000},
+		{Mode: "inproc", Via: "rest", Clients: 32, Queries: 8160, QPS: 814.6, IterP50: 16181, Target: 1000},
+		{Mode: "micro", Via: "grpc", Clients: 1, Queries: 1952, IterP50: 1519, Target: 1500},
+	}}
+	cannedTracing = []tracingRun{
+		{On: false, Row: figures.LoopRow{P50: 2.17, QPS: 423.2, CPUPerQuery: 2598}},
+		{On: true, Row: figures.LoopRow{P50: 2.52, QPS: 352.0, CPUPerQuery: 3187}},
+		{On: false, Row: figures.LoopRow{P50: 2.20, QPS: 411.4, CPUPerQuery: 2664}},
+		{On: true, Row: figures.LoopRow{P50: 2.44, QPS: 363.4, CPUPerQuery: 3107}},
+	}
+	cannedLoad = figures.Load{Rate: 200, DurationSeconds: 60, SettleSeconds: 95,
+		Kinds:     []figures.LoadRow{{Kind: "search", Sent: 3000, OK: 3000}, {Kind: "all", Sent: 12000, OK: 12000, P50: 2.15, P99: 1626.68, P999: 2303.19}},
+		RSSBefore: 479 * (1 << 20) / 10, RSSAfter: 467 * (1 << 20) / 10, HeapBefore: 135 * (1 << 20) / 10, HeapAfter: 105 * (1 << 20) / 10,
+		GoroutinesBefore: 242, GoroutinesAfter: 98}
+)
+
+// find returns the row whose measure contains substr.
+func find(t *testing.T, rows []row, substr string) row {
+	t.Helper()
+	for _, r := range rows {
+		if strings.Contains(r.Measure, substr) {
+			return r
+		}
+	}
+	t.Fatalf("no row with %q in %d rows", substr, len(rows))
+	return row{}
+}
+
+func TestSummaryRows(t *testing.T) {
+	tests := []struct {
+		name     string
+		rows     []row
+		measure  string
+		toolmesh string
+		baseline string
+		ratio    string
+		target   string
+		verdict  verdict
+	}{
+		{"executor p50 over direct, missed by 22 µs", executorRows(cannedExecutor), "sse: call p50, 1 caller (executor gRPC",
+			"234 µs", "132 µs", "1.77×", "≤ baseline + 80 µs (here +102 µs)", notMet},
+		{"executor p50 over direct, met", executorRows(cannedExecutor), "streamable-http: call p50, 1 caller (executor gRPC",
+			"156 µs", "118 µs", "1.32×", "≤ baseline + 80 µs (here +38 µs)", met},
+		{"executor calls/s ratio below 0.85", executorRows(cannedExecutor), "sse: calls/s, @64",
+			"8,698", "11,326", "0.77×", "ratio ≥ 0.85", notMet},
+		{"new session 1.53× slower: not 2.5×", executorRows(cannedExecutor), "sse: call p50, 1 caller (executor vs a new session",
+			"234 µs", "359 µs", "0.65×", "ratio ≤ 0.40 (new session ≥ 2.5× slower)", notMet},
+		{"new session 2.69× slower: met", executorRows(cannedExecutor), "streamable-http: call p50, 1 caller (executor vs a new session",
+			"156 µs", "420 µs", "0.37×", "ratio ≤ 0.40 (new session ≥ 2.5× slower)", met},
+		{"executor errors fail the target", executorRows(cannedExecutor), "streamable-http: failed calls",
+			"2 of 125,064", "0 of 160,791", "—", "0", notMet},
+		{"CPU per call is reported, not judged", executorRows(cannedExecutor), "sse: CPU per call",
+			"222 µs", "172 µs", "1.29×", "—", info},
+		{"recall@5 vs this run's bm25", retrievalRows(cannedRetrieval), "recall@5, default vs bm25 of this run",
+			"0.919", "0.887 (bm25, this run)", "1.04×", "≥ 0.95", notMet},
+		{"recall@5 vs the README", retrievalRows(cannedRetrieval), "recall@5, default vs the data README",
+			"0.919", "0.882 (README)", "1.04×", "≥ 0.95", notMet},
+		{"MRR@10 at the target", retrievalRows(cannedRetrieval), "MRR@10, default vs the data README",
+			"0.903", "0.813 (README)", "1.11×", "≥ 0.90", met},
+		{"10k p99 just over 1 ms", speedRows(cannedSpeed), "search p99 at 10,000",
+			"1,021 µs", "target 1,000 µs", "1.02×", "≤ 1,000 µs", notMet},
+		{"100k p99 under 10 ms", speedRows(cannedSpeed), "search p99 at 100,000",
+			"4,268 µs", "target 10,000 µs", "0.43×", "≤ 10,000 µs", met},
+		{"build 10k", speedRows(cannedSpeed), "index build",
+			"0.70 s", "target 2 s", "0.35×", "≤ 2 s", met},
+		{"calls: parse all", callsRows(cannedCalls, nil), "passing parse", "1000/1000", "—", "—", "1000/1000 (all)", met},
+		{"calls: validate not all", callsRows(cannedCalls, nil), "passing validate", "994/1000", "—", "—", "1000/1000 (all)", notMet},
+		{"calls: live not run", callsRows(cannedCalls, nil), "passing live", "not run", "—", "—", "all", "skipped: needs -llama URL and a model"},
+		{"step bench", callsRows(cannedCalls, &stepBench{NsPerOp: 249000, BytesPerOp: 176 * 1024, AllocsPerOp: 2329}), "BenchmarkStep",
+			"249 µs, 176 KB, 2,329 allocs", "—", "—", "—", info},
+		{"loop inproc under 1 ms", loopRows(cannedLoop), "one process, rest, 1 client",
+			"835 µs", "target 1,000 µs", "0.83×", "≤ 1,000 µs", met},
+		{"loop micro over 1.5 ms by 19 µs", loopRows(cannedLoop), "microservices, grpc, 1 client",
+			"1,519 µs", "target 1,500 µs", "1.01×", "≤ 1,500 µs", notMet},
+		{"loop 32 clients: info", loopRows(cannedLoop), "queries/s, inproc, rest, 32 clients", "815", "—", "—", "—", info},
+		{"loop errors", loopRows(cannedLoop), "failed queries", "0 of 14,048", "—", "—", "0", met},
+		{"tracing p50: +14 %", tracingRows(cannedTracing, "a local Jaeger"), "query p50",
+			"2.48 ms", "2.19 ms", "1.14×", "ratio ≤ 1.15", met},
+		{"tracing CPU: +20 %", tracingRows(cannedTracing, "a local Jaeger"), "CPU per query",
+			"3,147 µs", "2,631 µs", "1.20×", "ratio ≤ 1.15", notMet},
+		{"tracing q/s: −14 %", tracingRows(cannedTracing, "a local Jaeger"), "queries/s",
+			"357.7", "417.3", "0.86×", "ratio ≥ 0.87 (≤ 15% more time per query)", notMet},
+		{"load errors", loadRows(cannedLoad), "failed requests, 200 req/s for 60 s", "0 of 12,000", "—", "—", "0", met},
+		{"load RSS flat", loadRows(cannedLoad), "resident memory", "46.7 MiB", "47.9 MiB", "0.97×", "flat: ratio ≤ 1.10", met},
+		{"console bytes", consoleRows(consoleFigures{Requests: 5, TransferKB: 51.5, HaveTransfer: true}), "bytes transferred",
+			"51.5 KB", "target 200 KB", "0.26×", "< 200 KB", met},
+		{"console slow", consoleRows(consoleFigures{MinMS: 250, MedianMS: 320, MaxMS: 480, HaveServersMS: true}), "on screen",
+			"320 ms", "target 300 ms", "1.07×", "< 300 ms", notMet},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := find(t, tt.rows, tt.measure)
+			got := []string{r.Toolmesh, r.Baseline, ratioCell(r.Ratio), r.Target, string(r.Verdict)}
+			want := []string{tt.toolmesh, tt.baseline, tt.ratio, tt.target, string(tt.verdict)}
+			for i, col := range []string{"toolmesh", "baseline", "ratio", "target", "met"} {
+				if got[i] != want[i] {
+					t.Errorf("%s = %q, want %q (row %+v)", col, got[i], want[i], r)
+				}
+			}
+		})
+	}
+}
+
+func TestMissingFigures(t *testing.T) {
+	if r := find(t, speedRows(figures.Speed{Sizes: []figures.SpeedSize{{Tools: 1000}}}), "100,000"); r.Verdict != skipped ||
+		r.Toolmesh != "not measured in this run" {
+		t.Errorf("a size the run left out: %+v; want skipped, not measured", r)
+	}
+	if r := retrievalRows(figures.Retrieval{}); len(r) != 1 || r[0].Verdict != failed {
+		t.Errorf("no default method: %+v; want one failed row", r)
+	}
+	if r := tracingRows(cannedTracing[:1], "x"); len(r) != 1 || r[0].Verdict != failed {
+		t.Errorf("tracing without an 'on' run: %+v; want one failed row", r)
+	}
+	if !math.IsNaN(ratio(1, 0)) || ratioCell(ratio(1, 0)) != "—" {
+		t.Errorf("ratio over a zero baseline is %v, shown %q; want NaN, —", ratio(1, 0), ratioCell(ratio(1, 0)))
+	}
+}
+
+func TestRender(t *testing.T) {
+	doc := &document{
+		Generated: time.Date(2026, 12, 3, 9, 41, 0, 0, time.UTC),
+		Commit:    "abc123def456+dirty",
+		Quick:     true,
+		Machine: machine{CPU: "AMD EPYC", CPUs: 2, NumCPU: 2, GOMAXPROCS: "2", Memory: "23.5 GiB", Kernel: "linux 6.1",
+			OS: "Debian GNU/Linux 12 (bookworm)", Go: "go version go1.26.8 linux/amd64", LoadBefore: "0.50/0.40/0.30", LoadAfter: "1.90/1.20/0.70"},
+		Elapsed: 11*time.Minute + 30*time.Second,
+		Build:   40 * time.Second,
+		Sections: []section{
+			{Name: "executor", Issue: "2 executor", Title: "Executor call overhead (issue 2)", Intro: []string{"Executor against direct."},
+				Cmds: []command{{Line: "go run ./bench/executor -markdown -json $TMP/executor.json", Markdown: true,
+					Output: "| transport | scenario |\n|---|---|\n| sse | direct-held |\n", Elapsed: 3 * time.Minute, LoadBefore: "0.5", LoadAfter: "1.9"}},
+				Rows: executorRows(cannedExecutor)},
+			{Name: "load", Issue: "8 load", Title: "Load (issue 8)",
+				Cmds: []command{{Line: "go run ./bench/load -duration 60s", Err: "exit status 1", StderrTail: "load: mesh: port in use",
+					Output: "kind  sent\nall   12000\n"}},
+				Err: "go run ./bench/load: exit status 1"},
+			{Name: "console", Issue: "9 console", Title: "Web console first load (issue 9)", Skip: "no headless Chromium here"},
+		},
+	}
+	var b strings.Builder
+	if err := render(&b, doc); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"# Benchmark results\n",
+		"Generated by `make bench` at 2026-12-03 09:41 UTC, commit abc123def456+dirty; **do not edit**: analysis in [NOTES.md](NOTES.md).",
+		"**SMOKE RUN (`-quick`)**",
+		"The figures below are NOT measurements",
+		"| CPU | AMD EPYC |",
+		"| cores | 2 listed in /proc/cpuinfo, 2 usable (runtime.NumCPU) |",
+		"| GOMAXPROCS | 2 |",
+		"| memory | 23.5 GiB |",
+		"| kernel | linux 6.1 |",
+		"| OS | Debian GNU/Linux 12 (bookworm) |",
+		"| Go | go version go1.26.8 linux/amd64 |",
+		"| load average (1/5/15 min) | before 0.50/0.40/0.30, after 1.90/1.20/0.70 |",
+		"| run time | 11m30s in all, of which 40s building the programs |",
+		"**ratio = toolmesh ÷ baseline**",
+		"| issue | measure | toolmesh | baseline | ratio | target | met |\n|---|---|---:|---:|---:|---|---|\n",
+		"| 2 executor | sse: calls/s, @64 callers (executor vs direct) | 8,698 | 11,326 | 0.77× | ratio ≥ 0.85 | **not met** |\n",
+		"| 2 executor | streamable-http: call p50, 1 caller (executor gRPC vs direct held mcp-go call) | 156 µs | 118 µs | 1.32× | ≤ baseline + 80 µs (here +38 µs) | met |\n",
+		"| 8 load | Load (issue 8) | failed: go run ./bench/load: exit status 1 | — | — | — | **failed** |\n",
+		"| 9 console | Web console first load (issue 9) | not run | — | — | — | skipped: no headless Chromium here |\n",
+		"## Executor call overhead (issue 2)\n\nExecutor against direct.\n\nCommand (took 3m0s; load average 0.5 → 1.9):\n\n```sh\ngo run ./bench/executor -markdown -json $TMP/executor.json\n```\n\n| transport | scenario |\n|---|---|\n| sse | direct-held |\n",
+		"**failed: go run ./bench/load: exit status 1**",
+		"failed: exit status 1\n\n```text\nload: mesh: port in use\n```",
+		"```text\nkind  sent\nall   12000\n```",
+		"**Skipped**: no headless Chromium here",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("RESULTS.md lacks %q; got:\n%s", want, out)
+		}
+	}
+	if !doc.failed() {
+		t.Error("a document with a failed section reads as not failed")
+	}
+	// Without -quick, no smoke banner.
+	doc.Quick = false
+	b.Reset()
+	if err := render(&b, doc); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "SMOKE RUN") {
+		t.Error("a full run is marked as a smoke run")
+	}
+}
+
+func TestParseStep(t *testing.T) {
+	out := "goos: linux\ngoarch: amd64\npkg: github.com/toolmesh/toolmesh/services/inference/gorilla\n" +
+		"BenchmarkStep-2   \t    4790\t    249123 ns/op\t  180224 B/op\t    2329 allocs/op\nPASS\n"
+	got, err := parseStep(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != (stepBench{NsPerOp: 249123, BytesPerOp: 180224, AllocsPerOp: 2329}) {
+		t.Errorf("parseStep = %+v", got)
+	}
+	if _, err := parseStep("PASS\n"); err == nil || !strings.Contains(err.Error(), "BenchmarkStep") {
+		t.Errorf("no benchmark line: err = %v; want one naming BenchmarkStep", err)
+	}
+}
+
+func TestParseConsole(t *testing.T) {
+	ran := "=== RUN   TestConsole\n" +
+		"    console_test.go:253: first load: 5 requests, 51.5 KB transferred (50.0 KB of bodies); servers on screen 719 ms after navigation\n" +
+		"    console_test.go:262: servers on screen after navigation, 5 first loads: min 203 ms, median 298 ms, max 719 ms\n--- PASS: TestConsole (5.65s)\n"
+	c, skip, err := parseConsole(ran)
+	if err != nil || skip != "" {
+		t.Fatalf("parseConsole = %v, %q", err, skip)
+	}
+	if want := (consoleFigures{Requests: 5, TransferKB: 51.5, BodiesKB: 50, MinMS: 203, MedianMS: 298, MaxMS: 719, HaveTransfer: true, HaveServersMS: true}); c != want {
+		t.Errorf("parseConsole = %+v, want %+v", c, want)
+	}
+
+	skipped := "=== RUN   TestConsole\n    console_test.go:38: TOOLMESH_CHROMIUM is not set: the browser tests need ./scripts/chromium\n--- SKIP: TestConsole (0.00s)\nPASS\n"
+	if _, skip, err := parseConsole(skipped); err != nil || !strings.Contains(skip, "TOOLMESH_CHROMIUM is not set") {
+		t.Errorf("skipped test: skip %q, err %v; want the test's reason", skip, err)
+	}
+	if _, _, err := parseConsole("--- PASS: TestConsole (1s)\n"); err == nil {
+		t.Error("a run without figures parsed without an error")
+	}
+}
+
+func TestWriteAtomic(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "RESULTS.md")
+	for _, content := range []string{"old\n", "new\n"} {
+		if err := writeAtomic(path, []byte(content)); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(path); string(b) != content {
+			t.Errorf("file holds %q, want %q", b, content)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("%d files left in the folder, want only RESULTS.md", len(entries))
+	}
+	if err := writeAtomic(filepath.Join(dir, "missing", "RESULTS.md"), []byte("x")); err == nil {
+		t.Error("writing into a missing folder did not fail")
+	}
+}
+
+// TestQuickReport runs the whole report with -quick (about a minute and a half: it builds and
+// runs every program). Only with TOOLMESH_BENCH_SMOKE=1: CI's `go test -race ./...` must stay
+// fast, and the programs' own tests cover them there.
+func TestQuickReport(t *testing.T) {
+	if os.Getenv("TOOLMESH_BENCH_SMOKE") != "1" {
+		t.Skip("set TOOLMESH_BENCH_SMOKE=1 to run the -quick report end to end (about 90 s)")
+	}
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	t.Chdir(filepath.Join("..", ".."))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	out := filepath.Join(t.TempDir(), "RESULTS.md")
+	var progress strings.Builder
+	n, err := run(ctx, options{out: out, quick: true, only: []string{"retrieval", "speed", "calls", "loop", "load"}}, &progress)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, progress.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d benchmarks failed:\n%s", n, b)
+	}
+	for _, want := range []string{"SMOKE RUN", "## Summary", "| 5 agent loop | overhead per iteration p50, one process, rest, 1 client |", "## Load (issue 8)"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("RESULTS.md lacks %q:\n%s", want, b)
+		}
+	}
+}

@@ -1,0 +1,357 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/toolmesh/toolmesh/bench/internal/figures"
+)
+
+// verdict is a summary row's last column.
+type verdict string
+
+const (
+	met     verdict = "met"
+	notMet  verdict = "**not met**"
+	info    verdict = "—" // no target: reported for context
+	failed  verdict = "**failed**"
+	skipped verdict = "skipped"
+)
+
+func judge(ok bool) verdict {
+	if ok {
+		return met
+	}
+	return notMet
+}
+
+// row is one line of the summary table. Ratio is toolmesh ÷ baseline (NaN when there is no
+// baseline or it is zero).
+type row struct {
+	Issue    string
+	Measure  string
+	Toolmesh string
+	Baseline string
+	Ratio    float64
+	Target   string
+	Verdict  verdict
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 || math.IsNaN(a) || math.IsNaN(b) {
+		return math.NaN()
+	}
+	return a / b
+}
+
+// Targets of the issues, in one place so the summary and the test agree.
+const (
+	// issue 2
+	execMaxOverheadUS  = 80.0
+	execMinThroughput  = 0.85
+	execMinNewSessionX = 2.5
+	// issue 3
+	readmeBM25R1    = 0.646
+	readmeBM25R5    = 0.882
+	readmeBM25MRR10 = 0.813
+	targetR5        = 0.95
+	targetMRR10     = 0.90
+	target10kP99US  = 1000.0
+	target100kP99US = 10000.0
+	target10kBuildS = 2.0
+	// issue 6: tracing on costs at most 15 %
+	tracingMaxOverhead = 0.15
+	// issue 8: "flat" memory, read as at most 10 % more resident memory after the load
+	loadMaxRSSGrowth = 0.10
+	// issue 9
+	consoleBudgetKB = 200.0
+	consoleGoalMS   = 300.0
+)
+
+func us(v float64) string { return thousands(v, 0) + " µs" }
+
+// signedUS is a difference in µs with its sign, "+38 µs" or "-6 µs".
+func signedUS(v float64) string {
+	r := math.Round(v) + 0 // + 0 turns -0 into 0
+	if r >= 0 {
+		return "+" + us(r)
+	}
+	return us(r)
+}
+
+// thousands formats v with digits decimals and commas between thousands.
+func thousands(v float64, digits int) string {
+	s := fmt.Sprintf("%.*f", digits, v)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	whole, frac, _ := strings.Cut(s, ".")
+	var b strings.Builder
+	for i, c := range whole {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	out := b.String()
+	if frac != "" {
+		out += "." + frac
+	}
+	if neg {
+		out = "-" + out
+	}
+	return out
+}
+
+// executorRows compares the executor's gRPC API with a direct held mcp-go call and with a new
+// session per call (issue 2), per transport.
+func executorRows(f figures.Executor) []row {
+	const issue = "2 executor"
+	var rows []row
+	at := fmt.Sprintf("@%d", f.Concurrency)
+	for _, tr := range []string{"sse", "streamable-http"} {
+		d, okD := f.Find(tr, "direct-held")
+		e, okE := f.Find(tr, "executor-grpc")
+		if !okD || !okE {
+			continue
+		}
+		rows = append(rows,
+			row{issue, tr + ": call p50, 1 caller (executor gRPC vs direct held mcp-go call)",
+				us(e.P50), us(d.P50), ratio(e.P50, d.P50),
+				fmt.Sprintf("≤ baseline + %.0f µs (here %s)", execMaxOverheadUS, signedUS(e.P50-d.P50)),
+				judge(e.P50-d.P50 <= execMaxOverheadUS)},
+			row{issue, tr + ": calls/s, " + at + " callers (executor vs direct)",
+				thousands(e.CallsPerSec, 0), thousands(d.CallsPerSec, 0), ratio(e.CallsPerSec, d.CallsPerSec),
+				fmt.Sprintf("ratio ≥ %.2f", execMinThroughput), judge(ratio(e.CallsPerSec, d.CallsPerSec) >= execMinThroughput)},
+			row{issue, tr + ": CPU per call, " + at + " callers (executor vs direct)",
+				us(e.CPUPerCall), us(d.CPUPerCall), ratio(e.CPUPerCall, d.CPUPerCall), "—", info},
+		)
+		if n, ok := f.Find(tr, "new-session"); ok {
+			rows = append(rows, row{issue, tr + ": call p50, 1 caller (executor vs a new session per call)",
+				us(e.P50), us(n.P50), ratio(e.P50, n.P50),
+				fmt.Sprintf("ratio ≤ %.2f (new session ≥ %.1f× slower)", 1/execMinNewSessionX, execMinNewSessionX),
+				judge(e.P50 > 0 && n.P50/e.P50 >= execMinNewSessionX)})
+		}
+		rows = append(rows, row{issue, tr + ": failed calls (executor, direct)",
+			fmt.Sprintf("%d of %s", e.Errors, thousands(float64(e.Calls+e.Errors), 0)),
+			fmt.Sprintf("%d of %s", d.Errors, thousands(float64(d.Calls+d.Errors), 0)), math.NaN(), "0", judge(e.Errors == 0)})
+	}
+	return rows
+}
+
+// retrievalRows compares the embedded default with plain BM25: this run's own bm25 method and
+// the data README's published figure (issue 3).
+func retrievalRows(f figures.Retrieval) []row {
+	issue := "3 retrieval quality"
+	def, ok := f.Find("default")
+	if !ok {
+		return []row{{issue, "default method", "not in the run", "", math.NaN(), "", failed}}
+	}
+	split := fmt.Sprintf("(%s, %d queries, %d tools)", f.Queries, f.N, f.Tools)
+	var rows []row
+	add := func(measure string, got, base float64, baseName string, target float64) {
+		rows = append(rows, row{issue, measure + " " + split, fmt.Sprintf("%.3f", got), fmt.Sprintf("%.3f %s", base, baseName),
+			ratio(got, base), fmt.Sprintf("≥ %.2f", target), judge(got >= target)})
+	}
+	bm, haveBM := f.Find("bm25")
+	if haveBM {
+		add("recall@5, default vs bm25 of this run", def.R5, bm.R5, "(bm25, this run)", targetR5)
+	}
+	add("recall@5, default vs the data README's BM25", def.R5, readmeBM25R5, "(README)", targetR5)
+	if haveBM {
+		add("MRR@10, default vs bm25 of this run", def.MRR10, bm.MRR10, "(bm25, this run)", targetMRR10)
+	}
+	add("MRR@10, default vs the data README's BM25", def.MRR10, readmeBM25MRR10, "(README)", targetMRR10)
+	rows = append(rows, row{issue, "recall@1, default vs the data README's BM25 " + split, fmt.Sprintf("%.3f", def.R1),
+		fmt.Sprintf("%.3f (README)", readmeBM25R1), ratio(def.R1, readmeBM25R1), "—", info})
+	return rows
+}
+
+// speedRows hold the memory store's search and build times against the issue's targets (issue
+// 3); there is no other program to compare with, so the target is the baseline.
+func speedRows(f figures.Speed) []row {
+	issue := "3 retrieval speed"
+	var rows []row
+	for _, c := range []struct {
+		tools  int
+		target float64
+	}{{10000, target10kP99US}, {100000, target100kP99US}} {
+		s, ok := f.Find(c.tools)
+		name := fmt.Sprintf("search p99 at %s tools (memory store)", thousands(float64(c.tools), 0))
+		if !ok {
+			rows = append(rows, row{issue, name, "not measured in this run", "", math.NaN(), "≤ " + us(c.target), skipped})
+			continue
+		}
+		rows = append(rows, row{issue, name, us(s.SearchP99), "target " + us(c.target), ratio(s.SearchP99, c.target),
+			"≤ " + us(c.target), judge(s.SearchP99 <= c.target)})
+	}
+	if s, ok := f.Find(10000); ok {
+		rows = append(rows, row{issue, "index build, 10,000 tools", fmt.Sprintf("%.2f s", s.BuildSeconds),
+			fmt.Sprintf("target %.0f s", target10kBuildS), ratio(s.BuildSeconds, target10kBuildS),
+			fmt.Sprintf("≤ %.0f s", target10kBuildS), judge(s.BuildSeconds <= target10kBuildS)})
+	} else {
+		rows = append(rows, row{issue, "index build, 10,000 tools", "not measured in this run", "", math.NaN(),
+			fmt.Sprintf("≤ %.0f s", target10kBuildS), skipped})
+	}
+	return rows
+}
+
+// stepBench is `go test -bench BenchmarkStep` of services/inference/gorilla.
+type stepBench struct {
+	NsPerOp, BytesPerOp, AllocsPerOp float64
+}
+
+// callsRows are the BFCL checks of the Gorilla layer; the target is every case (issue 4).
+func callsRows(f figures.Calls, step *stepBench) []row {
+	issue := "4 inference calls"
+	var rows []row
+	for _, c := range []struct {
+		name string
+		n    figures.Count
+	}{{"parse", f.Parse}, {"validate", f.Validate}, {"grammar", f.Grammar}, {"reject", f.Reject}} {
+		rows = append(rows, row{issue, "BFCL cases passing " + c.name, fmt.Sprintf("%d/%d", c.n.OK, c.n.N), "—", math.NaN(),
+			fmt.Sprintf("%d/%d (all)", c.n.N, c.n.N), judge(c.n.N > 0 && c.n.OK == c.n.N)})
+	}
+	if f.Live.N == 0 {
+		rows = append(rows, row{issue, "BFCL cases passing live (a real llama-server)", "not run", "—", math.NaN(), "all",
+			"skipped: needs -llama URL and a model"})
+	} else {
+		rows = append(rows, row{issue, "BFCL cases passing live (a real llama-server)", fmt.Sprintf("%d/%d", f.Live.OK, f.Live.N), "—",
+			math.NaN(), fmt.Sprintf("%d/%d (all)", f.Live.N, f.Live.N), judge(f.Live.OK == f.Live.N)})
+	}
+	if step != nil {
+		rows = append(rows, row{issue, "prompt + grammar + parse, 8 tools, per step (BenchmarkStep)",
+			fmt.Sprintf("%s µs, %s KB, %s allocs", thousands(step.NsPerOp/1e3, 0), thousands(step.BytesPerOp/1024, 0), thousands(step.AllocsPerOp, 0)),
+			"—", math.NaN(), "—", info})
+	}
+	return rows
+}
+
+// loopRows hold the loop's own overhead per iteration at 1 client against the issue's target,
+// which is the baseline the issue gives (issue 5).
+func loopRows(f figures.Loop) []row {
+	issue := "5 agent loop"
+	var rows []row
+	errs, queries := 0, 0
+	for _, r := range f.Rows {
+		errs += r.Errors
+		queries += r.Queries + r.Errors
+		if r.Clients != 1 {
+			continue
+		}
+		mode := map[string]string{"inproc": "one process", "micro": "microservices"}[r.Mode]
+		if mode == "" {
+			mode = r.Mode
+		}
+		v := judge(r.IterP50 <= r.Target && r.Errors == 0 && r.Queries > 0)
+		rows = append(rows, row{issue, fmt.Sprintf("overhead per iteration p50, %s, %s, 1 client", mode, r.Via),
+			us(r.IterP50), "target " + us(r.Target), ratio(r.IterP50, r.Target), "≤ " + us(r.Target), v})
+	}
+	for _, r := range f.Rows {
+		if r.Clients == 1 {
+			continue
+		}
+		rows = append(rows, row{issue, fmt.Sprintf("queries/s, %s, %s, %d clients", r.Mode, r.Via, r.Clients),
+			thousands(r.QPS, 0), "—", math.NaN(), "—", info})
+	}
+	rows = append(rows, row{issue, "failed queries, all rows", fmt.Sprintf("%d of %s", errs, thousands(float64(queries), 0)),
+		"—", math.NaN(), "0", judge(errs == 0 && queries > 0)})
+	return rows
+}
+
+// tracingRun is one loop run with tracing on or off.
+type tracingRun struct {
+	On  bool
+	Row figures.LoopRow
+}
+
+// tracingRows compare tracing on (always_on, exported over OTLP) with off in the same run
+// (issue 6): the mean of the runs of each kind.
+func tracingRows(runs []tracingRun, sink string) []row {
+	issue := "6 tracing"
+	var on, off []figures.LoopRow
+	for _, r := range runs {
+		if r.On {
+			on = append(on, r.Row)
+		} else {
+			off = append(off, r.Row)
+		}
+	}
+	if len(on) == 0 || len(off) == 0 {
+		return []row{{issue, "tracing on vs off", "not measured", "", math.NaN(), "", failed}}
+	}
+	mean := func(rs []figures.LoopRow, f func(figures.LoopRow) float64) float64 {
+		var s float64
+		for _, r := range rs {
+			s += f(r)
+		}
+		return s / float64(len(rs))
+	}
+	n := fmt.Sprintf("mean of %d run(s) each, alternated; on = always_on to %s", len(on), sink)
+	p50On, p50Off := mean(on, func(r figures.LoopRow) float64 { return r.P50 }), mean(off, func(r figures.LoopRow) float64 { return r.P50 })
+	cpuOn, cpuOff := mean(on, func(r figures.LoopRow) float64 { return r.CPUPerQuery }), mean(off, func(r figures.LoopRow) float64 { return r.CPUPerQuery })
+	qpsOn, qpsOff := mean(on, func(r figures.LoopRow) float64 { return r.QPS }), mean(off, func(r figures.LoopRow) float64 { return r.QPS })
+	maxR := 1 + tracingMaxOverhead
+	errs := 0
+	for _, r := range runs {
+		errs += r.Row.Errors
+	}
+	return []row{
+		{issue, "query p50, tracing on vs off (" + n + ")", fmt.Sprintf("%.2f ms", p50On), fmt.Sprintf("%.2f ms", p50Off),
+			ratio(p50On, p50Off), fmt.Sprintf("ratio ≤ %.2f", maxR), judge(ratio(p50On, p50Off) <= maxR)},
+		{issue, "CPU per query, tracing on vs off", us(cpuOn), us(cpuOff), ratio(cpuOn, cpuOff),
+			fmt.Sprintf("ratio ≤ %.2f", maxR), judge(ratio(cpuOn, cpuOff) <= maxR)},
+		{issue, "queries/s, tracing on vs off", thousands(qpsOn, 1), thousands(qpsOff, 1), ratio(qpsOn, qpsOff),
+			fmt.Sprintf("ratio ≥ %.2f (≤ 15%% more time per query)", 1/maxR), judge(ratio(qpsOn, qpsOff) >= 1/maxR)},
+		{issue, "failed queries, tracing runs", fmt.Sprintf("%d", errs), "—", math.NaN(), "0", judge(errs == 0)},
+	}
+}
+
+// loadRows hold the open-loop load's errors and the process's memory before and after (issue 8).
+func loadRows(f figures.Load) []row {
+	issue := "8 load"
+	all, ok := f.All()
+	if !ok {
+		return []row{{issue, "load", "no requests", "", math.NaN(), "", failed}}
+	}
+	what := fmt.Sprintf("%.0f req/s for %.0f s", f.Rate, f.DurationSeconds)
+	mib := func(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
+	return []row{
+		{issue, "failed requests, " + what, fmt.Sprintf("%d of %s", all.Errors, thousands(float64(all.Sent), 0)), "—", math.NaN(), "0",
+			judge(all.Errors == 0 && all.Sent > 0)},
+		{issue, fmt.Sprintf("resident memory after vs before the load (%.0f s settle)", f.SettleSeconds),
+			mib(float64(f.RSSAfter)), mib(float64(f.RSSBefore)), ratio(float64(f.RSSAfter), float64(f.RSSBefore)),
+			fmt.Sprintf("flat: ratio ≤ %.2f", 1+loadMaxRSSGrowth), judge(ratio(float64(f.RSSAfter), float64(f.RSSBefore)) <= 1+loadMaxRSSGrowth)},
+		{issue, "heap in use after vs before", mib(float64(f.HeapAfter)), mib(float64(f.HeapBefore)),
+			ratio(float64(f.HeapAfter), float64(f.HeapBefore)), "—", info},
+		{issue, "goroutines after vs before", fmt.Sprintf("%d", f.GoroutinesAfter), fmt.Sprintf("%d", f.GoroutinesBefore),
+			ratio(float64(f.GoroutinesAfter), float64(f.GoroutinesBefore)), "—", info},
+		{issue, "latency p50 / p99 / p99.9, all kinds", fmt.Sprintf("%.2f / %.2f / %.2f ms", all.P50, all.P99, all.P999), "—",
+			math.NaN(), "—", info},
+	}
+}
+
+// consoleFigures is what the console's browser test logs about first loads.
+type consoleFigures struct {
+	Requests                    int
+	TransferKB, BodiesKB        float64
+	MinMS, MedianMS, MaxMS      float64
+	HaveTransfer, HaveServersMS bool
+}
+
+// consoleRows hold the web console's first load against the issue's budget and goal (issue 9).
+func consoleRows(c consoleFigures) []row {
+	issue := "9 console"
+	var rows []row
+	if c.HaveTransfer {
+		rows = append(rows, row{issue, fmt.Sprintf("first load, bytes transferred (%d requests)", c.Requests),
+			fmt.Sprintf("%.1f KB", c.TransferKB), fmt.Sprintf("target %.0f KB", consoleBudgetKB), ratio(c.TransferKB, consoleBudgetKB),
+			fmt.Sprintf("< %.0f KB", consoleBudgetKB), judge(c.TransferKB < consoleBudgetKB)})
+	}
+	if c.HaveServersMS {
+		rows = append(rows, row{issue, fmt.Sprintf("servers page on screen, median of 5 first loads (min %.0f, max %.0f ms)", c.MinMS, c.MaxMS),
+			fmt.Sprintf("%.0f ms", c.MedianMS), fmt.Sprintf("target %.0f ms", consoleGoalMS), ratio(c.MedianMS, consoleGoalMS),
+			fmt.Sprintf("< %.0f ms", consoleGoalMS), judge(c.MedianMS < consoleGoalMS)})
+	}
+	return rows
+}
