@@ -50,10 +50,19 @@ func (s *Service) SearchTools(ctx context.Context, req *toolmeshv1.RetrieverServ
 		k = defaultK
 	}
 	s.mu.Lock()
-	empty := !s.synced && len(s.known) == 0
+	building, indexed, lastErr := !s.synced && !s.kept, len(s.known), s.lastErr
 	s.mu.Unlock()
-	if empty {
-		return nil, status.Error(codes.Unavailable, errNotSynced.Error())
+	if building {
+		msg := errNotSynced.Error()
+		if indexed > 0 {
+			msg += fmt.Sprintf(" (%d tools indexed so far)", indexed)
+		}
+		// Say why: "not synced" alone hides that the store (Qdrant down) or the embedder is
+		// what fails the sync.
+		if lastErr != "" {
+			msg += "; last attempt: " + lastErr
+		}
+		return nil, status.Error(codes.Unavailable, msg)
 	}
 	ctx, span := s.tracer.Start(ctx, "retrieval "+s.source, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("gen_ai.operation.name", "retrieval"),

@@ -35,7 +35,8 @@ type toolIndex interface {
 }
 
 // upsertBatch bounds one index write, so a large catalog shows progress and a failure
-// loses little work.
+// loses little work. Both stores apply a write of this size whole or not at all (the qdrant
+// store sends it as one update), so a failed write never leaves half a batch searchable.
 const upsertBatch = 256
 
 // Service is the retriever.
@@ -52,6 +53,11 @@ type Service struct {
 	known   map[string]string // indexed id → hash, as last written
 	synced  bool              // a snapshot has been applied since start
 	lastErr string
+	// read is whether the index has been read once since start; kept whether it held tools
+	// then (an index kept from an earlier run), which may serve before the first sync. An
+	// index this process builds from empty serves only once complete: half built, it would
+	// answer with whatever tools happen to be written so far.
+	read, kept bool
 
 	revision atomic.Uint64
 
@@ -172,6 +178,9 @@ func (s *Service) reconcile(ctx context.Context, tools []*toolmeshv1.Tool) error
 	}
 	s.mu.Lock()
 	s.known = indexed
+	if !s.read {
+		s.read, s.kept = true, len(indexed) > 0
+	}
 	s.mu.Unlock()
 	inSnapshot := make(map[string]bool, len(tools))
 	for _, t := range tools {
@@ -186,7 +195,9 @@ func (s *Service) reconcile(ctx context.Context, tools []*toolmeshv1.Tool) error
 	return s.apply(ctx, tools, gone)
 }
 
-// apply indexes the tools whose hash changed and deletes the removed ids.
+// apply indexes the tools whose hash changed and deletes the removed ids. The deletes come
+// last: indexing (embedding) is the slow part that fails, and a failure there must leave the
+// old index serving whole, removed tools included, until the next snapshot repairs it.
 func (s *Service) apply(ctx context.Context, upserted []*toolmeshv1.Tool, removed []string) error {
 	s.mu.Lock()
 	var changed []*toolmeshv1.Tool
@@ -203,16 +214,6 @@ func (s *Service) apply(ctx context.Context, upserted []*toolmeshv1.Tool, remove
 	}
 	s.mu.Unlock()
 
-	if len(deleted) > 0 {
-		if err := s.idx.Delete(ctx, deleted); err != nil {
-			return fmt.Errorf("delete %d tools from the index: %w", len(deleted), err)
-		}
-		s.mu.Lock()
-		for _, id := range deleted {
-			delete(s.known, id)
-		}
-		s.mu.Unlock()
-	}
 	start := time.Now()
 	for i := 0; i < len(changed); i += upsertBatch {
 		batch := changed[i:min(i+upsertBatch, len(changed))]
@@ -230,6 +231,16 @@ func (s *Service) apply(ctx context.Context, upserted []*toolmeshv1.Tool, remove
 		if len(changed) > upsertBatch {
 			s.log.Info("indexing tools", "done", i+len(batch), "of", len(changed))
 		}
+	}
+	if len(deleted) > 0 {
+		if err := s.idx.Delete(ctx, deleted); err != nil {
+			return fmt.Errorf("delete %d tools from the index: %w", len(deleted), err)
+		}
+		s.mu.Lock()
+		for _, id := range deleted {
+			delete(s.known, id)
+		}
+		s.mu.Unlock()
 	}
 	if len(changed)+len(deleted) > 0 {
 		s.log.Info("tool index updated", "indexed", len(changed), "deleted", len(deleted), "took", time.Since(start))
