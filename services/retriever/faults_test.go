@@ -729,3 +729,85 @@ func TestFaultInterruptedFirstBuild(t *testing.T) {
 		t.Errorf("index after the build: %d tools, want %d", st.GetToolCount(), len(tools))
 	}
 }
+
+// TestFaultQdrantLostItsData: Qdrant comes back on the same address without its data (a
+// container restarted without its volume). The retriever notices on the first call that finds
+// the collection gone — a search, or a readiness probe when no search comes — and rebuilds the
+// index from the executor's tools without a restart; meanwhile every search either fails
+// UNAVAILABLE or answers from the whole index, never OK from an empty or half-built one.
+func TestFaultQdrantLostItsData(t *testing.T) {
+	for _, noticedBy := range []string{"search", "readiness probe"} {
+		t.Run(noticedBy, func(t *testing.T) {
+			checkFDs(t)
+			d, err := qdranttest.Listen("127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(d.Close)
+			cat := newCatalog(demoTools(t)...)
+			cfg := Config{ExecutorAddr: serveCatalog(t, cat), GRPCAddr: "127.0.0.1:0", Store: "qdrant", Embedder: "lexical",
+				QdrantAddr: d.Addr(), QdrantCollection: "faults", QdrantTimeout: 500 * time.Millisecond, ResyncBackoffMax: 200 * time.Millisecond}
+			s, err := New(context.Background(), cfg, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			run(t, s)
+			waitFor(t, 5*time.Second, "ready on a running Qdrant", func() string {
+				if ok, why := s.Ready(context.Background()); !ok {
+					return why
+				}
+				return ""
+			})
+
+			d.Stop()
+			empty, err := qdranttest.Listen(d.Addr())
+			if err != nil {
+				t.Skipf("could not take the port back for a new double: %v", err)
+			}
+			t.Cleanup(empty.Close)
+			var seen []string
+			saw := func(msg string) {
+				if !slices.Contains(seen, msg) {
+					seen = append(seen, msg)
+					t.Logf("while the index is rebuilt: %s", msg)
+				}
+			}
+			if noticedBy == "readiness probe" {
+				waitFor(t, 5*time.Second, "ready again", func() string {
+					ok, why := s.Ready(context.Background())
+					if !ok {
+						saw("not ready: " + why)
+						return why
+					}
+					return ""
+				})
+				if !slices.ContainsFunc(seen, func(m string) bool { return strings.Contains(m, "the stored index is gone") }) {
+					t.Errorf("readiness never said the index was gone; it said %q", seen)
+				}
+			}
+			waitFor(t, 5*time.Second, "the index rebuilt in the new Qdrant", func() string {
+				got, err := top(s, "add two numbers")
+				switch {
+				case err != nil && status.Code(err) != codes.Unavailable:
+					t.Fatalf("search while Qdrant lost its data: %v, want UNAVAILABLE or the right answer", err)
+				case err != nil:
+					saw("search: " + status.Convert(err).Message())
+					return err.Error()
+				case got != "calculator.add":
+					t.Fatalf("search while Qdrant lost its data: OK with top %q, want calculator.add or UNAVAILABLE", got)
+				}
+				return ""
+			})
+			hashes, err := s.idx.Hashes(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := slices.Sorted(maps.Keys(hashes)), ids(cat.current()); !slices.Equal(got, want) {
+				t.Errorf("index after the rebuild holds %v, want the executor's %v", got, want)
+			}
+			if ok, why := s.Ready(context.Background()); !ok {
+				t.Errorf("not ready after the rebuild: %s", why)
+			}
+		})
+	}
+}

@@ -17,6 +17,7 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/services/retriever/index"
+	"github.com/toolmesh/toolmesh/services/retriever/store"
 )
 
 const (
@@ -75,6 +76,9 @@ func (s *Service) SearchTools(ctx context.Context, req *toolmeshv1.RetrieverServ
 	if errors.Is(err, index.ErrEmptyQuery) {
 		span.SetAttributes(attribute.Int("toolmesh.retrieval.results", 0))
 		return nil, invalid.Field("query", "has no searchable words (only stop words, numbers or punctuation)")
+	}
+	if errors.Is(err, store.ErrLost) {
+		s.lost(fmt.Errorf("search: %w", err))
 	}
 	if err != nil {
 		span.SetStatus(otelcodes.Error, err.Error())

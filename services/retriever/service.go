@@ -21,6 +21,7 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
+	"github.com/toolmesh/toolmesh/services/retriever/store"
 )
 
 // toolIndex is what the service needs of the index: encode-and-store, delete, search.
@@ -58,6 +59,10 @@ type Service struct {
 	// index this process builds from empty serves only once complete: half built, it would
 	// answer with whatever tools happen to be written so far.
 	read, kept bool
+
+	// resubscribe ends the current WatchTools subscription with a cause, so that Run starts
+	// over from a fresh snapshot; nil between subscriptions.
+	resubscribe context.CancelCauseFunc
 
 	revision atomic.Uint64
 
@@ -141,8 +146,16 @@ func (s *Service) Run(ctx context.Context) error {
 
 // follow runs one WatchTools subscription until it fails.
 func (s *Service) follow(ctx context.Context, client toolmeshv1.ExecutorServiceClient) error {
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	sctx, cancel := context.WithCancelCause(ctx)
+	s.mu.Lock()
+	s.resubscribe = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.resubscribe = nil
+		s.mu.Unlock()
+		cancel(nil)
+	}()
 	stream, err := client.WatchTools(sctx, &toolmeshv1.WatchToolsRequest{})
 	if err != nil {
 		return fmt.Errorf("watch tools of executor at %s: %w", s.cfg.ExecutorAddr, err)
@@ -150,6 +163,9 @@ func (s *Service) follow(ctx context.Context, client toolmeshv1.ExecutorServiceC
 	for {
 		ev, err := stream.Recv()
 		if err != nil {
+			if ctx.Err() == nil && sctx.Err() != nil {
+				return context.Cause(sctx)
+			}
 			return fmt.Errorf("watch tools of executor at %s: %w", s.cfg.ExecutorAddr, err)
 		}
 		switch ev.GetType() {
@@ -252,6 +268,23 @@ func (s *Service) setErr(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastErr = err.Error()
+	if errors.Is(err, store.ErrLost) {
+		s.synced, s.kept, s.known = false, false, nil
+	}
+}
+
+// lost handles a store that found its index gone (store.ErrLost) outside the sync: searches
+// stop until the index is rebuilt (an empty or half-rebuilt one would answer wrongly, with
+// OK), and the sync starts over from a fresh snapshot, which writes every tool again.
+func (s *Service) lost(err error) {
+	s.setErr(err)
+	s.mu.Lock()
+	resubscribe := s.resubscribe
+	s.mu.Unlock()
+	s.log.Warn("the tool index store lost its index; rebuilding it", "err", err)
+	if resubscribe != nil {
+		resubscribe(err)
+	}
 }
 
 // Ready is true once the index has been synced with the executor and the store answers.
@@ -260,6 +293,9 @@ func (s *Service) Ready(ctx context.Context) (bool, string) {
 	synced, lastErr := s.synced, s.lastErr
 	s.mu.Unlock()
 	if err := s.ready(ctx); err != nil {
+		if errors.Is(err, store.ErrLost) {
+			s.lost(fmt.Errorf("store: %w", err))
+		}
 		return false, "store: " + err.Error()
 	}
 	if !synced {

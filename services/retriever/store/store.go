@@ -4,6 +4,7 @@ package store
 
 import (
 	"context"
+	"errors"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 )
@@ -63,3 +64,9 @@ type Store interface {
 	Ready(ctx context.Context) error
 	Close() error
 }
+
+// ErrLost is wrapped by the errors of a store that found its index gone behind its back (a
+// Qdrant collection deleted, a Qdrant restarted without its data). The store carries on with
+// an empty index; its user has to write every doc again, and should not serve searches from it
+// until then.
+var ErrLost = errors.New("the stored index is gone")

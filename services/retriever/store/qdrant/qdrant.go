@@ -305,10 +305,28 @@ func (s *Store) health(ctx context.Context) (string, error) {
 	return reply.GetVersion(), nil
 }
 
-// Ready reports whether Qdrant answers its health check and the collection is in place.
+// Ready reports whether Qdrant answers its health check and the collection is in place. A
+// collection that was in place and is gone is store.ErrLost (once: the next call creates it
+// again), so that readiness probes notice a Qdrant restarted without its data even when no
+// search or write runs into it.
 func (s *Store) Ready(ctx context.Context) error {
 	if _, err := s.health(ctx); err != nil {
 		return err
+	}
+	s.mu.Lock()
+	ensured := s.ensured
+	s.mu.Unlock()
+	if ensured {
+		ok, err := s.exists(ctx)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			s.mu.Lock()
+			s.ensured = false
+			s.mu.Unlock()
+			return fmt.Errorf("qdrant at %s: collection %q: %w (Qdrant restarted without its data, or the collection was deleted)", s.addr, s.collection, store.ErrLost)
+		}
 	}
 	return s.ensure(ctx)
 }
@@ -438,13 +456,15 @@ func (s *Store) checkSchema(info *qc.CollectionInfo) error {
 }
 
 // failed wraps a call's error, naming Qdrant's address (an unreachable Qdrant is otherwise only
-// "context deadline exceeded" or a dial error); a missing collection (deleted behind our back)
-// is re-created on the next call.
+// "context deadline exceeded" or a dial error). A missing collection (deleted behind our back,
+// or Qdrant restarted without its data) is store.ErrLost, and re-created on the next call.
 func (s *Store) failed(ctx context.Context, op string, err error) error {
 	if status.Code(err) == codes.NotFound {
 		s.mu.Lock()
 		s.ensured = false
 		s.mu.Unlock()
+		return fmt.Errorf("qdrant at %s: %s in collection %q: %w (Qdrant restarted without its data, or the collection was deleted): %w",
+			s.addr, op, s.collection, store.ErrLost, err)
 	}
 	if unreachable(ctx, err) {
 		return fmt.Errorf("%s: %s in collection %q: %w", s.down(err), op, s.collection, err)
