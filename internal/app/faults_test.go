@@ -72,8 +72,19 @@ func checkFDs(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		t.Errorf("open file descriptors: %d at the start, %d at the end", before, now)
+		t.Errorf("open file descriptors: %d at the start, %d at the end: %s", before, now, fdList())
 	})
+}
+
+// fdList says what the open descriptors are, for a failure message.
+func fdList() string {
+	es, _ := os.ReadDir("/proc/self/fd")
+	var out []string
+	for _, e := range es {
+		l, _ := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		out = append(out, e.Name()+"→"+l)
+	}
+	return strings.Join(out, " ")
 }
 
 func openFDs() (int, error) {
@@ -411,4 +422,105 @@ func TestFaultMCPServerKilledMidCall(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// TestFaultLlamaDownAndBack: llama-server is down when the mesh starts, comes up, goes down
+// again and comes back, all on one address: each query answers 503 naming the URL while it is
+// down and answers normally once it is back, with no restart of the mesh.
+func TestFaultLlamaDownAndBack(t *testing.T) {
+	checkFDs(t)
+	addr := freeAddr(t)
+	m := startMesh(t, "--llm-url=http://"+addr)
+	m.model.set("What is 2 plus 3?", addScript)
+
+	down := func(when string) {
+		t.Helper()
+		var code int
+		var b []byte
+		within(t, 10*time.Second, "a query while llama-server is down "+when, func() {
+			code, b = post(t, m.base+"/v1/query", `{"query":"What is 2 plus 3?"}`)
+		})
+		if e := decodeError(t, b); code != http.StatusServiceUnavailable || !strings.Contains(e.Message, addr) {
+			t.Errorf("down %s: %d %s; want 503 naming %s", when, code, b, addr)
+		}
+	}
+	up := func(when string) {
+		t.Helper()
+		eventually(t, 10*time.Second, "an answer once llama-server is back "+when, func() string {
+			code, b := post(t, m.base+"/v1/query", `{"query":"What is 2 plus 3?"}`)
+			if code != http.StatusOK || !strings.Contains(string(b), "2 plus 3 is 5.") {
+				return fmt.Sprintf("%d %s", code, b)
+			}
+			return ""
+		})
+	}
+
+	down("at start")
+	fwd := forward(t, addr, m.double.URL)
+	up("the first time")
+	fwd.close()
+	down("after it stopped")
+	fwd = forward(t, addr, m.double.URL)
+	up("again")
+	fwd.close()
+}
+
+// forwarder stands in for a llama-server process on addr: it relays connections to the double,
+// and close drops the listener and every connection, as a killed process would.
+type forwarder struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func forward(t *testing.T, addr, target string) *forwarder {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	// The address was freed a moment ago; give the kernel a moment if it is slow to let go.
+	for range 50 {
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &forwarder{ln: ln}
+	t.Cleanup(f.close)
+	to := strings.TrimPrefix(target, "http://")
+	f.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", to)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			f.mu.Lock()
+			f.conns = append(f.conns, c, u)
+			f.mu.Unlock()
+			// Plain copies: io.Copy between TCP conns would splice through a pipe pair that
+			// net keeps pooled, which checkFDs would count as a leak.
+			f.wg.Go(func() { _, _ = io.Copy(struct{ io.Writer }{u}, struct{ io.Reader }{c}); u.Close() })
+			f.wg.Go(func() { _, _ = io.Copy(struct{ io.Writer }{c}, struct{ io.Reader }{u}); c.Close() })
+		}
+	})
+	return f
+}
+
+func (f *forwarder) close() {
+	f.ln.Close()
+	f.mu.Lock()
+	for _, c := range f.conns {
+		c.Close()
+	}
+	f.conns = nil
+	f.mu.Unlock()
+	f.wg.Wait()
 }
