@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -297,17 +296,4 @@ func runConsole(ctx context.Context, r *runner, s *section) {
 		s.Skip = "the browser test skipped: " + skip
 	}
 	s.Rows = consoleRows(figs)
-}
-
-// sanity: the programs exist where the build put them (a typo in a package path would otherwise
-// read as a failed benchmark only at its turn).
-func (r *runner) check(chosen []benchmark) error {
-	for _, b := range chosen {
-		for _, p := range b.builds {
-			if _, err := os.Stat(r.program(p)); err != nil {
-				return fmt.Errorf("%s: %w", b.name, err)
-			}
-		}
-	}
-	return nil
 }

@@ -12,9 +12,11 @@
 //
 // A benchmark that fails does not lose the others: its section says "failed: <error>", the
 // summary has a failed row, the file is written, and the command exits 1. A run of many minutes
-// is worth keeping when one of eight programs breaks, and the failure stays visible in the file
-// and to make. A failure before any benchmark ran (a build, the checkout) or an interrupt
-// leaves the old file as it was.
+// is worth keeping when one of eight programs breaks (or does not build: each package is built
+// on its own, so work in progress elsewhere fails only the benchmarks that need it), and the
+// failure stays visible in the file and to make. An interrupt, or a failure before any
+// benchmark could run (not in the repository root, an unknown -only name), leaves the old file
+// as it was.
 package main
 
 import (
@@ -147,10 +149,8 @@ func run(ctx context.Context, o options, progress io.Writer) (int, error) {
 
 	// Build everything first, so no benchmark measures a compiler running beside it.
 	buildStart := time.Now()
-	if err := r.build(ctx, chosen, logf); err != nil {
-		return 0, err
-	}
-	if err := r.check(chosen); err != nil {
+	buildFailed := r.build(ctx, chosen, logf)
+	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	doc.Build = time.Since(buildStart)
@@ -163,8 +163,13 @@ func run(ctx context.Context, o options, progress io.Writer) (int, error) {
 		logf("[%d/%d] %s", i+1, len(chosen), b.name)
 		s := section{Name: b.name, Title: b.title, Issue: b.issue}
 		t0 := time.Now()
-		b.run(ctx, r, &s)
+		if err := buildErr(b, buildFailed); err != nil {
+			s.Err = "build: " + err.Error()
+		} else {
+			b.run(ctx, r, &s)
+		}
 		s.Elapsed = time.Since(t0)
+		s.Err = strings.ReplaceAll(s.Err, tmp, "$TMP")
 		if err := ctx.Err(); err != nil {
 			return 0, err // interrupted: the old file stays
 		}
@@ -229,42 +234,49 @@ type runner struct {
 	chromium  string // the chromium wrapper for the console's browser test, "" when there is none
 }
 
-// build compiles the chosen benchmarks' programs and test binaries into r.tmp.
-func (r *runner) build(ctx context.Context, chosen []benchmark, logf func(string, ...any)) error {
-	var mains, tests []string
-	for _, b := range chosen {
-		for _, p := range b.builds {
-			if !slices.Contains(mains, p) {
-				mains = append(mains, p)
-			}
+// build compiles the chosen benchmarks' programs and test binaries into r.tmp, one package at
+// a time, and returns why each package that did not build failed: a package broken by work in
+// progress elsewhere in the tree then fails only the benchmarks that need it.
+func (r *runner) build(ctx context.Context, chosen []benchmark, logf func(string, ...any)) map[string]error {
+	failed := map[string]error{}
+	done := map[string]bool{}
+	goCmd := func(pkg string, args ...string) {
+		if done[pkg] {
+			return
 		}
-		if b.name == "console" && r.chromium == "" {
-			continue // skipped: nothing to build
-		}
-		for _, p := range b.tests {
-			if !slices.Contains(tests, p) {
-				tests = append(tests, p)
-			}
-		}
-	}
-	goCmd := func(args ...string) error {
+		done[pkg] = true
 		logf("go %s", strings.Join(args, " "))
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir = r.root
 		var stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+			failed[pkg] = fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 		}
-		return nil
 	}
-	if len(mains) > 0 {
-		if err := goCmd(append([]string{"build", "-o", r.tmp + string(filepath.Separator)}, mains...)...); err != nil {
+	for _, b := range chosen {
+		for _, p := range b.builds {
+			goCmd(p, "build", "-o", r.program(p), p)
+		}
+		if b.name == "console" && r.chromium == "" {
+			continue // skipped: nothing to build
+		}
+		for _, p := range b.tests {
+			goCmd(p+" (tests)", "test", "-c", "-o", r.testBinary(p), p)
+		}
+	}
+	return failed
+}
+
+// buildErr is why b cannot run for want of a program, or nil.
+func buildErr(b benchmark, failed map[string]error) error {
+	for _, p := range b.builds {
+		if err := failed[p]; err != nil {
 			return err
 		}
 	}
-	for _, p := range tests {
-		if err := goCmd("test", "-c", "-o", r.testBinary(p), p); err != nil {
+	for _, p := range b.tests {
+		if err := failed[p+" (tests)"]; err != nil {
 			return err
 		}
 	}

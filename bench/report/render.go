@@ -164,7 +164,11 @@ func render(w io.Writer, d *document) error {
 			p("**Skipped**: %s\n\n", s.Skip)
 		}
 		if s.Err != "" {
-			p("**failed: %s**\n\n", s.Err)
+			first, rest, _ := strings.Cut(strings.TrimSpace(s.Err), "\n")
+			p("**failed: %s**\n\n", first)
+			if rest != "" {
+				fence(&b, "text", rest)
+			}
 		}
 		for _, c := range s.Cmds {
 			p("Command (took %s; load average %s → %s):\n\n", duration(c.Elapsed), c.LoadBefore, c.LoadAfter)
