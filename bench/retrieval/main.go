@@ -4,6 +4,11 @@
 //
 //	go run ./bench/retrieval [-pool POOL.jsonl] [-queries QUERIES.jsonl] [-k 10] [-methods a,b]
 //	go run ./bench/retrieval -speed [-sizes 1000,10000,100000]
+//	go run ./bench/retrieval -methods "bm25 default hybrid dense" -embed-url http://127.0.0.1:8089
+//
+// -embed-url names an OpenAI-compatible embeddings server (bench/embedserver) for the methods
+// that search dense vectors too (hybrid, dense); their vectors are cached under the temporary
+// directory (-embed-cache).
 //
 // -json FILE also writes the headline figures for bench/report.
 //
@@ -55,6 +60,9 @@ func main() {
 	speedMethod := flag.String("speed-method", "default", "method whose search options -speed uses (its encoder knobs are ignored: the default encoder is used)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	misses := flag.String("misses", "", "print the queries this method misses at rank 5")
+	embedURL := flag.String("embed-url", "", "OpenAI-compatible embeddings server for the hybrid and dense methods (e.g. bench/embedserver's http://127.0.0.1:8089)")
+	embedModel := flag.String("embed-model", "use-lite-512", "model name sent to -embed-url; it also keys the vector cache")
+	embedCache := flag.String("embed-cache", "", "vector cache file (default: toolmesh-embedcache-MODEL.bin in the temporary directory; none: no cache)")
 	jsonPath := flag.String("json", "", "also write the headline figures as JSON to this file, for bench/report: each method's overall figures on -queries (quality), or each size's row (-speed)")
 	flag.Parse()
 
@@ -119,6 +127,12 @@ func main() {
 		}
 		chosen = append(chosen, m)
 	}
+	if err := openDense(chosen, *embedURL, *embedModel, *embedCache); err != nil {
+		fatal(err)
+	}
+	if denseEmbedder != nil {
+		defer denseEmbedder.Close()
+	}
 	ctx := context.Background()
 	var last string
 	var fig figures.Retrieval
@@ -141,6 +155,7 @@ func main() {
 				fatal(err)
 			}
 			printResult(os.Stdout, m, res, *k)
+			reportDense(os.Stdout, m)
 			fmt.Printf("exact overall: R@5=%.4f MRR@10=%.4f\n\n", res.overall.recall[5], res.overall.mrr)
 			if m.name == *misses {
 				printMisses(os.Stdout, res)
@@ -186,6 +201,8 @@ type method struct {
 	doc  string
 	cfg  func(p *poolStats) lexical.Config
 	opt  index.Options
+	// dense: the index also holds the -embed-url model's vectors (denseOf).
+	dense bool
 }
 
 type poolStats struct{ avgDocLen float64 }
@@ -304,7 +321,7 @@ func lookup(spec string) (method, bool) {
 
 func build(ctx context.Context, pool []*toolmeshv1.Tool, m method) (*index.Index, error) {
 	ps := stats(pool)
-	ix := index.NewWithOptions(memory.New(), lexical.New(m.cfg(ps)), nil, m.opt)
+	ix := index.NewWithOptions(memory.New(), lexical.New(m.cfg(ps)), denseOf(m), m.opt)
 	return ix, ix.Upsert(ctx, pool)
 }
 
