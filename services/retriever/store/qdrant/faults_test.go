@@ -89,21 +89,26 @@ func TestQdrantFaults(t *testing.T) {
 		fault  func(ctx context.Context) error
 		op     func(ctx context.Context) error
 		want   string
+		// cancel, when set, is when the caller gives up (a shutdown mid-write).
+		cancel time.Duration
 	}{
 		{"upsert rejected", qc.Points_Upsert_FullMethodName,
 			func(context.Context) error { return status.Error(codes.Internal, "No space left on device") },
 			func(ctx context.Context) error { return s.Upsert(ctx, batch) },
-			"qdrant at " + d.Addr() + `: upsert in collection "` + s.Collection() + `"`},
+			"qdrant at " + d.Addr() + `: upsert in collection "` + s.Collection() + `"`, 0},
 		{"upsert hangs", qc.Points_Upsert_FullMethodName, hang,
 			func(ctx context.Context) error { return s.Upsert(ctx, batch) },
-			"qdrant at " + d.Addr() + " did not answer within " + timeout.String() + ": upsert"},
+			"qdrant at " + d.Addr() + " did not answer within " + timeout.String() + ": upsert", 0},
+		{"upsert cancelled by the caller", qc.Points_Upsert_FullMethodName, hang,
+			func(ctx context.Context) error { return s.Upsert(ctx, batch) },
+			"qdrant at " + d.Addr() + `: upsert in collection "` + s.Collection() + `": `, 50 * time.Millisecond},
 		{"search hangs", qc.Points_Query_FullMethodName, hang,
 			func(ctx context.Context) error { _, err := s.Search(ctx, q); return err },
-			"qdrant at " + d.Addr() + " did not answer within " + timeout.String() + ": query"},
+			"qdrant at " + d.Addr() + " did not answer within " + timeout.String() + ": query", 0},
 		{"scroll rejected", qc.Points_Scroll_FullMethodName,
 			func(context.Context) error { return status.Error(codes.Unavailable, "shutting down") },
 			func(ctx context.Context) error { _, err := s.Hashes(ctx); return err },
-			"qdrant at " + d.Addr() + " is not reachable: scroll"},
+			"qdrant at " + d.Addr() + " is not reachable: scroll", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			upserts := d.Calls(qc.Points_Upsert_FullMethodName)
@@ -113,8 +118,14 @@ func TestQdrantFaults(t *testing.T) {
 				}
 				return nil
 			})
+			ctx := t.Context()
+			if tc.cancel > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.cancel)
+				defer cancel()
+			}
 			start := time.Now()
-			err := tc.op(t.Context())
+			err := tc.op(ctx)
 			took := time.Since(start)
 			d.SetFault(nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
