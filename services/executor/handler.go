@@ -52,8 +52,8 @@ func (s *Service) CallTool(ctx context.Context, req *toolmeshv1.ExecutorServiceC
 		return nil, toStatus(err)
 	}
 	out := resultToProto(res)
-	// The wire limit (see limit.go) does not bound this: JSON numbers grow in
-	// structpb, and stdio and SSE results are not read through it.
+	// The wire limits (limit.go) do not bound this: JSON numbers grow in
+	// structpb, and stdio and SSE lines are only cut at lineLimit.
 	if n := proto.Size(out); n > s.cfg.MaxResultBytes {
 		return nil, toStatus(&resultTooLargeError{tool: req.GetToolId(), size: int64(n), limit: s.cfg.MaxResultBytes})
 	}

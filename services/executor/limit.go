@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +9,10 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"regexp"
 	"sync/atomic"
+
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // errorBodyLimit bounds the body of a non-2xx HTTP answer: mcp-go reads all
@@ -26,6 +30,7 @@ type answerProbe struct {
 	limit    int64 // 0: none
 	tripped  atomic.Bool
 	size     atomic.Int64 // the Content-Length when that alone tripped it; else 0
+	cut      atomic.Int64 // the line limit, when lineCap replaced the answer
 	complete atomic.Bool  // a body was read to its clean end
 }
 
@@ -56,6 +61,9 @@ func (l *answerProbe) err(tool string) error {
 	if n := l.size.Load(); n > 0 {
 		return &resultTooLargeError{tool: tool, size: n, limit: int(l.limit)}
 	}
+	if n := l.cut.Load(); n > 0 {
+		return &resultTooLargeError{tool: tool, size: n, over: true, limit: int(l.limit)}
+	}
 	return &resultTooLargeError{tool: tool, size: l.limit, over: true, limit: int(l.limit)}
 }
 
@@ -79,6 +87,12 @@ func (t limitBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	l, ok := r.Context().Value(answerProbeKey{}).(*answerProbe)
 	if !ok {
+		if h, ok := r.Context().Value(lineCapKey{}).(*hooks); ok {
+			resp.Body = struct {
+				io.Reader
+				io.Closer
+			}{newLineCap(resp.Body, h.maxLine, h), resp.Body}
+		}
 		return resp, nil
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
@@ -143,3 +157,159 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 }
 
 func (b *limitedBody) Close() error { return b.rc.Close() }
+
+// lineCapKey marks the context of a legacy SSE connection, whose event
+// stream is read through a lineCap.
+type lineCapKey struct{}
+
+// lineLimit is the longest line lineCap passes on: the result limit, but no
+// less than minLineLimit, because the line may be a tools/list answer too,
+// which the result limit is not meant for. A result between the two is still
+// refused, by its size, after decoding (handler.go).
+func lineLimit(cfg Config) int { return max(cfg.MaxResultBytes, minLineLimit) }
+
+// minLineLimit is a variable for the tests.
+var minLineLimit = 16 << 20
+
+// lineCap bounds the lines of a stream that carries the answers of many
+// requests: stdio's stdout and the legacy SSE transport's event stream. A
+// line longer than limit is not passed on: its middle is dropped as it
+// arrives, and it is replaced with a JSON-RPC error answer to the same id,
+// so one oversized answer costs the executor the limit, fails its own call
+// only (hooks.after turns it into RESOURCE_EXHAUSTED), and keeps the
+// connection. The id is taken from the line's first bytes (before "result",
+// as mcp-go and the Python SDK write it) or its last ones (the TypeScript
+// SDK puts it last); a line with neither is dropped, and its call times out.
+type lineCap struct {
+	r        io.Reader
+	limit    int
+	h        *hooks
+	rbuf     []byte
+	line     []byte // the current line, while it is under the limit
+	out      []byte // ready for the reader from off on
+	off      int
+	dropping bool   // the current line went over the limit
+	head     []byte // first bytes of the dropped line
+	tail     []byte // last bytes of the dropped line
+	err      error
+}
+
+const capKeep = 512 // bytes kept of each end of a dropped line
+
+func newLineCap(r io.Reader, limit int, h *hooks) *lineCap {
+	return &lineCap{r: r, limit: limit, h: h, rbuf: make([]byte, 32<<10)}
+}
+
+func (c *lineCap) Read(p []byte) (int, error) {
+	for c.off == len(c.out) {
+		if c.err != nil {
+			if len(c.line) > 0 && !c.dropping {
+				c.out = append(c.out, c.line...) // an unterminated last line
+				c.line = nil
+				break
+			}
+			return 0, c.err
+		}
+		n, err := c.r.Read(c.rbuf)
+		c.feed(c.rbuf[:n])
+		c.err = err
+	}
+	n := copy(p, c.out[c.off:])
+	c.off += n
+	if c.off == len(c.out) {
+		c.out, c.off = c.shrink(c.out), 0
+	}
+	return n, nil
+}
+
+func (c *lineCap) feed(b []byte) {
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		seg := b
+		if i >= 0 {
+			seg = b[:i+1]
+		}
+		b = b[len(seg):]
+		if !c.dropping {
+			if need := len(c.line) + len(seg); need <= c.limit {
+				if need > cap(c.line) {
+					// Double: append grows large slices by 1.25x, which
+					// allocates ~5x a 16 MiB line on the way.
+					l := make([]byte, len(c.line), min(max(2*cap(c.line), need, 4<<10), c.limit))
+					copy(l, c.line)
+					c.line = l
+				}
+				c.line = append(c.line, seg...)
+				if i >= 0 {
+					c.out = append(c.out, c.line...)
+					c.line = c.shrink(c.line)
+				}
+				continue
+			}
+			c.dropping = true
+			c.head = append(c.head[:0], c.line[:min(len(c.line), capKeep)]...)
+			if len(c.head) < capKeep {
+				c.head = append(c.head, seg[:min(len(seg), capKeep-len(c.head))]...)
+			}
+			c.tail = c.tail[:0]
+			c.keepTail(c.line)
+			c.line = c.shrink(c.line)
+		}
+		c.keepTail(seg)
+		if i >= 0 {
+			c.out = append(c.out, c.replacement()...)
+			c.dropping = false
+		}
+	}
+}
+
+// shrink empties a line buffer, and lets a large one go: one huge answer
+// should not pin its size for the life of the connection.
+func (c *lineCap) shrink(b []byte) []byte {
+	if cap(b) > 64<<10 {
+		return nil
+	}
+	return b[:0]
+}
+
+func (c *lineCap) keepTail(b []byte) {
+	if len(b) >= capKeep {
+		c.tail = append(c.tail[:0], b[len(b)-capKeep:]...)
+		return
+	}
+	c.tail = append(c.tail, b...)
+	if len(c.tail) > capKeep {
+		c.tail = append(c.tail[:0], c.tail[len(c.tail)-capKeep:]...)
+	}
+}
+
+var (
+	headIDRE = regexp.MustCompile(`^\s*(?:data:\s*)?\{(?:[^"]|"(?:[^"\\]|\\.)*")*?"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?[0-9]+)`)
+	tailIDRE = regexp.MustCompile(`"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?[0-9]+)\s*\}\s*$`)
+)
+
+// oversizedMessage marks the answers lineCap made.
+const oversizedMessage = "toolmesh: answer over executor.max-result-bytes, dropped"
+
+func (c *lineCap) replacement() []byte {
+	prefix := ""
+	if bytes.HasPrefix(c.head, []byte("data:")) {
+		prefix = "data: "
+	}
+	id := ""
+	head := c.head
+	if r := bytes.Index(head, []byte(`"result"`)); r >= 0 {
+		head = head[:r] // an "id" after "result" may be the result's own
+	}
+	if m := headIDRE.FindSubmatch(head); m != nil {
+		id = string(m[1])
+	} else if m := tailIDRE.FindSubmatch(c.tail); m != nil {
+		id = string(m[1])
+	}
+	if id == "" {
+		return nil
+	}
+	c.h.oversized.Store(id, struct{}{})
+	return fmt.Appendf(nil, `%s{"jsonrpc":"2.0","id":%s,"error":{"code":%d,"message":%q}}`+"\n",
+		prefix, id, mcp.INTERNAL_ERROR, oversizedMessage)
+}

@@ -372,8 +372,10 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ []*tool, err erro
 		if err != nil {
 			return nil, nil, fmt.Errorf("sse transport: %w", err)
 		}
-		cn.hooks = &hooks{cancelOverHTTP: true, notify: sse.SendNotification}
+		cn.hooks = &hooks{cancelOverHTTP: true, notify: sse.SendNotification, maxLine: lineLimit(s.cfg)}
 		tr = &sseTransport{SSE: sse, h: cn.hooks}
+		// Start's context is the event stream's: limitBodies reads it through a lineCap.
+		cctx = context.WithValue(cctx, lineCapKey{}, cn.hooks)
 	case mcpconfig.TransportStreamableHTTP:
 		hopts := []transport.StreamableHTTPCOption{
 			transport.WithHTTPBasicClient(s.httpClient),
@@ -395,8 +397,8 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ []*tool, err erro
 			return nil, nil, err
 		}
 		cn.proc = p
-		stdio := transport.NewIO(p.stdout, p.stdin, nil)
-		cn.hooks = &hooks{}
+		cn.hooks = &hooks{maxLine: lineLimit(s.cfg)}
+		stdio := transport.NewIO(newLineCap(p.stdout, cn.hooks.maxLine, cn.hooks), p.stdin, nil)
 		tr = &stdioTransport{Stdio: stdio, h: cn.hooks}
 		cn.wg.Add(1)
 		go func() {

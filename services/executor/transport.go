@@ -52,11 +52,25 @@ type hooks struct {
 	modern           atomic.Bool
 	notify           func(context.Context, mcp.JSONRPCNotification) error
 	wg               sync.WaitGroup
+	// maxLine and oversized: see lineCap; oversized holds the JSON ids of
+	// the answers it replaced.
+	maxLine   int
+	oversized sync.Map
 }
 
 func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *transport.JSONRPCResponse, err error) *transport.JSONRPCResponse {
 	if r := rpcFrom(ctx); r != nil {
 		r.answered(req, resp)
+	}
+	if resp != nil && resp.Error != nil && resp.Error.Message == oversizedMessage {
+		if id, err := json.Marshal(req.ID); err == nil {
+			if _, ok := h.oversized.LoadAndDelete(string(id)); ok {
+				if p, ok := ctx.Value(answerProbeKey{}).(*answerProbe); ok {
+					p.tripped.Store(true)
+					p.cut.Store(int64(h.maxLine))
+				}
+			}
+		}
 	}
 	switch req.Method {
 	case string(mcp.MethodToolsList):
