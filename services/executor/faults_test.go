@@ -585,25 +585,77 @@ func TestFaultOversizedResult(t *testing.T) {
 	}
 }
 
-// TestFaultOversizedResultSSE: over the legacy SSE transport the answer comes
-// on the shared event stream, which is not read through the wire limit; the
-// gRPC response is still bounded, and the session survives.
-func TestFaultOversizedResultSSE(t *testing.T) {
-	checkFDs(t)
-	ts := newTestMCP("bigsse", 0)
+const envBigTool = "EXECUTOR_TEST_BIG_TOOL"
+
+// addBigTool adds "big", which answers with n bytes of text.
+func addBigTool(ts *testMCP) {
 	ts.srv.AddTool(mcp.NewTool("big", mcp.WithNumber("n", mcp.Required())), func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		n, _ := r.RequireFloat("n")
 		return mcp.NewToolResultText(strings.Repeat("x", int(n))), nil
 	})
-	hh := newHTTPHarness(t, sseHandler(fixed(ts)))
-	h := startExecutor(t, Config{MaxResultBytes: 64 << 10, Servers: map[string]mcpconfig.Server{
-		"bigsse": {Transport: mcpconfig.TransportSSE, URL: "http://" + hh.addr + "/sse"},
-	}})
-	h.waitReady(t)
-	_, err := call(t, h, "bigsse.big", map[string]any{"n": 2 << 20})
-	wantCode(t, err, codes.ResourceExhausted, `result of tool "bigsse.big" is 2097`, "over the 65536-byte limit (executor.max-result-bytes)")
-	if r, err := call(t, h, "bigsse.big", map[string]any{"n": 60 << 10}); err != nil || len(text(r)) != 60<<10 {
-		t.Fatalf("a result under the limit: %d bytes, %v", len(text(r)), err)
+}
+
+// TestFaultOversizedResultStream: over stdio and the legacy SSE transport the
+// answers of all calls share one stream. A line over minLineLimit (16 MiB;
+// 1 MiB here, to keep the test fast) is dropped as it arrives and answered
+// in its place (RESOURCE_EXHAUSTED for its call only); a smaller one over the
+// limit is refused after decoding; either way the connection stays (same
+// connected_at) and the next call works.
+func TestFaultOversizedResultStream(t *testing.T) {
+	const limit = 64 << 10
+	defer func(v int) { minLineLimit = v }(minLineLimit)
+	minLineLimit = 1 << 20
+	cases := []struct {
+		name  string
+		stdio bool
+	}{{"stdio", true}, {"sse", false}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			checkFDs(t)
+			var srv mcpconfig.Server
+			if tc.stdio {
+				srv, _ = stdioServer(t, 0)
+				srv.Env[envBigTool] = "1"
+			} else {
+				ts := newTestMCP("big", 0)
+				addBigTool(ts)
+				hh := newHTTPHarness(t, sseHandler(fixed(ts)))
+				srv = mcpconfig.Server{Transport: mcpconfig.TransportSSE, URL: "http://" + hh.addr + "/sse"}
+			}
+			h := startExecutor(t, Config{MaxResultBytes: limit, Servers: map[string]mcpconfig.Server{"big": srv}})
+			h.waitReady(t)
+			up := serverState(t, h, "big").GetConnectedAt().AsTime()
+
+			for _, c := range []struct {
+				n        int
+				contains []string
+			}{
+				{512 << 10, []string{`result of tool "big.big" is 5243`, "bytes, over the 65536-byte limit (executor.max-result-bytes)"}},
+				{8 << 20, []string{`result of tool "big.big" is more than 1048576 bytes, over the 65536-byte limit`}},
+			} {
+				runtime.GC()
+				var m0, m1 runtime.MemStats
+				runtime.ReadMemStats(&m0)
+				start := time.Now()
+				_, err := call(t, h, "big.big", map[string]any{"n": c.n})
+				runtime.ReadMemStats(&m1)
+				alloc := m1.TotalAlloc - m0.TotalAlloc
+				t.Logf("%d KiB answer: %s, %d KiB allocated in the process", c.n>>10, time.Since(start).Round(time.Millisecond), alloc>>10)
+				wantCode(t, err, codes.ResourceExhausted, c.contains...)
+				if tc.stdio && c.n == 8<<20 && alloc > 8<<20 {
+					// The server is another process: this is the executor.
+					// Reading the line whole allocates several times its size.
+					t.Errorf("allocated %d MiB for an 8 MiB answer dropped at 1 MiB", alloc>>20)
+				}
+				if r, err := call(t, h, "big.big", map[string]any{"n": 60 << 10}); err != nil || len(text(r)) != 60<<10 {
+					t.Fatalf("a result under the limit: %d bytes, %v", len(text(r)), err)
+				}
+			}
+			s := serverState(t, h, "big")
+			if s.GetState() != toolmeshv1.ServerState_SERVER_STATE_READY || !s.GetConnectedAt().AsTime().Equal(up) {
+				t.Errorf("server %v: want READY on the same connection (connected at %v)", s, up)
+			}
+		})
 	}
 }
 

@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 		}
 		ts := newTestMCP("stdio", fillers, opts...)
 		ts.cancelFile = os.Getenv(envCancelFile)
+		if os.Getenv(envBigTool) != "" {
+			addBigTool(ts)
+		}
 		if err := server.ServeStdio(ts.srv); err != nil {
 			fmt.Fprintln(os.Stderr, "stdio server:", err)
 			os.Exit(1)
