@@ -157,9 +157,10 @@ func (s *Store) Delete(ctx context.Context, ids []string) error {
 	defer s.wmu.Unlock()
 	s.mu.RLock()
 	known := slices.ContainsFunc(ids, func(id string) bool { _, ok := s.byID[id]; return ok })
+	closed := s.closed
 	s.mu.RUnlock()
-	if !known {
-		return nil
+	if !known && !closed {
+		return nil // nothing to write
 	}
 	return s.commit(ids, func() {
 		for _, id := range ids {
