@@ -128,8 +128,15 @@ func newCachedDense(inner *embed.HTTP, path string) (*cachedDense, error) {
 	if path == "" {
 		return c, nil
 	}
-	if err := c.load(); err != nil {
+	good, err := c.load()
+	if err != nil {
 		return nil, fmt.Errorf("embedding cache %s: %w (delete it or pass -embed-cache none)", path, err)
+	}
+	// Cut a torn last record off, or the records appended after it would be misread.
+	if fi, err := os.Stat(path); err == nil && fi.Size() > good {
+		if err := os.Truncate(path, good); err != nil {
+			return nil, fmt.Errorf("embedding cache: %w", err)
+		}
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
@@ -140,30 +147,33 @@ func newCachedDense(inner *embed.HTTP, path string) (*cachedDense, error) {
 }
 
 // A cache record is the 16-byte key, the dimension as a little-endian uint32, then the vector
-// as little-endian float32s. A torn last record (an interrupted run) is ignored.
-func (c *cachedDense) load() error {
+// as little-endian float32s. A torn last record (an interrupted run) is ignored; load returns
+// the length of the whole records.
+func (c *cachedDense) load() (int64, error) {
 	f, err := os.Open(c.path)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return 0, nil
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer f.Close()
 	r := bufio.NewReader(f)
+	var good int64
 	for {
 		var head [20]byte
 		if _, err := io.ReadFull(r, head[:]); err != nil {
-			return nil // EOF, or a torn record
+			return good, nil // EOF, or a torn record
 		}
 		n := int(binary.LittleEndian.Uint32(head[16:]))
 		if n <= 0 || n > 1<<16 || (c.dim != 0 && n != c.dim) {
-			return fmt.Errorf("record of dimension %d after %d vectors of dimension %d", n, len(c.vecs), c.dim)
+			return 0, fmt.Errorf("record of dimension %d after %d vectors of dimension %d", n, len(c.vecs), c.dim)
 		}
 		buf := make([]byte, 4*n)
 		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil
+			return good, nil
 		}
+		good += int64(len(head) + len(buf))
 		v := make([]float32, n)
 		for i := range v {
 			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:]))
