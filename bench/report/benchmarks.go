@@ -228,7 +228,11 @@ func runTracing(ctx context.Context, r *runner, s *section) {
 // collector starts Jaeger when one is built, else the in-process sink.
 func (r *runner) collector(ctx context.Context) (*collector, error) {
 	if bin := jaegerBinary(r.root); bin != "" {
-		return startJaeger(ctx, bin, filepath.Join(r.tmp, "jaeger.log"))
+		c, err := startJaeger(ctx, bin, filepath.Join(r.tmp, "jaeger.log"))
+		if err == nil {
+			c.what = strings.ReplaceAll(c.what, r.root+string(filepath.Separator), "")
+		}
+		return c, err
 	}
 	return startSink()
 }

@@ -154,6 +154,9 @@ func TestMissingFigures(t *testing.T) {
 	if r := tracingRows(cannedTracing[:1], "x"); len(r) != 1 || r[0].Verdict != failed {
 		t.Errorf("tracing without an 'on' run: %+v; want one failed row", r)
 	}
+	if got := ratioCell(1503.0 / 1500); got != "1.002×" {
+		t.Errorf("a ratio just over 1 is shown %q, want 1.002×", got)
+	}
 	if !math.IsNaN(ratio(1, 0)) || ratioCell(ratio(1, 0)) != "—" {
 		t.Errorf("ratio over a zero baseline is %v, shown %q; want NaN, —", ratio(1, 0), ratioCell(ratio(1, 0)))
 	}
