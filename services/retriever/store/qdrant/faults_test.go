@@ -89,41 +89,41 @@ func TestQdrantFaults(t *testing.T) {
 		fault  func(ctx context.Context) error
 		op     func(ctx context.Context) error
 		want   string
-		// cancel, when set, is when the caller gives up (a shutdown mid-write).
-		cancel time.Duration
+		// cancel is whether the caller gives up while the call is in flight (a shutdown
+		// mid-write).
+		cancel bool
 	}{
 		{"upsert rejected", qc.Points_Upsert_FullMethodName,
 			func(context.Context) error { return status.Error(codes.Internal, "No space left on device") },
 			func(ctx context.Context) error { return s.Upsert(ctx, batch) },
-			"qdrant at " + d.Addr() + `: upsert in collection "` + s.Collection() + `"`, 0},
+			"qdrant at " + d.Addr() + `: upsert in collection "` + s.Collection() + `"`, false},
 		{"upsert hangs", qc.Points_Upsert_FullMethodName, hang,
 			func(ctx context.Context) error { return s.Upsert(ctx, batch) },
-			"qdrant at " + d.Addr() + " did not answer within " + timeout.String() + ": upsert", 0},
+			"qdrant at " + d.Addr() + " did not answer within " + timeout.String() + ": upsert", false},
 		{"upsert cancelled by the caller", qc.Points_Upsert_FullMethodName, hang,
 			func(ctx context.Context) error { return s.Upsert(ctx, batch) },
-			"qdrant at " + d.Addr() + `: upsert in collection "` + s.Collection() + `": `, 50 * time.Millisecond},
+			"qdrant at " + d.Addr() + `: upsert in collection "` + s.Collection() + `": `, true},
 		{"search hangs", qc.Points_Query_FullMethodName, hang,
 			func(ctx context.Context) error { _, err := s.Search(ctx, q); return err },
-			"qdrant at " + d.Addr() + " did not answer within " + timeout.String() + ": query", 0},
+			"qdrant at " + d.Addr() + " did not answer within " + timeout.String() + ": query", false},
 		{"scroll rejected", qc.Points_Scroll_FullMethodName,
 			func(context.Context) error { return status.Error(codes.Unavailable, "shutting down") },
 			func(ctx context.Context) error { _, err := s.Hashes(ctx); return err },
-			"qdrant at " + d.Addr() + " is not reachable: scroll", 0},
+			"qdrant at " + d.Addr() + " is not reachable: scroll", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			upserts := d.Calls(qc.Points_Upsert_FullMethodName)
-			d.SetFault(func(ctx context.Context, method string, _ int) error {
-				if method == tc.method {
-					return tc.fault(ctx)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			d.SetFault(func(callCtx context.Context, method string, _ int) error {
+				if method != tc.method {
+					return nil
 				}
-				return nil
+				if tc.cancel {
+					cancel() // the call has reached Qdrant
+				}
+				return tc.fault(callCtx)
 			})
-			ctx := t.Context()
-			if tc.cancel > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, tc.cancel)
-				defer cancel()
-			}
 			start := time.Now()
 			err := tc.op(ctx)
 			took := time.Since(start)
