@@ -524,3 +524,26 @@ func (f *forwarder) close() {
 	f.mu.Unlock()
 	f.wg.Wait()
 }
+
+// TestFaultOversizedToolResult: a result over --executor.max-result-bytes fails the call with
+// 502 over REST (not 429, which would read as a rate limit), naming the tool and the limit; in a
+// question the call is an error the loop records; smaller results still pass.
+func TestFaultOversizedToolResult(t *testing.T) {
+	checkFDs(t)
+	m := startMesh(t, "--executor.max-result-bytes=2000")
+	big := `{"arguments":{"sql":"SELECT hex(zeroblob(4000)) AS x"}}`
+	code, b := post(t, m.base+"/v1/tools/sqlite/query_database:call", big)
+	e := decodeError(t, b)
+	if code != http.StatusBadGateway || !strings.Contains(e.Message, "sqlite.query_database") ||
+		!strings.Contains(e.Message, "executor.max-result-bytes") {
+		t.Errorf("oversized result: %d %s; want 502 naming the tool and the limit", code, b)
+	}
+	got := query(t, m.base, `{"query":"@sqlite.query_database({\"sql\":\"SELECT hex(zeroblob(4000)) AS x\"})"}`)
+	if calls := got.ToolCalls; len(calls) != 1 || !calls[0].IsError || !strings.Contains(calls[0].Output, "max-result-bytes") {
+		t.Errorf("oversized result in a question: %+v; want one failed call naming the limit", got.ToolCalls)
+	}
+	code, b = post(t, m.base+"/v1/tools/sqlite/query_database:call", `{"arguments":{"sql":"SELECT hex(zeroblob(100)) AS x"}}`)
+	if code != http.StatusOK {
+		t.Errorf("small result after an oversized one: %d %s", code, b)
+	}
+}

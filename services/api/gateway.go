@@ -19,6 +19,7 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/server"
+	"github.com/toolmesh/toolmesh/internal/toolresult"
 	"github.com/toolmesh/toolmesh/services/api/ui"
 )
 
@@ -40,7 +41,7 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 		runtime.WithRoutingErrorHandler(routingError),
 		runtime.SetQueryParameterParser(&strictQuery{}),
 		runtime.WithOutgoingHeaderMatcher(auth.OutgoingHeaderMatcher),
-		runtime.WithErrorHandler(auth.GatewayErrorHandler(withTraceID(runtime.DefaultHTTPErrorHandler))),
+		runtime.WithErrorHandler(auth.GatewayErrorHandler(withTraceID(tooLargeAsBadGateway(runtime.DefaultHTTPErrorHandler)))),
 	)
 	if err := toolmeshv1.RegisterToolServiceHandlerClient(ctx, gw, toolmeshv1.NewToolServiceClient(conn)); err != nil {
 		_ = conn.Close()
@@ -245,3 +246,26 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusMethodNotAllowed, map[string]any{"code": codes.Unimplemented,
 		"message": fmt.Sprintf("Method Not Allowed: %s is not a method of %s (GET is)", r.Method, r.URL.Path), "details": []any{}})
 }
+
+// tooLargeAsBadGateway answers an oversized tool result with 502: over gRPC it is
+// RESOURCE_EXHAUSTED like a rate limit, but the gateway's 429 would tell a client to wait and
+// retry, and a retry gets the same oversized answer.
+func tooLargeAsBadGateway(next runtime.ErrorHandlerFunc) runtime.ErrorHandlerFunc {
+	return func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+		if toolresult.IsTooLarge(err) {
+			w = fixedStatus{ResponseWriter: w, code: http.StatusBadGateway}
+		}
+		next(ctx, mux, m, w, r, err)
+	}
+}
+
+// fixedStatus writes code whatever status its caller asks for.
+type fixedStatus struct {
+	http.ResponseWriter
+	code int
+}
+
+func (f fixedStatus) WriteHeader(int) { f.ResponseWriter.WriteHeader(f.code) }
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (f fixedStatus) Unwrap() http.ResponseWriter { return f.ResponseWriter }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/toolresult"
 )
 
 // ListTools returns the catalog, of one server or of all.
@@ -118,7 +119,7 @@ func toStatus(err error) error {
 	case errors.Is(err, ErrUnknownTool):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, ErrResultTooLarge):
-		return status.Error(codes.ResourceExhausted, err.Error())
+		return toolresult.TooLarge(err.Error())
 	case errors.Is(err, ErrTimeout):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrStopped):
