@@ -63,12 +63,12 @@ type Options struct {
 	// merge needs a list's tools only down to where they can still reach the top k. Default 2:
 	// at k = 10 the lists are 20 deep instead of 50, which on the BFCL dev split changes R@5 /
 	// MRR@10 by −.0004 / ±0 and shortens the store's top-k, its results and the merge
-	// (bench/RESULTS.md, Retrieval).
+	// (bench/NOTES.md, Retrieval).
 	DepthPerK int
 	// PartsWordsOnly searches the parts with the "words" vector only (the whole request uses
 	// every vector). On by default: the char 4-gram postings touch most tools, and scoring them
 	// for every sentence was most of a long request's cost (quality on the BFCL dev split is
-	// R@5 .9175 → .9187, MRR@10 .8414 → .8427; bench/RESULTS.md, Retrieval).
+	// R@5 .9175 → .9187, MRR@10 .8414 → .8427; bench/NOTES.md, Retrieval).
 	PartsWordsOnly bool
 	// PartsNoChars searches the parts without the "chars" vector (words and pairs only); the
 	// whole request still uses every vector. The char 4-gram postings touch most tools, so
@@ -78,7 +78,7 @@ type Options struct {
 	// two adjacent parts with the fewest "words" terms together are merged (their vectors
 	// summed). Only with SplitSentences. Default 4: long stories (up to 16 sentences) cost
 	// their sentence count in store work, and on the BFCL dev split the cap changes R@5 / MRR@10
-	// by +.0005 / +.0005 (bench/RESULTS.md, Retrieval).
+	// by +.0005 / +.0005 (bench/NOTES.md, Retrieval).
 	MaxParts int
 	// PRF, when positive, is the weight of pseudo-relevance feedback: the "words" vectors of the
 	// first search's top PRFDocs tools (each divided by its largest weight, then averaged) are
