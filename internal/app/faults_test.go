@@ -22,6 +22,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/toolmesh/toolmesh/internal/fdcheck"
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
@@ -52,44 +53,12 @@ func decodeError(t *testing.T, b []byte) errorBody {
 	return e
 }
 
-// checkFDs fails the test when, once everything it started has stopped, the process holds
-// more open file descriptors than when it began (a few of slack for the runtime). Call it
-// first, so its check runs after every other cleanup.
+// checkFDs fails the test when it ends holding more file descriptors than it began with; the
+// tests' HTTP client keeps idle connections, which are closed first.
 func checkFDs(t *testing.T) {
 	t.Helper()
-	before, err := openFDs()
-	if err != nil {
-		t.Logf("not counting file descriptors: %v", err)
-		return
-	}
-	t.Cleanup(func() {
-		http.DefaultClient.CloseIdleConnections()
-		var now int
-		for range 40 {
-			now, _ = openFDs()
-			if now <= before+2 {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Errorf("open file descriptors: %d at the start, %d at the end: %s", before, now, fdList())
-	})
-}
-
-// fdList says what the open descriptors are, for a failure message.
-func fdList() string {
-	es, _ := os.ReadDir("/proc/self/fd")
-	var out []string
-	for _, e := range es {
-		l, _ := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
-		out = append(out, e.Name()+"→"+l)
-	}
-	return strings.Join(out, " ")
-}
-
-func openFDs() (int, error) {
-	es, err := os.ReadDir("/proc/self/fd")
-	return len(es), err
+	fdcheck.Check(t, 2)
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 }
 
 // within fails the test when f does not return within d.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/fdcheck"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 )
 
@@ -152,34 +152,6 @@ func streamedText(n int, sse bool) fault {
 		}
 		_, _ = io.WriteString(w, tail)
 	}
-}
-
-// checkFDs fails the test when it ends with more file descriptors open than
-// it started with (a little slack for the runtime's own).
-func checkFDs(t *testing.T) {
-	t.Helper()
-	count := func() int {
-		es, err := os.ReadDir("/proc/self/fd")
-		if err != nil {
-			return -1
-		}
-		return len(es)
-	}
-	before := count()
-	if before < 0 {
-		t.Log("not counting file descriptors: no /proc/self/fd")
-		return
-	}
-	t.Cleanup(func() {
-		var now int
-		for range 50 {
-			if now = count(); now <= before+2 {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Errorf("open file descriptors: %d at the start, %d at the end", before, now)
-	})
 }
 
 // eventually retries f every 20ms until it returns "" or d passes.
@@ -321,7 +293,7 @@ func TestFaultServerHangs(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			checkFDs(t)
+			fdcheck.Check(t, 2)
 			hs := tc.setup(t)
 			okh := newHTTPHarness(t, streamableHandler(fixed(newTestMCP("ok", 0))))
 			h := startExecutor(t, Config{Servers: map[string]mcpconfig.Server{
@@ -392,7 +364,7 @@ func TestFaultServerHangs(t *testing.T) {
 // restarting server is often transient. As for any UNAVAILABLE tools/call,
 // the tool may have run: only an idempotent one should be retried blindly.
 func TestFaultMalformedAnswers(t *testing.T) {
-	checkFDs(t)
+	fdcheck.Check(t, 2)
 	p := newFaultProxy()
 	ts := newTestMCP("flaky", 0)
 	hh := newHTTPHarness(t, p.wrap(streamableHandler(fixed(ts))))
@@ -505,7 +477,7 @@ func TestFaultMalformedAnswers(t *testing.T) {
 // just under the limit still fits gRPC's default 4 MiB receive limit (this
 // test's client has it), and the server keeps working.
 func TestFaultOversizedResult(t *testing.T) {
-	checkFDs(t)
+	fdcheck.Check(t, 2)
 	if DefaultMaxResultBytes >= 4<<20 {
 		t.Fatalf("DefaultMaxResultBytes %d is not under gRPC's default 4 MiB receive limit", DefaultMaxResultBytes)
 	}
@@ -611,7 +583,7 @@ func TestFaultOversizedResultStream(t *testing.T) {
 	}{{"stdio", true}, {"sse", false}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			checkFDs(t)
+			fdcheck.Check(t, 2)
 			var srv mcpconfig.Server
 			if tc.stdio {
 				srv, _ = stdioServer(t, 0)
@@ -687,7 +659,7 @@ func TestFaultToolRemovedDuringCall(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			checkFDs(t)
+			fdcheck.Check(t, 2)
 			ts := newTestMCP("shrink", 0)
 			started := make(chan struct{}, 1)
 			release := make(chan struct{})

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/fdcheck"
 	"github.com/toolmesh/toolmesh/services/retriever/index"
 	"github.com/toolmesh/toolmesh/services/retriever/lexical"
 	"github.com/toolmesh/toolmesh/services/retriever/store/memory"
@@ -29,36 +30,6 @@ import (
 
 // Fault tests (issue 8): for each fault, the error a user sees, recovery without a restart, no
 // leaked goroutines (TestMain's goleak) or file descriptors, and no partial state.
-
-// checkFDs fails the test when it ends with more file descriptors open than it started with
-// (a little slack for the runtime's own). Call it first, so its check runs after every other
-// cleanup (servers stopped, the service's Run returned).
-func checkFDs(t *testing.T) {
-	t.Helper()
-	count := func() int {
-		es, err := os.ReadDir("/proc/self/fd")
-		if err != nil {
-			return -1
-		}
-		return len(es)
-	}
-	before := count()
-	if before < 0 {
-		t.Log("not counting file descriptors: no /proc/self/fd")
-		return
-	}
-	t.Cleanup(func() {
-		var now int
-		for range 50 {
-			if now = count(); now <= before+2 {
-				t.Logf("open file descriptors: %d at the start, %d at the end", before, now)
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Errorf("open file descriptors: %d at the start, %d at the end", before, now)
-	})
-}
 
 // waitFor retries f every 20ms until it returns "" or d passes; it fails with f's last complaint.
 func waitFor(t *testing.T, d time.Duration, what string, f func() string) {
@@ -227,7 +198,7 @@ var kelvin = &toolmeshv1.Tool{Id: "converter.kelvin_to_celsius", Server: "conver
 // recorded and retried; when Qdrant is back on the same address, readiness and search recover
 // without a restart of the retriever and the change made meanwhile is in the index.
 func TestFaultQdrantUnreachable(t *testing.T) {
-	checkFDs(t)
+	fdcheck.Check(t, 2)
 	d, err := qdranttest.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -321,7 +292,7 @@ func TestFaultQdrantUnreachable(t *testing.T) {
 // address. It starts anyway; search and readiness say Qdrant is not reachable (not just "not
 // synced"); once Qdrant comes up the index is built without a restart.
 func TestFaultQdrantDownFromTheStart(t *testing.T) {
-	checkFDs(t)
+	fdcheck.Check(t, 2)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -532,7 +503,7 @@ func TestFaultInterruptedReindex(t *testing.T) {
 		}, "", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkFDs(t)
+			fdcheck.Check(t, 2)
 			dir := filepath.Join(t.TempDir(), "data")
 			path := filepath.Join(dir, "tools.index")
 			cat := newCatalog(archive(t)...)
@@ -677,7 +648,7 @@ func TestFaultInterruptedReindex(t *testing.T) {
 // tools happen to be written so far; readiness says not synced and why. Once the embedder is
 // back the build completes without a restart.
 func TestFaultInterruptedFirstBuild(t *testing.T) {
-	checkFDs(t)
+	fdcheck.Check(t, 2)
 	tools := demoTools(t)
 	for i := range 300 {
 		tools = append(tools, &toolmeshv1.Tool{Id: fmt.Sprintf("bulk.tool_%03d", i), Server: "bulk", Name: fmt.Sprintf("tool_%03d", i), Hash: "1",
@@ -738,7 +709,7 @@ func TestFaultInterruptedFirstBuild(t *testing.T) {
 func TestFaultQdrantLostItsData(t *testing.T) {
 	for _, noticedBy := range []string{"search", "readiness probe"} {
 		t.Run(noticedBy, func(t *testing.T) {
-			checkFDs(t)
+			fdcheck.Check(t, 2)
 			d, err := qdranttest.Listen("127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)

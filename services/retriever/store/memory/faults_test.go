@@ -9,39 +9,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/toolmesh/toolmesh/internal/fdcheck"
 	"github.com/toolmesh/toolmesh/services/retriever/store"
 )
-
-// checkFDs fails the test when it ends with more file descriptors open than it started with,
-// beyond slack. The store opens files only to write and read its snapshot, so these tests
-// allow none.
-func checkFDs(t *testing.T, slack int) {
-	t.Helper()
-	count := func() int {
-		es, err := os.ReadDir("/proc/self/fd")
-		if err != nil {
-			return -1
-		}
-		return len(es)
-	}
-	before := count()
-	if before < 0 {
-		t.Log("not counting file descriptors: no /proc/self/fd")
-		return
-	}
-	t.Cleanup(func() {
-		var now int
-		for range 50 {
-			if now = count(); now <= before+slack {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Errorf("open file descriptors: %d at the start, %d at the end", before, now)
-	})
-}
 
 func tempFiles(t *testing.T, path string) []string {
 	t.Helper()
@@ -111,7 +82,7 @@ func TestInterruptedWriteLeavesOldIndex(t *testing.T) {
 	for _, op := range ops {
 		for _, fault := range faults {
 			t.Run(op.name+"/"+fault.name, func(t *testing.T) {
-				checkFDs(t, 0)
+				fdcheck.Check(t, 0) // the store opens files only for its snapshot: no slack
 				path := filepath.Join(t.TempDir(), "data", "tools.index")
 				s, err := Open(path, quiet)
 				if err != nil {
@@ -190,7 +161,7 @@ func TestInterruptedWriteLeavesOldIndex(t *testing.T) {
 // A process that dies while writing the snapshot leaves the old file and a partial temp file
 // (the rename is the commit). The next Open loads the old index and removes the temp file.
 func TestCrashMidWriteLoadsOldFile(t *testing.T) {
-	checkFDs(t, 0)
+	fdcheck.Check(t, 0)
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "tools.index")
 	s, err := Open(path, quiet)

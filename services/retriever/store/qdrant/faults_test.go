@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -14,44 +13,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/toolmesh/toolmesh/internal/fdcheck"
 	"github.com/toolmesh/toolmesh/services/retriever/store"
 	"github.com/toolmesh/toolmesh/services/retriever/store/qdrant/qdranttest"
 )
-
-// checkFDs fails the test when it ends with more file descriptors open than it started with
-// (a little slack for the runtime's own). Call it first, so its check runs after every other
-// cleanup.
-func checkFDs(t *testing.T) {
-	t.Helper()
-	count := func() int {
-		es, err := os.ReadDir("/proc/self/fd")
-		if err != nil {
-			return -1
-		}
-		return len(es)
-	}
-	before := count()
-	if before < 0 {
-		t.Log("not counting file descriptors: no /proc/self/fd")
-		return
-	}
-	t.Cleanup(func() {
-		var now int
-		for range 50 {
-			if now = count(); now <= before+2 {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Errorf("open file descriptors: %d at the start, %d at the end", before, now)
-	})
-}
 
 // A Qdrant that fails or hangs on a call: the error names Qdrant's address and comes within the
 // store's timeout; a failed upsert leaves no point of its batch behind (the service's batch is
 // one Qdrant update); once the fault is gone the same store works again.
 func TestQdrantFaults(t *testing.T) {
-	checkFDs(t)
+	fdcheck.Check(t, 2)
 	d := qdranttest.Start(t)
 	const timeout = 300 * time.Millisecond
 	s, err := New(t.Context(), Config{Addr: d.Addr(), Collection: "faults", Timeout: timeout}, "faults", 3, []string{"words"})
@@ -173,7 +144,7 @@ func TestQdrantFaults(t *testing.T) {
 // Qdrant killed and started again on the same address with its data: the same store answers
 // again without being re-made, and nothing was lost.
 func TestQdrantRestart(t *testing.T) {
-	checkFDs(t)
+	fdcheck.Check(t, 2)
 	d := qdranttest.Start(t)
 	const timeout = 300 * time.Millisecond
 	s, err := New(t.Context(), Config{Addr: d.Addr(), Collection: "restart", Timeout: timeout}, "restart", 3, []string{"words"})
