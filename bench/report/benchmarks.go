@@ -46,6 +46,19 @@ func (r *runner) timeout(full time.Duration) time.Duration {
 	return full
 }
 
+// runFigures runs a program that writes its figures as JSON to file, and fills the section
+// with its command and the rows made of the figures, or with the error.
+func runFigures[F any](ctx context.Context, r *runner, s *section, sp spec, file string, rows func(F) []row) {
+	var f F
+	c, err := r.runJSON(ctx, sp, file, &f)
+	s.Cmds = append(s.Cmds, c)
+	if err != nil {
+		s.Err = err.Error()
+		return
+	}
+	s.Rows = rows(f)
+}
+
 func runExecutor(ctx context.Context, r *runner, s *section) {
 	s.Intro = []string{
 		"A tool call (`calculator` `add(2,3)`) through the executor's gRPC API (`executor-grpc`, what " +
@@ -55,18 +68,11 @@ func runExecutor(ctx context.Context, r *runner, s *section) {
 			"the runs; over SSE and streamable HTTP. Targets: executor p50 ≤ direct p50 + 80 µs, calls/s at " +
 			"64 callers ≥ 0.85× direct, a new session ≥ 2.5× slower than the executor at p50.",
 	}
-	var f figures.Executor
-	c, err := r.runJSON(ctx, spec{
+	runFigures(ctx, r, s, spec{
 		shown: "go run ./bench/executor", bin: r.program("./bench/executor"), markdown: true, timeout: r.timeout(12 * time.Minute),
 		args: r.pick([]string{"-markdown"},
 			[]string{"-markdown", "-calls", "100", "-duration", "300ms", "-runs", "1", "-warmup", "20", "-concurrency", "8"}),
-	}, "executor.json", &f)
-	s.Cmds = append(s.Cmds, c)
-	if err != nil {
-		s.Err = err.Error()
-		return
-	}
-	s.Rows = executorRows(f)
+	}, "executor.json", executorRows)
 }
 
 func runRetrieval(ctx context.Context, r *runner, s *section) {
@@ -77,16 +83,9 @@ func runRetrieval(ctx context.Context, r *runner, s *section) {
 			fmt.Sprintf("(R@1 %.3f, R@5 %.3f, MRR@10 %.3f). Target for the default: recall@5 ≥ %.2f and MRR@10 ≥ %.2f.",
 				readmeBM25R1, readmeBM25R5, readmeBM25MRR10, targetR5, targetMRR10),
 	}
-	var f figures.Retrieval
-	c, err := r.runJSON(ctx, spec{
+	runFigures(ctx, r, s, spec{
 		shown: "go run ./bench/retrieval", bin: r.program("./bench/retrieval"), markdown: true, timeout: r.timeout(5 * time.Minute),
-	}, "retrieval.json", &f)
-	s.Cmds = append(s.Cmds, c)
-	if err != nil {
-		s.Err = err.Error()
-		return
-	}
-	s.Rows = retrievalRows(f)
+	}, "retrieval.json", retrievalRows)
 }
 
 func runSpeed(ctx context.Context, r *runner, s *section) {
@@ -97,17 +96,10 @@ func runSpeed(ctx context.Context, r *runner, s *section) {
 			"at 10,000 tools and ≤ 10 ms at 100,000; 10,000 tools indexed in ≤ 2 s. `store-only` is one " +
 			"pre-encoded query against the store, the floor of the full path.",
 	}
-	var f figures.Speed
-	c, err := r.runJSON(ctx, spec{
+	runFigures(ctx, r, s, spec{
 		shown: "go run ./bench/retrieval", bin: r.program("./bench/retrieval"), markdown: true, timeout: r.timeout(8 * time.Minute),
 		args: r.pick([]string{"-speed"}, []string{"-speed", "-sizes", "1000,10000", "-searches", "200"}),
-	}, "speed.json", &f)
-	s.Cmds = append(s.Cmds, c)
-	if err != nil {
-		s.Err = err.Error()
-		return
-	}
-	s.Rows = speedRows(f)
+	}, "speed.json", speedRows)
 }
 
 func runCalls(ctx context.Context, r *runner, s *section) {
@@ -159,19 +151,12 @@ func runLoop(ctx context.Context, r *runner, s *section) {
 			"gives no baseline program; its targets are the baseline: p50 ≤ 1 ms per iteration in one " +
 			"process, ≤ 1.5 ms in microservices mode, at 1 client.",
 	}
-	var f figures.Loop
 	common := []string{"-markdown", "-binary", r.program("./cmd/toolmesh")}
-	c, err := r.runJSON(ctx, spec{
+	runFigures(ctx, r, s, spec{
 		shown: "go run ./bench/loop", bin: r.program("./bench/loop"), markdown: true, timeout: r.timeout(12 * time.Minute),
 		args: append(r.pick([]string{"-via", "rest,grpc", "-duration", "8s"},
 			[]string{"-via", "rest,grpc", "-clients", "1", "-duration", "1s", "-warmup", "200ms"}), common...),
-	}, "loop.json", &f)
-	s.Cmds = append(s.Cmds, c)
-	if err != nil {
-		s.Err = err.Error()
-		return
-	}
-	s.Rows = loopRows(f)
+	}, "loop.json", loopRows)
 }
 
 func runTracing(ctx context.Context, r *runner, s *section) {
@@ -254,18 +239,11 @@ func runLoad(ctx context.Context, r *runner, s *section) {
 			"have timed out (`-settle`). Targets: no errors; memory flat (read here as at most 10 % more " +
 			"resident memory after than before).",
 	}
-	var f figures.Load
-	c, err := r.runJSON(ctx, spec{
+	runFigures(ctx, r, s, spec{
 		shown: "go run ./bench/load", bin: r.program("./bench/load"), timeout: r.timeout(8 * time.Minute),
 		args: r.pick([]string{"-duration", "60s", "-rate", "200", "-settle", "95s"},
 			[]string{"-duration", "2s", "-rate", "20", "-warmup", "200ms"}),
-	}, "load.json", &f)
-	s.Cmds = append(s.Cmds, c)
-	if err != nil {
-		s.Err = err.Error()
-		return
-	}
-	s.Rows = loadRows(f)
+	}, "load.json", loadRows)
 }
 
 func runConsole(ctx context.Context, r *runner, s *section) {
