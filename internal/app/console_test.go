@@ -16,6 +16,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"github.com/toolmesh/toolmesh/internal/eventually"
 )
 
 // The web console (services/api/ui) in real headless Chromium against every target in one
@@ -409,10 +411,10 @@ func TestConsole(t *testing.T) {
 		p := openPage(t, browser, ui+"#/playground")
 		p.do(chromedp.SendKeys(chromedp.ID("question"), "Take your time with 2 plus 3."), chromedp.Click(chromedp.ID("ask")))
 		p.wait("the retrieval before the model answers", `!!document.querySelector('#timeline > li[data-kind="retrieved"]')`)
-		waitFor(t, "the model request to start", func() bool { return m.double.Processing() > 0 })
+		eventually.True(t, 5*time.Second, "the model request to start", func() bool { return m.double.Processing() > 0 })
 		p.screenshot("playground-waiting")
 		p.do(chromedp.Click(chromedp.ID("stop")))
-		waitFor(t, "the model request to be canceled after stop", func() bool { return m.double.Canceled() > before })
+		eventually.True(t, 5*time.Second, "the model request to be canceled after stop", func() bool { return m.double.Canceled() > before })
 		p.wait("the stopped note", `!!document.querySelector('#timeline > li[data-kind="stopped"]')`)
 		if ok := eval[bool](p, `!document.getElementById('ask').disabled && document.getElementById('stop').disabled`); !ok {
 			t.Errorf("after stop: want Ask enabled and Stop disabled")

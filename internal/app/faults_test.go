@@ -24,6 +24,8 @@ import (
 
 	"github.com/toolmesh/toolmesh/internal/fdcheck"
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
+
+	"github.com/toolmesh/toolmesh/internal/eventually"
 )
 
 // addScript is the double's script for "What is 2 plus 3?": add, then text, then the
@@ -68,23 +70,6 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 	f()
 	if took := time.Since(start); took > d {
 		t.Errorf("%s took %s, want under %s", what, took, d)
-	}
-}
-
-// eventually retries f every 100ms until it returns "" or d passes; it fails with f's last
-// complaint.
-func eventually(t *testing.T, d time.Duration, what string, f func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		msg := f()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, d, msg)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -151,7 +136,7 @@ func TestFaultLlamaHang(t *testing.T) {
 		t.Errorf("hang: %d stop_reason %s error %q; want 200, deadline, an error saying the deadline passed asking the model",
 			code, r.StopReason, r.Error)
 	}
-	eventually(t, 5*time.Second, "the double sees the request canceled", func() string {
+	eventually.Check(t, 5*time.Second, "the double sees the request canceled", func() string {
 		if n := m.double.Canceled(); n < 1 {
 			return fmt.Sprintf("canceled = %d", n)
 		}
@@ -253,7 +238,7 @@ func TestFaultExecutorRestartedUnderAPI(t *testing.T) {
 	})
 
 	runApp(t, execArgs, "demo", "executor")
-	eventually(t, 10*time.Second, "direct calls work again through the same api", func() string {
+	eventually.Check(t, 10*time.Second, "direct calls work again through the same api", func() string {
 		code, b := post(t, base+"/v1/query", direct)
 		if code != http.StatusOK || !strings.Contains(string(b), `"answer":"5"`) {
 			return fmt.Sprintf("%d %s", code, b)
@@ -380,7 +365,7 @@ func TestFaultMCPServerKilledMidCall(t *testing.T) {
 		t.Fatalf("listen again on %s: %v", addr, err)
 	}
 	srv = tools.serve(t, l)
-	eventually(t, 10*time.Second, "the restarted server's tool works again", func() string {
+	eventually.Check(t, 10*time.Second, "the restarted server's tool works again", func() string {
 		code, b := post(t, base+"/v1/query", `{"query":"`+question+`","timeout_seconds":5}`)
 		var r queryResponse
 		if err := json.Unmarshal(b, &r); err != nil || code != http.StatusOK {
@@ -415,7 +400,7 @@ func TestFaultLlamaDownAndBack(t *testing.T) {
 	}
 	up := func(when string) {
 		t.Helper()
-		eventually(t, 10*time.Second, "an answer once llama-server is back "+when, func() string {
+		eventually.Check(t, 10*time.Second, "an answer once llama-server is back "+when, func() string {
 			code, b := post(t, m.base+"/v1/query", `{"query":"What is 2 plus 3?"}`)
 			if code != http.StatusOK || !strings.Contains(string(b), "2 plus 3 is 5.") {
 				return fmt.Sprintf("%d %s", code, b)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
+
+	"github.com/toolmesh/toolmesh/internal/eventually"
 )
 
 // script answers the llama-server double for one question: calls is how many calls the
@@ -518,22 +520,11 @@ func TestQueryLimitsAndFailures(t *testing.T) {
 				resp.Body.Close()
 			}
 		}()
-		waitFor(t, "the model request to start", func() bool { return m.double.Processing() > 0 })
+		eventually.True(t, 5*time.Second, "the model request to start", func() bool { return m.double.Processing() > 0 })
 		cancel()
-		waitFor(t, "the model request to be canceled after the client left", func() bool { return m.double.Canceled() > before })
+		eventually.True(t, 5*time.Second, "the model request to be canceled after the client left", func() bool { return m.double.Canceled() > before })
 		<-done
 	})
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 5s for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestQueryWithoutModel(t *testing.T) {

@@ -23,6 +23,8 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/fdcheck"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+
+	"github.com/toolmesh/toolmesh/internal/eventually"
 )
 
 // Fault tests (issue 8): each misbehaving server is real, on loopback, and
@@ -151,22 +153,6 @@ func streamedText(n int, sse bool) fault {
 			}
 		}
 		_, _ = io.WriteString(w, tail)
-	}
-}
-
-// eventually retries f every 20ms until it returns "" or d passes.
-func eventually(t *testing.T, d time.Duration, what string, f func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		msg := f()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, d, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -329,7 +315,7 @@ func TestFaultServerHangs(t *testing.T) {
 			}
 			// The abandoned request: nothing of it left in the executor, and
 			// the server saw the client go away.
-			eventually(t, 3*time.Second, "hung request abandoned", func() string {
+			eventually.Check(t, 3*time.Second, "hung request abandoned", func() string {
 				if n := hs.waiting(); n > 0 {
 					return fmt.Sprintf("%d server handlers still waiting", n)
 				}
@@ -441,7 +427,7 @@ func TestFaultMalformedAnswers(t *testing.T) {
 			ts.srv.AddTool(mcp.NewTool(fmt.Sprintf("late_%d", i)), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 				return mcp.NewToolResultText("late"), nil
 			})
-			eventually(t, 3*time.Second, "tools/list after list_changed", func() string {
+			eventually.Check(t, 3*time.Second, "tools/list after list_changed", func() string {
 				if p.count("tools/list") == n {
 					return "no tools/list yet"
 				}
@@ -459,7 +445,7 @@ func TestFaultMalformedAnswers(t *testing.T) {
 		ts.srv.AddTool(mcp.NewTool("late_ok"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText("late"), nil
 		})
-		eventually(t, 3*time.Second, "the next good tools/list", func() string {
+		eventually.Check(t, 3*time.Second, "the next good tools/list", func() string {
 			if got := len(toolIDs(t, h, "flaky")); got != len(before)+4 {
 				return fmt.Sprintf("%d tools, want %d", got, len(before)+4)
 			}

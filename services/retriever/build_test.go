@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+
+	"github.com/toolmesh/toolmesh/internal/eventually"
 )
 
 // countingIndex counts the tools written through it, to see what a restart re-indexes.
@@ -65,7 +67,7 @@ func TestPersistedIndexSurvivesRestart(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); _ = s.Run(ctx) }()
-		eventually(t, "synced", func() bool { ok, _ := s.Ready(context.Background()); return ok })
+		eventually.True(t, 5*time.Second, "synced", func() bool { ok, _ := s.Ready(context.Background()); return ok })
 		return s, counting, func() { cancel(); <-done }
 	}
 

@@ -26,26 +26,12 @@ import (
 	"github.com/toolmesh/toolmesh/services/retriever/lexical"
 	"github.com/toolmesh/toolmesh/services/retriever/store/memory"
 	"github.com/toolmesh/toolmesh/services/retriever/store/qdrant/qdranttest"
+
+	"github.com/toolmesh/toolmesh/internal/eventually"
 )
 
 // Fault tests (issue 8): for each fault, the error a user sees, recovery without a restart, no
 // leaked goroutines (TestMain's goleak) or file descriptors, and no partial state.
-
-// waitFor retries f every 20ms until it returns "" or d passes; it fails with f's last complaint.
-func waitFor(t *testing.T, d time.Duration, what string, f func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		msg := f()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, d, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // catalog is an executor double whose tool set the test changes: each subscriber gets the
 // current tools as a snapshot, then every change as a CHANGED event, as the executor does.
@@ -213,7 +199,7 @@ func TestFaultQdrantUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, s)
-	waitFor(t, 5*time.Second, "ready on a running Qdrant", func() string {
+	eventually.Check(t, 5*time.Second, "ready on a running Qdrant", func() string {
 		if ok, why := s.Ready(context.Background()); !ok {
 			return why
 		}
@@ -248,7 +234,7 @@ func TestFaultQdrantUnreachable(t *testing.T) {
 	// (each retry resubscribes for a fresh snapshot).
 	subs := cat.subscribed()
 	cat.change([]*toolmeshv1.Tool{kelvin}, []string{"converter.fahrenheit_to_celsius"})
-	waitFor(t, 5*time.Second, "the failed sync recorded and retried", func() string {
+	eventually.Check(t, 5*time.Second, "the failed sync recorded and retried", func() string {
 		st, _ := s.GetIndexStatus(context.Background(), &toolmeshv1.GetIndexStatusRequest{})
 		if !strings.Contains(st.GetLastError(), wantAddr) {
 			return fmt.Sprintf("last error %q does not name %s", st.GetLastError(), wantAddr)
@@ -265,7 +251,7 @@ func TestFaultQdrantUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	start = time.Now()
-	waitFor(t, 5*time.Second, "recovery once Qdrant is back", func() string {
+	eventually.Check(t, 5*time.Second, "recovery once Qdrant is back", func() string {
 		if ok, why := s.Ready(context.Background()); !ok {
 			return "not ready: " + why
 		}
@@ -309,7 +295,7 @@ func TestFaultQdrantDownFromTheStart(t *testing.T) {
 	}
 	run(t, s)
 	wantAddr := "qdrant at " + addr + " is not reachable"
-	waitFor(t, 5*time.Second, "search naming Qdrant", func() string {
+	eventually.Check(t, 5*time.Second, "search naming Qdrant", func() string {
 		_, err := top(s, "add two numbers")
 		if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), wantAddr) {
 			return fmt.Sprintf("got %v, want UNAVAILABLE containing %q", err, wantAddr)
@@ -328,7 +314,7 @@ func TestFaultQdrantDownFromTheStart(t *testing.T) {
 	}
 	t.Cleanup(d.Close)
 	start := time.Now()
-	waitFor(t, 5*time.Second, "recovery once Qdrant is up", func() string {
+	eventually.Check(t, 5*time.Second, "recovery once Qdrant is up", func() string {
 		if ok, why := s.Ready(context.Background()); !ok {
 			return "not ready: " + why
 		}
@@ -521,7 +507,7 @@ func TestFaultInterruptedReindex(t *testing.T) {
 				return s, run(t, s)
 			}
 			s, stop := start()
-			waitFor(t, 5*time.Second, "first sync", func() string {
+			eventually.Check(t, 5*time.Second, "first sync", func() string {
 				if ok, why := s.Ready(context.Background()); !ok {
 					return why
 				}
@@ -568,7 +554,7 @@ func TestFaultInterruptedReindex(t *testing.T) {
 					t.Errorf("index file after a stop mid-apply: %d bytes (%v), want the old %d bytes", len(got), err, len(oldFile))
 				}
 			default:
-				waitFor(t, 5*time.Second, "the failed sync recorded and retried", func() string {
+				eventually.Check(t, 5*time.Second, "the failed sync recorded and retried", func() string {
 					st, _ := s.GetIndexStatus(context.Background(), &toolmeshv1.GetIndexStatusRequest{})
 					if !strings.Contains(st.GetLastError(), tc.wantErr) {
 						return fmt.Sprintf("last error %q does not contain %q", st.GetLastError(), tc.wantErr)
@@ -608,7 +594,7 @@ func TestFaultInterruptedReindex(t *testing.T) {
 			}
 
 			want := expected(t, cat.current())
-			waitFor(t, 5*time.Second, "the change applied whole", func() string {
+			eventually.Check(t, 5*time.Second, "the change applied whole", func() string {
 				got, err := results(s, reindexQueries)
 				if err != nil {
 					return err.Error()
@@ -626,7 +612,7 @@ func TestFaultInterruptedReindex(t *testing.T) {
 			stop()
 			dense.setFault(nil)
 			s, _ = start()
-			waitFor(t, 5*time.Second, "synced after a restart", func() string {
+			eventually.Check(t, 5*time.Second, "synced after a restart", func() string {
 				if ok, why := s.Ready(context.Background()); !ok {
 					return why
 				}
@@ -668,7 +654,7 @@ func TestFaultInterruptedFirstBuild(t *testing.T) {
 	cfg := Config{ExecutorAddr: serveCatalog(t, cat), Store: "memory", ResyncBackoffMax: 100 * time.Millisecond}
 	s := newService(cfg, index.New(st, lexical.Default(), dense), st.Ready, st.Close, nil)
 	run(t, s)
-	waitFor(t, 5*time.Second, "the first batch written and the failure recorded", func() string {
+	eventually.Check(t, 5*time.Second, "the first batch written and the failure recorded", func() string {
 		st, _ := s.GetIndexStatus(context.Background(), &toolmeshv1.GetIndexStatusRequest{})
 		if st.GetToolCount() != upsertBatch || !strings.Contains(st.GetLastError(), down.Error()) {
 			return fmt.Sprintf("status %v", st)
@@ -687,7 +673,7 @@ func TestFaultInterruptedFirstBuild(t *testing.T) {
 	}
 
 	dense.setFault(nil)
-	waitFor(t, 5*time.Second, "the build completed", func() string {
+	eventually.Check(t, 5*time.Second, "the build completed", func() string {
 		if ok, why := s.Ready(context.Background()); !ok {
 			return why
 		}
@@ -723,7 +709,7 @@ func TestFaultQdrantLostItsData(t *testing.T) {
 				t.Fatal(err)
 			}
 			run(t, s)
-			waitFor(t, 5*time.Second, "ready on a running Qdrant", func() string {
+			eventually.Check(t, 5*time.Second, "ready on a running Qdrant", func() string {
 				if ok, why := s.Ready(context.Background()); !ok {
 					return why
 				}
@@ -744,7 +730,7 @@ func TestFaultQdrantLostItsData(t *testing.T) {
 				}
 			}
 			if noticedBy == "readiness probe" {
-				waitFor(t, 5*time.Second, "ready again", func() string {
+				eventually.Check(t, 5*time.Second, "ready again", func() string {
 					ok, why := s.Ready(context.Background())
 					if !ok {
 						saw("not ready: " + why)
@@ -756,7 +742,7 @@ func TestFaultQdrantLostItsData(t *testing.T) {
 					t.Errorf("readiness never said the index was gone; it said %q", seen)
 				}
 			}
-			waitFor(t, 5*time.Second, "the index rebuilt in the new Qdrant", func() string {
+			eventually.Check(t, 5*time.Second, "the index rebuilt in the new Qdrant", func() string {
 				got, err := top(s, "add two numbers")
 				switch {
 				case err != nil && status.Code(err) != codes.Unavailable:

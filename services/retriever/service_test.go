@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+
+	"github.com/toolmesh/toolmesh/internal/eventually"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -161,18 +163,6 @@ func startService(t *testing.T, execAddr string, idx toolIndex) *Service {
 	return s
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("not within 5s: %s", what)
-}
-
 func TestSyncIndexesOnlyWhatChanged(t *testing.T) {
 	fake := &fakeExecutor{
 		snapshot: []*toolmeshv1.Tool{tool("calc.add", "h1"), tool("calc.sub", "h1"), tool("conv.c2f", "h1")},
@@ -185,7 +175,7 @@ func TestSyncIndexesOnlyWhatChanged(t *testing.T) {
 	idx.tools["calc.add"] = tool("calc.add", "h1")     // already current: must not be rewritten
 	s := startService(t, addr, idx)
 
-	eventually(t, "snapshot applied", func() bool { ok, _ := s.Ready(context.Background()); return ok })
+	eventually.True(t, 5*time.Second, "snapshot applied", func() bool { ok, _ := s.Ready(context.Background()); return ok })
 	if got, want := idx.ids(), []string{"calc.add", "calc.sub", "conv.c2f"}; !slices.Equal(got, want) {
 		t.Errorf("after snapshot index holds %v, want %v", got, want)
 	}
@@ -203,7 +193,7 @@ func TestSyncIndexesOnlyWhatChanged(t *testing.T) {
 		RemovedIds: []string{"conv.c2f"},
 		Revision:   2,
 	}
-	eventually(t, "change applied", func() bool {
+	eventually.True(t, 5*time.Second, "change applied", func() bool {
 		st, _ := s.GetIndexStatus(context.Background(), &toolmeshv1.GetIndexStatusRequest{})
 		return st.GetRevision() == 2
 	})
@@ -222,13 +212,13 @@ func TestSyncSurvivesExecutorRestartAndWriteFailures(t *testing.T) {
 	idx := newFakeIndex()
 	idx.failNextN = 2 // the first two writes fail: the sync must retry from a fresh snapshot
 	s := startService(t, addr, idx)
-	eventually(t, "indexed despite failed writes", func() bool { return slices.Equal(idx.ids(), []string{"a.one"}) })
+	eventually.True(t, 5*time.Second, "indexed despite failed writes", func() bool { return slices.Equal(idx.ids(), []string{"a.one"}) })
 
 	stop() // the executor goes away and comes back with another tool set
 	restarted := &fakeExecutor{snapshot: []*toolmeshv1.Tool{tool("a.two", "h1")}, events: make(chan *toolmeshv1.WatchToolsResponse)}
 	_, stop2 := serveExecutor(t, addr, restarted)
 	defer stop2()
-	eventually(t, "reconciled with the restarted executor", func() bool { return slices.Equal(idx.ids(), []string{"a.two"}) })
+	eventually.True(t, 5*time.Second, "reconciled with the restarted executor", func() bool { return slices.Equal(idx.ids(), []string{"a.two"}) })
 	if ok, why := s.Ready(context.Background()); !ok {
 		t.Errorf("not ready after resync: %s", why)
 	}

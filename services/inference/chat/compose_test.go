@@ -14,6 +14,8 @@ import (
 
 	"github.com/toolmesh/toolmesh/services/inference/chat/chattest"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
+
+	"github.com/toolmesh/toolmesh/internal/eventually"
 )
 
 func TestComposeRequest(t *testing.T) {
@@ -166,18 +168,6 @@ func TestCompose(t *testing.T) {
 	}
 }
 
-// waitFor polls cond for up to 5 s: the double notices a closed connection a little later.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after 5s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestComposeEnds(t *testing.T) {
 	slow := chattest.Reply{Pieces: []string{"one ", "two ", "three"}, PieceDelay: 200 * time.Millisecond}
 	for _, tc := range []struct {
@@ -221,7 +211,7 @@ func TestComposeEnds(t *testing.T) {
 				t.Errorf("%d deltas before the end, want %d", n, tc.deltas)
 			}
 			// The request was abandoned, not read to its end: the server saw the client go.
-			waitFor(t, "the double sees the client go", func() bool { return d.Canceled() == 1 })
+			eventually.True(t, 5*time.Second, "the double sees the client go", func() bool { return d.Canceled() == 1 })
 		})
 	}
 }

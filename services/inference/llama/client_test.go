@@ -16,9 +16,12 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
+
+	"github.com/toolmesh/toolmesh/internal/eventually"
 )
 
 // These tests run the client against llamatest.Double; real_test.go runs it against a real
@@ -492,7 +495,7 @@ func TestTimeoutsAndCancellation(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("err = %v, want context.Canceled", err)
 		}
-		waitFor(t, "the double to see the client go", func() bool { return d.Canceled() > before && d.Processing() == 0 })
+		eventually.True(t, 5*time.Second, "the double to see the client go", func() bool { return d.Canceled() > before && d.Processing() == 0 })
 	})
 
 	t.Run("callback error stops the stream", func(t *testing.T) {
@@ -503,7 +506,7 @@ func TestTimeoutsAndCancellation(t *testing.T) {
 		if err != stop {
 			t.Errorf("err = %v, want the callback's error as is", err)
 		}
-		waitFor(t, "the double to see the client go", func() bool { return d.Canceled() > before })
+		eventually.True(t, 5*time.Second, "the double to see the client go", func() bool { return d.Canceled() > before })
 	})
 
 	t.Run("caller deadline", func(t *testing.T) {
@@ -519,17 +522,6 @@ func TestTimeoutsAndCancellation(t *testing.T) {
 		_, err := c.CompleteStream(ctx, CompletionRequest{Prompt: "x"}, func(Chunk) error { return nil })
 		wantCode(t, err, codes.Unavailable)
 	})
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestUnquoteRaw(t *testing.T) {

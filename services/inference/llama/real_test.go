@@ -11,8 +11,11 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 	"google.golang.org/grpc/codes"
+
+	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
+
+	"github.com/toolmesh/toolmesh/internal/eventually"
 )
 
 // TestRealServer runs the client against a real llama-server (TOOLMESH_LLAMA_SERVER, from
@@ -186,7 +189,7 @@ func TestRealServer(t *testing.T) {
 			t.Errorf("%d chunks after cancelling at the third", n)
 		}
 		// The slot frees at once: a new request is served without waiting out the 3000 tokens.
-		waitFor(t, "the slot to be idle", func() bool { return slotIdle(t, srv.URL) })
+		eventually.True(t, 5*time.Second, "the slot to be idle", func() bool { return slotIdle(t, srv.URL) })
 		if _, err := c.Complete(ctx, CompletionRequest{Prompt: "next", NPredict: 2}); err != nil {
 			t.Fatalf("Complete after cancel: %v", err)
 		}
@@ -201,7 +204,7 @@ func TestRealServer(t *testing.T) {
 			return nil
 		})
 		wantCode(t, err, codes.DeadlineExceeded)
-		waitFor(t, "the slot to be idle", func() bool { return slotIdle(t, srv.URL) })
+		eventually.True(t, 5*time.Second, "the slot to be idle", func() bool { return slotIdle(t, srv.URL) })
 	})
 
 	t.Run("api key", func(t *testing.T) {
