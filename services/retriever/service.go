@@ -31,6 +31,10 @@ type toolIndex interface {
 	Search(ctx context.Context, query string, k int, servers []string) ([]*toolmeshv1.ScoredTool, error)
 	// Hashes returns every indexed id with its definition hash.
 	Hashes(ctx context.Context) (map[string]string, error)
+	// Complete reports whether the stored index was recorded complete: a full sync finished on
+	// it, in this run or an earlier one. MarkComplete records that, durably with the data.
+	Complete(ctx context.Context) (bool, error)
+	MarkComplete(ctx context.Context) error
 	// Name says which embedder and model the index uses.
 	Name() string
 }
@@ -55,9 +59,10 @@ type Service struct {
 	synced  bool              // a snapshot has been applied since start
 	lastErr string
 	// read is whether the index has been read once since start; kept whether it held tools
-	// then (an index kept from an earlier run), which may serve before the first sync. An
-	// index this process builds from empty serves only once complete: half built, it would
-	// answer with whatever tools happen to be written so far.
+	// then and was recorded complete (an index kept from an earlier run whose sync finished),
+	// which may serve before the first sync. An index this process builds from empty, or one
+	// left by a run that died during its first build, serves only once complete: half built,
+	// it would answer with whatever tools happen to be written so far.
 	read, kept bool
 
 	// resubscribe ends the current WatchTools subscription with a cause, so that Run starts
@@ -171,6 +176,13 @@ func (s *Service) follow(ctx context.Context, client toolmeshv1.ExecutorServiceC
 		switch ev.GetType() {
 		case toolmeshv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT:
 			err = s.reconcile(ctx, ev.GetUpserted())
+			if err == nil {
+				// Recorded before searches are let in, so that a restart serves this index at
+				// once only if it got this far.
+				if err = s.idx.MarkComplete(ctx); err != nil {
+					err = fmt.Errorf("record the index as complete: %w", err)
+				}
+			}
 		case toolmeshv1.WatchEventType_WATCH_EVENT_TYPE_CHANGED:
 			err = s.apply(ctx, ev.GetUpserted(), ev.GetRemovedIds())
 		default:
@@ -188,16 +200,26 @@ func (s *Service) follow(ctx context.Context, client toolmeshv1.ExecutorServiceC
 
 // reconcile makes the index equal to the snapshot, writing only what differs.
 func (s *Service) reconcile(ctx context.Context, tools []*toolmeshv1.Tool) error {
+	complete, err := s.idx.Complete(ctx)
+	if err != nil {
+		return fmt.Errorf("read index: %w", err)
+	}
 	indexed, err := s.idx.Hashes(ctx)
 	if err != nil {
 		return fmt.Errorf("read index: %w", err)
 	}
 	s.mu.Lock()
 	s.known = indexed
-	if !s.read {
-		s.read, s.kept = true, len(indexed) > 0
+	first := !s.read
+	if first {
+		s.read, s.kept = true, len(indexed) > 0 && complete
 	}
 	s.mu.Unlock()
+	if first && len(indexed) > 0 && !complete {
+		// Its tools are reused (only what changed is indexed again), but it is not served.
+		s.log.Warn("the kept tool index is from a sync that did not finish; searches wait for this one",
+			"tools", len(indexed))
+	}
 	inSnapshot := make(map[string]bool, len(tools))
 	for _, t := range tools {
 		inSnapshot[t.GetId()] = true

@@ -226,6 +226,25 @@ func DenseText(t *toolmeshv1.Tool) string {
 // Delete removes tools by id.
 func (ix *Index) Delete(ctx context.Context, ids []string) error { return ix.st.Delete(ctx, ids) }
 
+// Complete reports whether the store recorded the index as complete (store.Completion). A store
+// that does not record it (the qdrant store) reports true: any index it holds counts as complete,
+// as before the marker existed.
+func (ix *Index) Complete(ctx context.Context) (bool, error) {
+	if c, ok := ix.st.(store.Completion); ok {
+		return c.Complete(ctx)
+	}
+	return true, nil
+}
+
+// MarkComplete records in the store that the index is complete; a no-op for a store without
+// store.Completion.
+func (ix *Index) MarkComplete(ctx context.Context) error {
+	if c, ok := ix.st.(store.Completion); ok {
+		return c.MarkComplete(ctx)
+	}
+	return nil
+}
+
 // Hashes returns the stored tool ids with their definition hashes.
 func (ix *Index) Hashes(ctx context.Context) (map[string]string, error) { return ix.st.Hashes(ctx) }
 

@@ -65,6 +65,19 @@ type Store interface {
 	Close() error
 }
 
+// Completion is implemented by a store that persists, with its data, whether the index it holds
+// was once complete: a full sync with the executor's catalog finished on it. An index kept from
+// an earlier run may serve before the next sync only when it was complete; one left by a run that
+// died during its first build holds whatever tools happened to be written, and would answer OK
+// with the wrong tools.
+type Completion interface {
+	// Complete reports whether MarkComplete was recorded on the stored index (in this run, or in
+	// the run whose data was loaded).
+	Complete(ctx context.Context) (bool, error)
+	// MarkComplete records, durably and atomically with the data, that the index is complete.
+	MarkComplete(ctx context.Context) error
+}
+
 // ErrLost is wrapped by the errors of a store that found its index gone behind its back (a
 // Qdrant collection deleted, a Qdrant restarted without its data). The store carries on with
 // an empty index; its user has to write every doc again, and should not serve searches from it

@@ -81,11 +81,16 @@ type Store struct {
 	serverNames []string
 	vecs        map[string]map[uint32][]posting
 	live        int
+	// complete is the completion marker (store.Completion), persisted with the docs.
+	complete bool
 
 	scratch sync.Pool
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store      = (*Store)(nil)
+	_ store.Completion = (*Store)(nil)
+)
 
 // New returns an empty store without persistence.
 func New(opts ...Option) *Store {
@@ -217,6 +222,48 @@ func (s *Store) Hashes(ctx context.Context) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// Complete reports whether the index was marked complete, here or in the loaded snapshot.
+func (s *Store) Complete(ctx context.Context) (bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return false, errClosed
+	}
+	return s.complete, nil
+}
+
+// MarkComplete marks the index complete. With persistence the mark is in the snapshot file, in
+// the same atomic write as the docs, before Complete reports it; if the write fails the store
+// stays unmarked and the error is returned. Marking an index already marked writes nothing.
+func (s *Store) MarkComplete(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
+	if s.complete || s.path == "" {
+		s.complete = true
+		s.mu.Unlock()
+		return nil
+	}
+	s.complete = true
+	snap := s.snapshot()
+	s.complete = false
+	s.mu.Unlock()
+	if err := s.persist(snap); err != nil {
+		return fmt.Errorf("memory store: persist %s: %w", s.path, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.complete = true
+	return nil
 }
 
 // Ready reports nil unless the store is closed.

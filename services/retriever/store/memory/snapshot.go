@@ -46,6 +46,12 @@ type snapshotV1 struct {
 	Fingerprint string
 	Docs        []snapDoc
 	Vectors     map[string]snapVec
+	// Complete is the store's completion marker (store.Completion). It was added without a new
+	// format version: gob leaves a field missing from the file at its zero value, so a file of
+	// the earlier format loads as partial, and the earlier binary ignores the field. Partial is
+	// right for those files: that version rewrote the file after every batch, a first build cut
+	// short included, and nothing in the file tells a finished build from a cut one.
+	Complete bool
 }
 
 // pending is a snapshot captured under the lock, still to be encoded and written: the tools
@@ -58,7 +64,7 @@ type pending struct {
 
 // snapshot captures the current state. Called with mu held.
 func (s *Store) snapshot() *pending {
-	snap := &snapshotV1{Fingerprint: s.fingerprint, Vectors: map[string]snapVec{}}
+	snap := &snapshotV1{Fingerprint: s.fingerprint, Vectors: map[string]snapVec{}, Complete: s.complete}
 	p := &pending{snap: snap}
 	pos := make([]uint32, len(s.slots))
 	for i := range s.slots {
@@ -263,5 +269,6 @@ func (s *Store) restore(b []byte) error {
 	for i := range docs {
 		s.put(&docs[i])
 	}
+	s.complete = snap.Complete
 	return nil
 }
