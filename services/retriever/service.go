@@ -127,6 +127,12 @@ func (s *Service) Run(ctx context.Context) error {
 	defer conn.Close()
 	client := toolmeshv1.NewExecutorServiceClient(conn)
 
+	// Read the index before the executor answers, so that a kept complete index serves even
+	// while the executor is slow or down. On failure the sync reads it again.
+	if _, err := s.readIndex(ctx); err != nil {
+		s.log.Warn("cannot read the tool index at start-up; it is read again by the sync", "err", err)
+	}
+
 	backoff := 100 * time.Millisecond
 	for {
 		start := time.Now()
@@ -200,25 +206,9 @@ func (s *Service) follow(ctx context.Context, client toolmeshv1.ExecutorServiceC
 
 // reconcile makes the index equal to the snapshot, writing only what differs.
 func (s *Service) reconcile(ctx context.Context, tools []*toolmeshv1.Tool) error {
-	complete, err := s.idx.Complete(ctx)
+	indexed, err := s.readIndex(ctx)
 	if err != nil {
-		return fmt.Errorf("read index: %w", err)
-	}
-	indexed, err := s.idx.Hashes(ctx)
-	if err != nil {
-		return fmt.Errorf("read index: %w", err)
-	}
-	s.mu.Lock()
-	s.known = indexed
-	first := !s.read
-	if first {
-		s.read, s.kept = true, len(indexed) > 0 && complete
-	}
-	s.mu.Unlock()
-	if first && len(indexed) > 0 && !complete {
-		// Its tools are reused (only what changed is indexed again), but it is not served.
-		s.log.Warn("the kept tool index is from a sync that did not finish; searches wait for this one",
-			"tools", len(indexed))
+		return err
 	}
 	inSnapshot := make(map[string]bool, len(tools))
 	for _, t := range tools {
@@ -231,6 +221,32 @@ func (s *Service) reconcile(ctx context.Context, tools []*toolmeshv1.Tool) error
 		}
 	}
 	return s.apply(ctx, tools, gone)
+}
+
+// readIndex reads what the index holds; the first read since start decides whether the index
+// is kept (see Service.kept).
+func (s *Service) readIndex(ctx context.Context) (map[string]string, error) {
+	complete, err := s.idx.Complete(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read index: %w", err)
+	}
+	indexed, err := s.idx.Hashes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read index: %w", err)
+	}
+	s.mu.Lock()
+	s.known = indexed
+	first := !s.read
+	if first {
+		s.read, s.kept = true, len(indexed) > 0 && complete
+	}
+	s.mu.Unlock()
+	if first && len(indexed) > 0 && !complete {
+		// Its tools are reused (only what changed is indexed again), but it is not served.
+		s.log.Warn("the kept tool index is from a sync that did not finish; searches wait for the next one",
+			"tools", len(indexed))
+	}
+	return indexed, nil
 }
 
 // apply indexes the tools whose hash changed and deletes the removed ids. The deletes come
