@@ -23,12 +23,24 @@ import (
 
 const window = 1 << 20
 
+// MaxRecvMsgSize bounds one message a toolmesh client accepts from another toolmesh service.
+// The executor sends its whole catalog in one message (the WatchTools snapshot, the ListTools
+// answer), about 1 KB a tool in protobuf (970 bytes for a BFCL-sized tool with four
+// parameters), so grpc-go's default 4 MiB stops at ~4,000 tools: the retriever could never
+// sync and /v1/tools failed. 256 MiB holds ~270,000 such tools, far past any mesh we expect,
+// while still refusing a length prefix that would make us allocate up to 2 GiB. The servers
+// send without limit (grpc-go's default is MaxInt32) and keep the default 4 MiB on what they
+// receive: no request between our services comes near it.
+const MaxRecvMsgSize = 256 << 20
+
 // DialOptions are the client options for calls between toolmesh services: plaintext over a
-// trusted network or loopback, with the same fixed windows as the servers.
+// trusted network or loopback, with the same fixed windows as the servers and room for a
+// catalog of many thousand tools in one message.
 func DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStaticStreamWindowSize(window), grpc.WithStaticConnWindowSize(window),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRecvMsgSize)),
 		// A name that resolves to several executors or retrievers spreads calls over all of
 		// them instead of pinning every call to the first.
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
