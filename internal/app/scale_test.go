@@ -105,8 +105,7 @@ func get(t *testing.T, url string) (int, []byte) {
 	return resp.StatusCode, b
 }
 
-// retrieverError is the last error of the retriever's index, which /readyz leaves out while
-// it reports the index as catching up.
+// retrieverError is the last error of the retriever's index, for a failure message.
 func retrieverError(t *testing.T, addr string) string {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, server.DialOptions()...)
@@ -163,7 +162,8 @@ func TestManyTools(t *testing.T) {
 	// Ready means the retriever followed the executor's snapshot of every tool. With
 	// grpc-go's default 4 MiB receive limit it never could: each subscription failed with
 	// "grpc: received message larger than max (4849459 vs. 4194304)" and /readyz stayed 503
-	// with "index catching up: 0 of 5000 tools indexed", without the cause.
+	// with "index catching up: 0 of 5000 tools indexed" (then without the cause; /readyz now
+	// adds the retriever's last sync error).
 	start := time.Now()
 	var code int
 	var body []byte

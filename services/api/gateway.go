@@ -133,7 +133,12 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 			// The index lags the executor for a moment after a server connects or
 			// changes its tools; a question asked then would miss them.
 			ready = false
-			body["retriever"] = fmt.Sprintf("index catching up: %d of %d tools indexed", st.GetToolCount(), served)
+			msg := fmt.Sprintf("index catching up: %d of %d tools indexed", st.GetToolCount(), served)
+			if e := st.GetLastError(); e != "" {
+				// Without the cause a sync that keeps failing reads as one still under way.
+				msg += "; last sync attempt: " + e
+			}
+			body["retriever"] = msg
 		default:
 			body["indexed_tools"] = st.GetToolCount()
 		}

@@ -57,9 +57,23 @@ func startGRPC(t *testing.T, register func(*grpc.Server)) string {
 // newGateway runs the api against the executor at execAddr and returns its REST server.
 func newGateway(t *testing.T, execAddr string) *httptest.Server {
 	t.Helper()
+	ts := httptest.NewServer(gatewayHandler(t, testConfig(execAddr, "")))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// testConfig is the api's config for tests against the executor (and retriever, if set) at
+// these addresses.
+func testConfig(execAddr, retrieverAddr string) Config {
 	var cfg Config
-	cfg.HTTPAddr, cfg.GRPCAddr, cfg.ExecutorAddr = "127.0.0.1:0", "127.0.0.1:0", execAddr
+	cfg.HTTPAddr, cfg.GRPCAddr, cfg.ExecutorAddr, cfg.RetrieverAddr = "127.0.0.1:0", "127.0.0.1:0", execAddr, retrieverAddr
 	cfg.CallTimeout, cfg.RPCTimeout, cfg.MaxBodyBytes = 5*time.Second, 2*time.Second, 4096
+	return cfg
+}
+
+// gatewayHandler runs the api with cfg until the test ends and returns its REST handler.
+func gatewayHandler(t *testing.T, cfg Config) http.Handler {
+	t.Helper()
 	svc, err := New(cfg, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -71,9 +85,7 @@ func newGateway(t *testing.T, execAddr string) *httptest.Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(closeGW)
-	ts := httptest.NewServer(h)
-	t.Cleanup(ts.Close)
-	return ts
+	return h
 }
 
 func TestGatewayErrors(t *testing.T) {
@@ -146,5 +158,48 @@ func TestGatewayExecutorDown(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), addr) {
 		t.Errorf("got %d %s, want 503 naming %s", resp.StatusCode, b, addr)
+	}
+}
+
+// fakeRetriever answers GetIndexStatus with a canned status.
+type fakeRetriever struct {
+	toolmeshv1.UnimplementedRetrieverServiceServer
+	status *toolmeshv1.GetIndexStatusResponse
+}
+
+func (f *fakeRetriever) GetIndexStatus(context.Context, *toolmeshv1.GetIndexStatusRequest) (*toolmeshv1.GetIndexStatusResponse, error) {
+	return f.status, nil
+}
+
+// TestReadyzIndexLag: /readyz reports an index behind the executor with the retriever's last
+// sync error when there is one, so a sync that keeps failing does not read as one under way.
+func TestReadyzIndexLag(t *testing.T) {
+	exec := &fakeExecutor{servers: []*toolmeshv1.Server{
+		{Name: "calc", State: toolmeshv1.ServerState_SERVER_STATE_READY, ToolCount: 5},
+	}}
+	execAddr := startGRPC(t, func(g *grpc.Server) { toolmeshv1.RegisterExecutorServiceServer(g, exec) })
+	cases := []struct {
+		name    string
+		status  *toolmeshv1.GetIndexStatusResponse
+		code    int
+		want    string
+		notWant string
+	}{
+		{"in step", &toolmeshv1.GetIndexStatusResponse{Ready: true, ToolCount: 5}, 200, `"indexed_tools":5`, "catching up"},
+		{"catching up", &toolmeshv1.GetIndexStatusResponse{Ready: true, ToolCount: 2}, 503, "index catching up: 2 of 5 tools indexed", "last sync attempt"},
+		{"catching up after a failed sync", &toolmeshv1.GetIndexStatusResponse{Ready: true, ToolCount: 0, LastError: "embed tools: connection refused"},
+			503, "index catching up: 0 of 5 tools indexed; last sync attempt: embed tools: connection refused", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			retrAddr := startGRPC(t, func(g *grpc.Server) { toolmeshv1.RegisterRetrieverServiceServer(g, &fakeRetriever{status: tc.status}) })
+			h := gatewayHandler(t, testConfig(execAddr, retrAddr))
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+			b := rec.Body.String()
+			if rec.Code != tc.code || !strings.Contains(b, tc.want) || (tc.notWant != "" && strings.Contains(b, tc.notWant)) {
+				t.Errorf("/readyz = %d %s; want %d with %q", rec.Code, b, tc.code, tc.want)
+			}
+		})
 	}
 }
