@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -16,17 +14,4 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// loadavg is the 1, 5 and 15 minute load averages, or "unknown".
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], "/")
 }

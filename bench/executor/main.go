@@ -58,6 +58,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
+	"github.com/toolmesh/toolmesh/bench/internal/loadavg"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/mcpservers/calculator"
 )
@@ -247,7 +248,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	}
 
 	results := map[string][]measurement{}
-	o.loadBefore = loadavg()
+	o.loadBefore = loadavg.Now()
 	start := time.Now()
 	for r := range o.runs {
 		// Rotate the order so no scenario always runs first or right after the heaviest one.
@@ -265,7 +266,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		}
 	}
 	logf("measured in %s", time.Since(start).Round(time.Second))
-	o.loadAfter = loadavg()
+	o.loadAfter = loadavg.Now()
 
 	report(stdout, o, scenarios, results)
 	if o.jsonPath != "" {

@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
+	"github.com/toolmesh/toolmesh/bench/internal/loadavg"
 )
 
 type options struct {
@@ -309,7 +310,7 @@ func measure(ctx context.Context, o options, mode, via string, clients int, ms *
 		fmt.Fprintf(os.Stderr, "%s %s clients %d: %d errors while warming up (first: %s)\n", mode, via, clients, warm.errors, warm.firstErr)
 	}
 
-	r := result{mode: mode, via: via, clients: clients, load: loadavg()}
+	r := result{mode: mode, via: via, clients: clients, load: loadavg.Now()}
 	cpu0 := selfCPU()
 	child0, err := ms.childCPU()
 	if err != nil {

@@ -89,16 +89,3 @@ func ctxSwitches(pid int) (int64, error) {
 func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
-
-// loadavg is the 1, 5 and 15 minute load averages, or "unknown".
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], "/")
-}

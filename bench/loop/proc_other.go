@@ -18,8 +18,6 @@ func processCPU(int) (time.Duration, error) { return 0, errors.New("process CPU 
 
 func childAttr() *syscall.SysProcAttr { return nil }
 
-func loadavg() string { return "unknown" }
-
 func signalProfile(*os.Process, bool) error { return errors.New("child profiles need Linux") }
 
 func ctxSwitches(int) (int64, error) { return 0, errors.New("context switches need /proc") }

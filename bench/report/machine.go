@@ -73,19 +73,6 @@ func describe(ctx context.Context) machine {
 	return m
 }
 
-// loadavg is /proc/loadavg's 1, 5 and 15 minute averages.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], "/")
-}
-
 // commit is HEAD's short hash, with "+dirty" when anything but the report itself differs from it
 // (uncommitted or untracked files end up in the programs the report builds).
 func commit(ctx context.Context, exclude string) string {

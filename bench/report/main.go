@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
+	"github.com/toolmesh/toolmesh/bench/internal/loadavg"
 )
 
 type options struct {
@@ -127,7 +128,7 @@ func run(ctx context.Context, o options, progress io.Writer) (int, error) {
 	if len(o.only) > 0 {
 		doc.Only = o.only
 	}
-	doc.Machine.LoadBefore = loadavg()
+	doc.Machine.LoadBefore = loadavg.Now()
 	out := o.out
 	if !filepath.IsAbs(out) {
 		out = filepath.Join(root, out)
@@ -183,7 +184,7 @@ func run(ctx context.Context, o options, progress io.Writer) (int, error) {
 		}
 		doc.Sections = append(doc.Sections, s)
 	}
-	doc.Machine.LoadAfter = loadavg()
+	doc.Machine.LoadAfter = loadavg.Now()
 	doc.Elapsed = time.Since(start)
 	doc.Machine.Environments = []string{"OTEL_* variables removed from the programs' environment (a collector set in the shell must not turn tracing on where it is meant to be off); the tracing benchmark sets its own"}
 
@@ -327,7 +328,7 @@ func quote(a string) string {
 
 // exec runs s, with stdout kept for the report and stderr passed through as progress.
 func (r *runner) exec(ctx context.Context, s spec) command {
-	c := command{Line: r.line(s), Markdown: s.markdown, LoadBefore: loadavg()}
+	c := command{Line: r.line(s), Markdown: s.markdown, LoadBefore: loadavg.Now()}
 	fmt.Fprintf(r.progress, "report: $ %s\n", c.Line)
 	timeout := s.timeout
 	if timeout == 0 {
@@ -347,7 +348,7 @@ func (r *runner) exec(ctx context.Context, s spec) command {
 	t0 := time.Now()
 	err := cmd.Run()
 	c.Elapsed = time.Since(t0)
-	c.LoadAfter = loadavg()
+	c.LoadAfter = loadavg.Now()
 	c.Output = stdout.String()
 	if err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
