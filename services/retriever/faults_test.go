@@ -178,6 +178,17 @@ func top(s *Service, query string) (string, error) {
 var kelvin = &toolmeshv1.Tool{Id: "converter.kelvin_to_celsius", Server: "converter", Name: "kelvin_to_celsius", Hash: "1",
 	Description: "Convert a temperature from kelvin to degrees Celsius."}
 
+// qdrantTimeout bounds each Qdrant call in these tests.
+const qdrantTimeout = 500 * time.Millisecond
+
+// newOnQdrant is a retriever following cat's executor double on the qdrant store at addr.
+func newOnQdrant(t *testing.T, cat *catalog, addr string) (*Service, error) {
+	t.Helper()
+	cfg := Config{ExecutorAddr: serveCatalog(t, cat), GRPCAddr: "127.0.0.1:0", Store: "qdrant", Embedder: "lexical",
+		QdrantAddr: addr, QdrantCollection: "faults", QdrantTimeout: qdrantTimeout, ResyncBackoffMax: 200 * time.Millisecond}
+	return New(context.Background(), cfg, nil, nil)
+}
+
 // TestFaultQdrantUnreachable: the retriever on the qdrant store (the wire-level double), Qdrant
 // killed after the index was built. A search answers UNAVAILABLE naming Qdrant and its address
 // within the store's timeout, readiness says why, a tool change that cannot be written is
@@ -191,10 +202,8 @@ func TestFaultQdrantUnreachable(t *testing.T) {
 	}
 	t.Cleanup(d.Close)
 	cat := newCatalog(demoTools(t)...)
-	const timeout = 500 * time.Millisecond
-	cfg := Config{ExecutorAddr: serveCatalog(t, cat), GRPCAddr: "127.0.0.1:0", Store: "qdrant", Embedder: "lexical",
-		QdrantAddr: d.Addr(), QdrantCollection: "faults", QdrantTimeout: timeout, ResyncBackoffMax: 200 * time.Millisecond}
-	s, err := New(context.Background(), cfg, nil, nil)
+	const timeout = qdrantTimeout
+	s, err := newOnQdrant(t, cat, d.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,10 +295,8 @@ func TestFaultQdrantDownFromTheStart(t *testing.T) {
 	addr := lis.Addr().String()
 	lis.Close()
 	cat := newCatalog(demoTools(t)...)
-	const timeout = 500 * time.Millisecond
-	cfg := Config{ExecutorAddr: serveCatalog(t, cat), GRPCAddr: "127.0.0.1:0", Store: "qdrant", Embedder: "lexical",
-		QdrantAddr: addr, QdrantCollection: "faults", QdrantTimeout: timeout, ResyncBackoffMax: 200 * time.Millisecond}
-	s, err := New(context.Background(), cfg, nil, nil)
+	const timeout = qdrantTimeout
+	s, err := newOnQdrant(t, cat, addr)
 	if err != nil {
 		t.Fatalf("New with Qdrant down: %v (want a retriever that waits for Qdrant)", err)
 	}
@@ -702,9 +709,7 @@ func TestFaultQdrantLostItsData(t *testing.T) {
 			}
 			t.Cleanup(d.Close)
 			cat := newCatalog(demoTools(t)...)
-			cfg := Config{ExecutorAddr: serveCatalog(t, cat), GRPCAddr: "127.0.0.1:0", Store: "qdrant", Embedder: "lexical",
-				QdrantAddr: d.Addr(), QdrantCollection: "faults", QdrantTimeout: 500 * time.Millisecond, ResyncBackoffMax: 200 * time.Millisecond}
-			s, err := New(context.Background(), cfg, nil, nil)
+			s, err := newOnQdrant(t, cat, d.Addr())
 			if err != nil {
 				t.Fatal(err)
 			}
