@@ -189,20 +189,15 @@ func newOnQdrant(t *testing.T, cat *catalog, addr string) (*Service, error) {
 	return New(context.Background(), cfg, nil, nil)
 }
 
-// TestFaultQdrantUnreachable: the retriever on the qdrant store (the wire-level double), Qdrant
-// killed after the index was built. A search answers UNAVAILABLE naming Qdrant and its address
-// within the store's timeout, readiness says why, a tool change that cannot be written is
-// recorded and retried; when Qdrant is back on the same address, readiness and search recover
-// without a restart of the retriever and the change made meanwhile is in the index.
-func TestFaultQdrantUnreachable(t *testing.T) {
-	fdcheck.Check(t, 2)
+// readyOnQdrant runs a retriever following cat's executor double on a new Qdrant double and
+// waits until its index is ready.
+func readyOnQdrant(t *testing.T, cat *catalog) (*Service, *qdranttest.Double) {
+	t.Helper()
 	d, err := qdranttest.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
-	cat := newCatalog(demoTools(t)...)
-	const timeout = qdrantTimeout
 	s, err := newOnQdrant(t, cat, d.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -214,6 +209,18 @@ func TestFaultQdrantUnreachable(t *testing.T) {
 		}
 		return ""
 	})
+	return s, d
+}
+
+// TestFaultQdrantUnreachable: the retriever on the qdrant store (the wire-level double), Qdrant
+// killed after the index was built. A search answers UNAVAILABLE naming Qdrant and its address
+// within the store's timeout, readiness says why, a tool change that cannot be written is
+// recorded and retried; when Qdrant is back on the same address, readiness and search recover
+// without a restart of the retriever and the change made meanwhile is in the index.
+func TestFaultQdrantUnreachable(t *testing.T) {
+	fdcheck.Check(t, 2)
+	cat := newCatalog(demoTools(t)...)
+	s, d := readyOnQdrant(t, cat)
 	if got, err := top(s, "convert 30 degrees fahrenheit to celsius"); err != nil || got != "converter.fahrenheit_to_celsius" {
 		t.Fatalf("search with Qdrant up: got %q, %v", got, err)
 	}
@@ -221,22 +228,22 @@ func TestFaultQdrantUnreachable(t *testing.T) {
 	d.Stop()
 	wantAddr := "qdrant at " + d.Addr()
 	start := time.Now()
-	_, err = top(s, "convert 30 degrees fahrenheit to celsius")
+	_, err := top(s, "convert 30 degrees fahrenheit to celsius")
 	took := time.Since(start)
 	t.Logf("search with Qdrant down: %v after %v", err, took.Round(time.Millisecond))
 	if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), wantAddr+" is not reachable") {
 		t.Errorf("search with Qdrant down: got %v, want UNAVAILABLE saying %q is not reachable", err, wantAddr)
 	}
-	if took > timeout+time.Second {
-		t.Errorf("search with Qdrant down took %v, want at most about the %v store timeout", took, timeout)
+	if took > qdrantTimeout+time.Second {
+		t.Errorf("search with Qdrant down took %v, want at most about the %v store timeout", took, qdrantTimeout)
 	}
 	start = time.Now()
 	ok, why := s.Ready(context.Background())
 	if ok || !strings.Contains(why, wantAddr+" is not reachable") {
 		t.Errorf("Ready with Qdrant down: got %v %q, want not ready saying %q is not reachable", ok, why, wantAddr)
 	}
-	if took := time.Since(start); took > timeout+time.Second {
-		t.Errorf("Ready with Qdrant down took %v, want at most about the %v store timeout", took, timeout)
+	if took := time.Since(start); took > qdrantTimeout+time.Second {
+		t.Errorf("Ready with Qdrant down took %v, want at most about the %v store timeout", took, qdrantTimeout)
 	}
 
 	// The executor's tools change while Qdrant is down: the write fails, is recorded and retried
@@ -295,7 +302,6 @@ func TestFaultQdrantDownFromTheStart(t *testing.T) {
 	addr := lis.Addr().String()
 	lis.Close()
 	cat := newCatalog(demoTools(t)...)
-	const timeout = qdrantTimeout
 	s, err := newOnQdrant(t, cat, addr)
 	if err != nil {
 		t.Fatalf("New with Qdrant down: %v (want a retriever that waits for Qdrant)", err)
@@ -703,23 +709,8 @@ func TestFaultQdrantLostItsData(t *testing.T) {
 	for _, noticedBy := range []string{"search", "readiness probe"} {
 		t.Run(noticedBy, func(t *testing.T) {
 			fdcheck.Check(t, 2)
-			d, err := qdranttest.Listen("127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(d.Close)
 			cat := newCatalog(demoTools(t)...)
-			s, err := newOnQdrant(t, cat, d.Addr())
-			if err != nil {
-				t.Fatal(err)
-			}
-			run(t, s)
-			eventually.Check(t, 5*time.Second, "ready on a running Qdrant", func() string {
-				if ok, why := s.Ready(context.Background()); !ok {
-					return why
-				}
-				return ""
-			})
+			s, d := readyOnQdrant(t, cat)
 
 			d.Stop()
 			empty, err := qdranttest.Listen(d.Addr())
