@@ -118,7 +118,8 @@ func (c *catalog) change(upserted []*toolmeshv1.Tool, removed []string) {
 	}
 }
 
-func serveCatalog(t *testing.T, c *catalog) string {
+// serveCatalog serves c as the executor's gRPC service until the test ends.
+func serveCatalog(t *testing.T, c toolmeshv1.ExecutorServiceServer) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -3,7 +3,6 @@ package retriever
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -43,16 +42,9 @@ func (g *gatedCatalog) WatchTools(req *toolmeshv1.WatchToolsRequest, stream grpc
 
 func serveGated(t *testing.T, g *gatedCatalog) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	toolmeshv1.RegisterExecutorServiceServer(srv, g)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(lis) }()
-	t.Cleanup(func() { g.open(); srv.Stop(); <-done })
-	return lis.Addr().String()
+	addr := serveCatalog(t, g)
+	t.Cleanup(g.open) // before the server stops: let held subscriptions go
+	return addr
 }
 
 // textCounter counts the tool texts the index embeds (queries, one text each, are not counted).
