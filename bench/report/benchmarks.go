@@ -160,7 +160,7 @@ func runLoop(ctx context.Context, r *runner, s *section) {
 }
 
 func runTracing(ctx context.Context, r *runner, s *section) {
-	col, err := r.collector(ctx)
+	col, err := r.collector()
 	if err != nil {
 		s.Err = "starting the span collector: " + err.Error()
 		return
@@ -211,9 +211,9 @@ func runTracing(ctx context.Context, r *runner, s *section) {
 }
 
 // collector starts Jaeger when one is built, else the in-process sink.
-func (r *runner) collector(ctx context.Context) (*collector, error) {
+func (r *runner) collector() (*collector, error) {
 	if bin := jaegerBinary(r.root); bin != "" {
-		c, err := startJaeger(ctx, bin, filepath.Join(r.tmp, "jaeger.log"))
+		c, err := startJaeger(bin, r.tmp)
 		if err == nil {
 			c.what = strings.ReplaceAll(c.what, r.root+string(filepath.Separator), "")
 		}

@@ -64,25 +64,35 @@ func Start(t testing.TB) *Jaeger {
 		t.Skip(SkipReason)
 	}
 	dir := t.TempDir() // before Cleanup below, so the log is still there when it is printed
-	var lastErr error
-	for attempt := range 3 {
-		j, err := start(bin, filepath.Join(dir, "jaeger-"+strconv.Itoa(attempt)+".log"))
-		if err == nil {
-			t.Cleanup(func() {
-				j.stop()
-				if t.Failed() {
-					t.Logf("jaeger log (%s):\n%s", j.QueryURL, tail(j.Log(), 80))
-				}
-			})
-			return j
+	j, err := Run(bin, dir)
+	if err != nil {
+		t.Fatalf("starting jaeger (%s=%s): %v", EnvJaeger, bin, err)
+	}
+	t.Cleanup(func() {
+		j.Stop()
+		if t.Failed() {
+			t.Logf("jaeger log (%s):\n%s", j.QueryURL, tail(j.Log(), 80))
 		}
-		lastErr = err
+	})
+	return j
+}
+
+// Run is Start for a program rather than a test (bench/report measures tracing into a real
+// Jaeger): it runs the jaeger binary bin, logging into a file in dir, and waits until it is
+// ready. The caller stops it with Stop.
+func Run(bin, dir string) (*Jaeger, error) {
+	var err error
+	for attempt := range 3 {
+		var j *Jaeger
+		j, err = start(bin, filepath.Join(dir, "jaeger-"+strconv.Itoa(attempt)+".log"))
+		if err == nil {
+			return j, nil
+		}
 		if !errors.Is(err, errPortTaken) {
 			break
 		}
 	}
-	t.Fatalf("starting jaeger (%s=%s): %v", EnvJaeger, bin, lastErr)
-	return nil
+	return nil, err
 }
 
 // Log is what Jaeger has printed so far.
@@ -148,7 +158,7 @@ func start(bin, logPath string) (*Jaeger, error) {
 	go func() { _ = j.cmd.Wait(); close(j.done) }()
 
 	if err := j.waitReady(); err != nil {
-		j.stop()
+		j.Stop()
 		if strings.Contains(j.Log(), "address already in use") {
 			return nil, fmt.Errorf("%w: %v", errPortTaken, err)
 		}
@@ -181,8 +191,8 @@ func (j *Jaeger) waitReady() error {
 	}
 }
 
-// stop ends Jaeger: SIGTERM (it shuts down cleanly in well under a second), SIGKILL after 10 s.
-func (j *Jaeger) stop() {
+// Stop ends Jaeger: SIGTERM (it shuts down cleanly in well under a second), SIGKILL after 10 s.
+func (j *Jaeger) Stop() {
 	defer j.client.CloseIdleConnections()
 	select {
 	case <-j.done:
