@@ -295,7 +295,7 @@ func TestQuickReport(t *testing.T) {
 		t.Skip("set TOOLMESH_BENCH_SMOKE=1 to run the -quick report end to end (about 90 s)")
 	}
 	if testing.Short() {
-		t.Skip("-short")
+		t.Skip("skipped under -short: it builds and runs every bench program")
 	}
 	t.Chdir(filepath.Join("..", ".."))
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
