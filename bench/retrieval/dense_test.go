@@ -25,7 +25,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// fakeEmbeddings is an OpenAI-style /v1/embeddings server with deterministic vectors (seeded by
+// fakeEmbeddings is a test double of an OpenAI-style /v1/embeddings server: deterministic vectors (seeded by
 // the text) that records the texts it was asked for.
 type fakeEmbeddings struct {
 	mu    sync.Mutex

@@ -161,7 +161,7 @@ func TestGatewayExecutorDown(t *testing.T) {
 	}
 }
 
-// fakeRetriever answers GetIndexStatus with a canned status.
+// fakeRetriever is a test double of the retriever's gRPC service: GetIndexStatus answers a canned status.
 type fakeRetriever struct {
 	toolmeshv1.UnimplementedRetrieverServiceServer
 	status *toolmeshv1.GetIndexStatusResponse
