@@ -14,12 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// The environment scripts/testdeps prints.
-const (
-	envNode        = "TOOLMESH_NODE"
-	envConformance = "TOOLMESH_CONFORMANCE"
+	"github.com/toolmesh/toolmesh/internal/testbackend"
 )
 
 // suite is an installed @modelcontextprotocol/conformance.
@@ -32,10 +28,8 @@ type suite struct {
 // when it is not installed.
 func findSuite(t *testing.T) suite {
 	t.Helper()
-	s := suite{node: os.Getenv(envNode), entry: os.Getenv(envConformance)}
-	if s.node == "" || s.entry == "" {
-		t.Skipf("the MCP conformance suite is not installed (%s or %s unset): run `eval \"$(scripts/testdeps)\"` first, as `make test` does", envNode, envConformance)
-	}
+	paths := testbackend.Conformance.Need(t)
+	s := suite{node: paths[0], entry: paths[1]}
 	for _, f := range []string{s.node, s.entry} {
 		if _, err := os.Stat(f); err != nil {
 			t.Fatalf("conformance suite: %v (run scripts/testdeps again)", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
+	"github.com/toolmesh/toolmesh/internal/testbackend"
 )
 
 // The web console (services/api/ui) in real headless Chromium against every target in one
@@ -32,13 +33,7 @@ const firstLoadBudget = 200 << 10
 // startBrowser starts one headless Chromium for the test, or skips the test saying why.
 func startBrowser(t *testing.T) context.Context {
 	t.Helper()
-	path := os.Getenv("TOOLMESH_CHROMIUM")
-	if path == "" {
-		if os.Getenv("TOOLMESH_CHROMIUM_REQUIRED") == "1" {
-			t.Fatal("TOOLMESH_CHROMIUM is not set and TOOLMESH_CHROMIUM_REQUIRED=1: run ./scripts/chromium")
-		}
-		t.Skip("TOOLMESH_CHROMIUM is not set: the browser tests need ./scripts/chromium (make test runs it)")
-	}
+	path := testbackend.Chromium.Need(t)[0]
 	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
 		chromedp.ExecPath(path),
 		// Tests run as root in CI, where Chromium's sandbox refuses to start; the pages are ours.

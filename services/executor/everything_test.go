@@ -1,8 +1,8 @@
 package executor
 
 import (
+	"context"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -12,18 +12,16 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"context"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/testbackend"
 )
 
 // TestEverythingServer runs the official reference server
 // @modelcontextprotocol/server-everything over stdio and streamable HTTP.
 func TestEverythingServer(t *testing.T) {
-	node, entry := os.Getenv("TOOLMESH_NODE"), os.Getenv("TOOLMESH_EVERYTHING")
-	if node == "" || entry == "" {
-		t.Skip("TOOLMESH_NODE/TOOLMESH_EVERYTHING not set: this test needs Node 22 and @modelcontextprotocol/server-everything; run ./scripts/test")
-	}
+	paths := testbackend.Everything.Need(t)
+	node, entry := paths[0], paths[1]
 	cases := []struct {
 		name  string
 		setup func(t *testing.T) mcpconfig.Server

@@ -1,7 +1,8 @@
 // Package jaegertest runs a real Jaeger v2 (the all-in-one binary, in-memory storage) for tests
 // that assert on traces, and reads traces back through Jaeger's /api/v3 query API.
 //
-// scripts/jaeger builds the binary and prints TOOLMESH_JAEGER; without it Start skips the test.
+// scripts/jaeger builds the binary and prints TOOLMESH_JAEGER; without it Start skips the test
+// (fails it when TOOLMESH_JAEGER_REQUIRED=1, as scripts/test sets).
 // Each Start is its own Jaeger on free loopback ports, so tests may run several at once and
 // never touch a developer's Jaeger on the default ports (4317, 16686, ...).
 package jaegertest
@@ -19,14 +20,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/toolmesh/toolmesh/internal/testbackend"
 )
-
-// EnvJaeger names the jaeger binary the tests run; scripts/jaeger builds one and prints it.
-const EnvJaeger = "TOOLMESH_JAEGER"
-
-// SkipReason is what tests say when EnvJaeger is not set.
-const SkipReason = EnvJaeger + ` not set: build Jaeger v2 with eval "$(scripts/jaeger)" ` +
-	`from the repository root (a few minutes the first time, cached after)`
 
 // readyTimeout bounds the wait for the health endpoint; Jaeger is ready in about a second,
 // the rest is room for a machine busy with `go test -race ./...`.
@@ -53,20 +49,17 @@ type Jaeger struct {
 // bound it; Start then tries again with new ports.
 var errPortTaken = errors.New("a port was taken before jaeger bound it")
 
-// Start starts the jaeger binary named by EnvJaeger with its embedded all-in-one configuration
+// Start starts the jaeger binary scripts/jaeger built (testbackend.Jaeger) with its embedded all-in-one configuration
 // (in-memory storage), every listener moved to a free loopback port or switched off, and waits
-// until its health endpoint reports ready. It skips the test when EnvJaeger is not set, and
+// until its health endpoint reports ready. It skips the test when it is not built (see the package doc), and
 // stops Jaeger when the test ends, printing Jaeger's log if the test failed.
 func Start(t testing.TB) *Jaeger {
 	t.Helper()
-	bin := os.Getenv(EnvJaeger)
-	if bin == "" {
-		t.Skip(SkipReason)
-	}
+	bin := testbackend.Jaeger.Need(t)[0]
 	dir := t.TempDir() // before Cleanup below, so the log is still there when it is printed
 	j, err := Run(bin, dir)
 	if err != nil {
-		t.Fatalf("starting jaeger (%s=%s): %v", EnvJaeger, bin, err)
+		t.Fatalf("starting jaeger (%s): %v", bin, err)
 	}
 	t.Cleanup(func() {
 		j.Stop()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -15,14 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/toolmesh/toolmesh/internal/testbackend"
 )
-
-// EnvServer names the llama-server executable the real-server tests run; scripts/llamaserver
-// installs one and prints it.
-const EnvServer = "TOOLMESH_LLAMA_SERVER"
-
-// SkipReason is what tests say when EnvServer is not set.
-const SkipReason = EnvServer + " not set: run ./scripts/llamaserver (the double-backed tests ran)"
 
 // ServerOptions configures a real llama-server started by StartServer.
 type ServerOptions struct {
@@ -61,16 +55,14 @@ type Server struct {
 // Log is what the server has printed so far.
 func (s *Server) Log() string { return s.log.String() }
 
-// StartServer writes the tiny model and starts the llama-server named by EnvServer on a free
+// StartServer writes the tiny model and starts the llama-server scripts/llamaserver installed
+// (testbackend.Llama: TOOLMESH_LLAMA_SERVER) on a free
 // loopback port with explicit --host/--port/-c/-np, and waits until /health answers 200. It
-// skips the test when EnvServer is not set and stops the server when the test ends (printing
+// skips the test when it is not installed (fails it when TOOLMESH_LLAMA_REQUIRED=1) and stops the server when the test ends (printing
 // its log if the test failed).
 func StartServer(t testing.TB, opts ServerOptions) *Server {
 	t.Helper()
-	bin := os.Getenv(EnvServer)
-	if bin == "" {
-		t.Skip(SkipReason)
-	}
+	bin := testbackend.Llama.Need(t)[0]
 	if opts.CtxSize == 0 {
 		opts.CtxSize = 4096
 	}
