@@ -18,9 +18,13 @@ import (
 // ./scripts/llamaserver) serving the tiny random model, whose GGUF has no chat template: the
 // server (jinja on by default in b11669) falls back to a generic template. It accepts "tools"
 // and tool-call history, but that template does not render the tools, so the noise model
-// answers with content only. What is checked: the request shape is accepted as a whole
-// (tools, tool_choice, assistant tool_calls + tool messages), a plain completion round-trips
-// with usage, and the server's real error bodies map to the right codes.
+// answers with content only, and tool_choice "required" does not force a call either (tried with
+// a Hermes-style template: b11669's template-derived parser applies no grammar and refuses the
+// noise with a 500). So calls through this backend are tested against the chat double
+// (chat_test.go) only, and no check here pretends otherwise. What is checked: the
+// request shape is accepted as a whole (tools, tool_choice, assistant tool_calls + tool
+// messages), a plain completion round-trips with usage, and the server's real error bodies map
+// to the right codes.
 func TestRealServer(t *testing.T) {
 	srv := llamatest.StartServer(t, llamatest.ServerOptions{CtxSize: 1024})
 	c, _ := newTestClient(t, srv.URL, Config{Timeout: 30 * time.Second, Temperature: new(0.0)})
@@ -39,11 +43,6 @@ func TestRealServer(t *testing.T) {
 	withTools, err := c.Generate(ctx, "Say hello.", weatherTools(t), history(t), 8)
 	if err != nil {
 		t.Fatalf("with tools and history: %v", err)
-	}
-	for _, call := range withTools.Calls { // a template-less model makes none, but if it did they must map back
-		if call.ToolID != "weather.get_forecast" && call.ToolID != "files.read-file" {
-			t.Errorf("call to %q", call.ToolID)
-		}
 	}
 	if withTools.PromptTokens <= plain.PromptTokens {
 		t.Errorf("history did not reach the prompt: %d tokens with it, %d without", withTools.PromptTokens, plain.PromptTokens)
@@ -66,8 +65,9 @@ func TestRealServerNoJinja(t *testing.T) {
 	c, _ := newTestClient(t, srv.URL, Config{Timeout: 30 * time.Second})
 	res, err := c.Generate(t.Context(), "Say hello.", weatherTools(t), nil, 4)
 	if err == nil {
-		t.Logf("this llama-server accepts tools without --jinja (answer %+v)", res)
-		return
+		// The installed server is pinned (scripts/llamaserver), so this is a change of version:
+		// the refusal this test covers no longer happens and the hint would go untested.
+		t.Fatalf("this llama-server accepts tools without --jinja (answer %+v): update this test for its behaviour", res)
 	}
 	if Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "requires --jinja") || !strings.Contains(err.Error(), "start") {
 		t.Errorf("tools refused without --jinja: %v (%v), want InvalidArgument quoting the server", err, Code(err))
