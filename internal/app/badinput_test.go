@@ -22,8 +22,9 @@ import (
 )
 
 // badCase is one bad request to a public endpoint: the status it must get and words its
-// message must contain (the field or the reason). gap, when set, marks a known gap: the case
-// is skipped with that note until the product is fixed.
+// message must contain (the field or the reason). gap, when set, marks a known gap: the request
+// is sent all the same, skipped with that note while it is answered wrong, and a failure once it
+// is answered right (knownGap).
 type badCase struct {
 	name        string
 	method      string
@@ -102,32 +103,53 @@ func doBad(t *testing.T, base string, tc badCase) badResult {
 // the message names the problem.
 func (tc badCase) check(t *testing.T, r badResult) {
 	t.Helper()
+	for _, p := range tc.problems(r) {
+		t.Error(p)
+	}
+}
+
+// problems lists what is wrong with the answer r to tc (nothing when it is right).
+func (tc badCase) problems(r badResult) []string {
+	var out []string
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	if r.code != tc.want {
-		t.Errorf("%s %s %.80s: got %d %.300s, want %d", tc.method, tc.path, tc.body, r.code, r.body, tc.want)
-		return
+		add("%s %s %.80s: got %d %.300s, want %d", tc.method, tc.path, tc.body, r.code, r.body, tc.want)
+		return out
 	}
 	if tc.want < 400 {
 		for _, m := range tc.msg {
 			if !strings.Contains(string(r.body), m) {
-				t.Errorf("%s %s %.80s: body %.300s, want it to contain %q", tc.method, tc.path, tc.body, r.body, m)
+				add("%s %s %.80s: body %.300s, want it to contain %q", tc.method, tc.path, tc.body, r.body, m)
 			}
 		}
-		return
+		return out
 	}
 	if tc.plain {
 		r.message = string(r.body)
 	} else if r.wrapped && !strings.HasSuffix(tc.path, ":stream") {
-		t.Errorf("%s %s: error wrapped in {\"error\":...}: %.300s", tc.method, tc.path, r.body)
+		add("%s %s: error wrapped in {\"error\":...}: %.300s", tc.method, tc.path, r.body)
 	}
 	if !tc.plain && (r.errCode == nil || r.message == "") {
-		t.Errorf("%s %s: %d body %.300s, want a JSON {\"code\",\"message\",\"details\"} error", tc.method, tc.path, r.code, r.body)
-		return
+		add("%s %s: %d body %.300s, want a JSON {\"code\",\"message\",\"details\"} error", tc.method, tc.path, r.code, r.body)
+		return out
 	}
 	for _, m := range tc.msg {
 		if !strings.Contains(r.message, m) {
-			t.Errorf("%s %s %.80s: message %q, want it to name %q", tc.method, tc.path, tc.body, r.message, m)
+			add("%s %s %.80s: message %q, want it to name %q", tc.method, tc.path, tc.body, r.message, m)
 		}
 	}
+	return out
+}
+
+// knownGap decides a case marked with a gap: the request was sent and its problems found; while
+// they remain the case is skipped with the note, and once the product answers right it fails, so
+// the note cannot outlive the gap.
+func knownGap(t *testing.T, gap string, problems []string) {
+	t.Helper()
+	if len(problems) == 0 {
+		t.Fatalf("gap fixed, remove the note: %s", gap)
+	}
+	t.Skipf("known gap: %s (still: %s)", gap, problems[0])
 }
 
 func runBad(t *testing.T, base string, cases []badCase) {
@@ -135,10 +157,11 @@ func runBad(t *testing.T, base string, cases []badCase) {
 	for _, tc := range cases {
 		path, _, _ := strings.Cut(tc.path, "?")
 		t.Run(tc.method+" "+strings.ReplaceAll(strings.TrimPrefix(path, "/"), "/", ".")+": "+tc.name, func(t *testing.T) {
+			r := doBad(t, base, tc)
 			if tc.gap != "" {
-				t.Skip("known gap: " + tc.gap)
+				knownGap(t, tc.gap, tc.problems(r))
 			}
-			tc.check(t, doBad(t, base, tc))
+			tc.check(t, r)
 		})
 	}
 }
@@ -445,15 +468,19 @@ func TestBadInputGRPC(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.gap != "" {
-				t.Skip("known gap: " + tc.gap)
-			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			err := tc.call(ctx)
 			st, _ := status.FromError(err)
+			var problems []string
 			if st.Code() != tc.want || !strings.Contains(st.Message(), tc.msg) {
-				t.Errorf("got %v %q; want %v naming %q", st.Code(), st.Message(), tc.want, tc.msg)
+				problems = append(problems, fmt.Sprintf("got %v %q; want %v naming %q", st.Code(), st.Message(), tc.want, tc.msg))
+			}
+			if tc.gap != "" {
+				knownGap(t, tc.gap, problems)
+			}
+			for _, p := range problems {
+				t.Error(p)
 			}
 		})
 	}

@@ -55,6 +55,8 @@ type Guard struct {
 	// limiters[i] limits tokens[i]; nil when there is no rate limit.
 	limiters []*rate.Limiter
 	logger   *slog.Logger
+	// now is the clock the limiters read; tests stop it.
+	now func() time.Time
 }
 
 // New loads the tokens from cfg.TokensFile and env (the caller's os.Getenv(EnvTokens)) and
@@ -137,6 +139,9 @@ func (g *Guard) admit(values []string) (string, *denial) {
 	}
 	// Reserve and cancel rather than Allow, because the reservation says how long to wait.
 	now := time.Now()
+	if g.now != nil {
+		now = g.now()
+	}
 	r := g.limiters[i].ReserveN(now, 1)
 	if d := r.DelayFrom(now); d > 0 {
 		r.CancelAt(now)
