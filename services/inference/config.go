@@ -31,7 +31,7 @@ const envLLMAPIKey = "TOOLMESH_LLM_API_KEY"
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.GRPCAddr, "inference.grpc-addr", "127.0.0.1:7703", "inference gRPC listen address (host:port)")
 	fs.IntVar(&c.MaxTools, "inference.max-tools", 50, "most candidate tools one request may carry")
-	fs.StringVar(&c.Backend, "inference.backend", "gorilla", "gorilla (llama-server /completion, Gorilla OpenFunctions v2 prompt and grammar) or openai (/v1/chat/completions with tools: llama-server --jinja, vLLM, Ollama)")
+	fs.StringVar(&c.Backend, "inference.backend", "gorilla", "gorilla (llama-server /completion, Gorilla OpenFunctions v2 prompt and grammar) or openai (any /v1/chat/completions server with tools; tested against llama-server --jinja and a double of the OpenAI wire format, not against vLLM or Ollama)")
 	fs.StringVar(&c.ChatURL, "inference.chat.url", "", "OpenAI-compatible server for --inference.backend=openai (key from env "+envLLMAPIKey+")")
 	fs.StringVar(&c.ChatModel, "inference.chat.model", "", "model name sent to the OpenAI-compatible server")
 	c.LLM.RegisterFlags(fs, "inference.llm.")
