@@ -240,7 +240,7 @@ func TestComposeAgreesWithToolmeshConfig(t *testing.T) {
 		var listen string
 		switch tg {
 		case "executor":
-			listen = cfg.ExecutorAddr
+			listen = cfg.Executor.GRPCAddr
 		case "retriever":
 			listen = cfg.Retriever.GRPCAddr
 		case "inference":

@@ -7,13 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc"
 
+	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/services/api"
@@ -25,22 +27,41 @@ import (
 // runner is one long-running part of a target: it runs until ctx ends, then stops cleanly.
 type runner func(ctx context.Context) error
 
+// service is the contract every target's service meets: its RPCs go on the target's gRPC
+// server, and it runs (syncs, watches, holds sessions) until its context ends. The names it
+// reports to health are the services it registered.
+type service interface {
+	Register(grpc.ServiceRegistrar)
+	Run(ctx context.Context) error
+}
+
+var (
+	_ service = (*executor.Service)(nil)
+	_ service = (*retriever.Service)(nil)
+	_ service = (*inference.Service)(nil)
+	_ service = (*api.Service)(nil)
+)
+
 // target is one deployable unit: `serve --target=NAME`.
 type target struct {
+	// deps start before this target when they run in the same process; their addresses are
+	// then in the address book when this target starts.
 	deps []string
-	init func(a *App) ([]runner, error)
+	// check validates the part of the config this target uses.
+	check func(c *Config) error
+	init  func(a *App, env targetEnv) ([]runner, error)
 }
 
-// targets is the one table of what exists and what starts before what.
+// targets is the one table of what exists, what it needs and what starts before what.
 var targets = map[string]target{
 	"demo":      {init: initDemo},
-	"executor":  {deps: []string{"demo"}, init: initExecutor},
-	"retriever": {deps: []string{"executor"}, init: initRetriever},
-	"inference": {init: initInference},
-	"api":       {deps: []string{"executor", "retriever", "inference"}, init: initAPI},
+	"executor":  {deps: []string{"demo"}, check: func(c *Config) error { return c.Executor.Validate() }, init: initExecutor},
+	"retriever": {deps: []string{"executor"}, check: func(c *Config) error { return c.Retriever.Validate() }, init: initRetriever},
+	"inference": {check: func(c *Config) error { return c.Inference.Validate() }, init: initInference},
+	"api":       {deps: []string{"executor", "retriever", "inference"}, check: func(c *Config) error { return c.API.Validate() }, init: initAPI},
 }
 
-// serveTargets are the names `serve --target` accepts; "all" means every one of them.
+// serveTargets are the names `serve --target` accepts.
 var serveTargets = []string{"executor", "retriever", "inference", "api"}
 
 // App runs a set of targets in one process.
@@ -50,11 +71,36 @@ type App struct {
 	tel    *telemetry.Telemetry
 	// Endpoints lists what each started target listens on, for `up` to print.
 	Endpoints []Endpoint
+	// book is where started targets leave what the targets after them read.
+	book addressBook
+}
+
+// addressBook holds what a started target offers the targets that depend on it: the address
+// its gRPC server bound (port 0 picks one) and, for the demo, the MCP servers it runs.
+type addressBook struct {
+	grpc       map[string]string
+	mcpServers map[string]mcpconfig.Server
+}
+
+// dial is the address of target: the one it bound when it runs in this process, or configured
+// (another process, another host) when it does not.
+func (a *App) dial(target, configured string) string {
+	if addr, ok := a.book.grpc[target]; ok {
+		return addr
+	}
+	return configured
 }
 
 // Endpoint is one address a target listens on.
 type Endpoint struct {
 	Name, Addr string
+}
+
+// targetEnv is what every target's init gets: its name, logger and telemetry.
+type targetEnv struct {
+	name   string
+	logger *slog.Logger
+	tel    *telemetry.Service
 }
 
 // New checks the target names; cfg must be loaded and valid.
@@ -68,12 +114,8 @@ func New(cfg Config, logger *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &App{cfg: cfg, logger: logger, tel: tel}, nil
-}
-
-// telemetry makes the providers of one target; each reports as its own service.
-func (a *App) telemetry(target string) (*telemetry.Service, error) {
-	return a.tel.Service(context.Background(), "toolmesh-"+target)
+	return &App{cfg: cfg, logger: logger, tel: tel,
+		book: addressBook{grpc: map[string]string{}, mcpServers: map[string]mcpconfig.Server{}}}, nil
 }
 
 // order lists the requested targets so that each comes after the dependencies that are also requested.
@@ -131,7 +173,16 @@ func (a *App) Run(ctx context.Context, started func()) error {
 		defer func() { stop(); <-done }()
 	}
 	for _, name := range names {
-		runners, err := targets[name].init(a)
+		env := targetEnv{name: name, logger: a.logger.With("target", name)}
+		var err error
+		// Each target reports as its own service; the demo's servers make their own.
+		if name != "demo" {
+			env.tel, err = a.tel.Service(context.Background(), "toolmesh-"+name)
+		}
+		var runners []runner
+		if err == nil {
+			runners, err = targets[name].init(a, env)
+		}
 		if err != nil {
 			stopAll()
 			return fmt.Errorf("start %s: %w", name, err)
@@ -177,105 +228,92 @@ func (a *App) endpoint(name, addr string) {
 	a.Endpoints = append(a.Endpoints, Endpoint{Name: name, Addr: addr})
 }
 
-func initExecutor(a *App) ([]runner, error) {
-	logger := a.logger.With("target", "executor")
-	tel, err := a.telemetry("executor")
+// startGRPC binds addr, puts svc's RPCs on it and reports each of them SERVING, and writes the
+// bound address in the address book under the target's name. On error svc is closed if it can be.
+func (a *App) startGRPC(env targetEnv, addr string, svc service, opts ...grpc.ServerOption) (*server.GRPC, error) {
+	g, err := server.NewGRPC(addr, env.logger, a.cfg.DrainTimeout, opts...)
 	if err != nil {
-		return nil, err
-	}
-	svc, err := executor.New(a.cfg.Executor, logger, tel)
-	if err != nil {
-		return nil, err
-	}
-	g, err := server.NewGRPC(a.cfg.ExecutorAddr, logger, a.cfg.DrainTimeout, tel.GRPCServerOptions()...)
-	if err != nil {
+		if c, ok := svc.(interface{ Close() }); ok {
+			c.Close()
+		}
 		return nil, err
 	}
 	svc.Register(g.Server)
-	g.Health.SetServingStatus("toolmesh.v1.ExecutorService", healthpb.HealthCheckResponse_SERVING)
-	a.endpoint("executor gRPC", g.Addr())
-	// In one process the api and the retriever use this executor, wherever it bound.
-	if slices.Contains(a.cfg.Targets, "api") {
-		a.cfg.API.ExecutorAddr = g.Addr()
+	g.ServeRegistered()
+	a.book.grpc[env.name] = g.Addr()
+	return g, nil
+}
+
+// serveGRPC is a target that is one service on one gRPC server.
+func (a *App) serveGRPC(env targetEnv, addr string, svc service, opts ...grpc.ServerOption) ([]runner, error) {
+	g, err := a.startGRPC(env, addr, svc, opts...)
+	if err != nil {
+		return nil, err
 	}
-	if slices.Contains(a.cfg.Targets, "retriever") {
-		a.cfg.Retriever.ExecutorAddr = g.Addr()
-	}
+	a.endpoint(env.name+" gRPC", g.Addr())
 	return []runner{svc.Run, g.Run}, nil
 }
 
-func initRetriever(a *App) ([]runner, error) {
-	logger := a.logger.With("target", "retriever")
-	tel, err := a.telemetry("retriever")
+func initExecutor(a *App, env targetEnv) ([]runner, error) {
+	cfg := a.cfg.Executor
+	if len(a.book.mcpServers) > 0 {
+		cfg.Servers = maps.Clone(cfg.Servers)
+		if cfg.Servers == nil {
+			cfg.Servers = map[string]mcpconfig.Server{}
+		}
+		maps.Copy(cfg.Servers, a.book.mcpServers)
+	}
+	svc, err := executor.New(cfg, env.logger, env.tel)
 	if err != nil {
 		return nil, err
 	}
-	svc, err := retriever.New(context.Background(), a.cfg.Retriever, logger, tel)
-	if err != nil {
-		return nil, err
-	}
-	g, err := server.NewGRPC(a.cfg.Retriever.GRPCAddr, logger, a.cfg.DrainTimeout, tel.GRPCServerOptions()...)
-	if err != nil {
-		svc.Close()
-		return nil, err
-	}
-	svc.Register(g.Server)
-	g.Health.SetServingStatus("toolmesh.v1.RetrieverService", healthpb.HealthCheckResponse_SERVING)
-	a.endpoint("retriever gRPC", g.Addr())
-	if slices.Contains(a.cfg.Targets, "api") {
-		a.cfg.API.RetrieverAddr = g.Addr()
-	}
-	return []runner{svc.Run, g.Run}, nil
+	return a.serveGRPC(env, cfg.GRPCAddr, svc, env.tel.GRPCServerOptions()...)
 }
 
-func initInference(a *App) ([]runner, error) {
-	logger := a.logger.With("target", "inference")
-	tel, err := a.telemetry("inference")
+func initRetriever(a *App, env targetEnv) ([]runner, error) {
+	cfg := a.cfg.Retriever
+	cfg.ExecutorAddr = a.dial("executor", cfg.ExecutorAddr)
+	svc, err := retriever.New(context.Background(), cfg, env.logger, env.tel)
 	if err != nil {
 		return nil, err
 	}
-	svc, err := inference.New(a.cfg.Inference, logger, tel)
-	if err != nil {
-		return nil, err
-	}
-	g, err := server.NewGRPC(a.cfg.Inference.GRPCAddr, logger, a.cfg.DrainTimeout, tel.GRPCServerOptions()...)
-	if err != nil {
-		return nil, err
-	}
-	svc.Register(g.Server)
-	g.Health.SetServingStatus("toolmesh.v1.InferenceService", healthpb.HealthCheckResponse_SERVING)
-	a.endpoint("inference gRPC", g.Addr()+" (llama-server "+a.cfg.Inference.LLM.URL+")")
-	if slices.Contains(a.cfg.Targets, "api") {
-		a.cfg.API.InferenceAddr = g.Addr()
-	}
-	return []runner{svc.Run, g.Run}, nil
+	return a.serveGRPC(env, cfg.GRPCAddr, svc, env.tel.GRPCServerOptions()...)
 }
 
-func initAPI(a *App) ([]runner, error) {
-	logger := a.logger.With("target", "api")
-	tel, err := a.telemetry("api")
+func initInference(a *App, env targetEnv) ([]runner, error) {
+	cfg := a.cfg.Inference
+	svc, err := inference.New(cfg, env.logger, env.tel)
 	if err != nil {
 		return nil, err
 	}
-	svc, err := api.New(a.cfg.API, logger, tel)
+	runners, err := a.serveGRPC(env, cfg.GRPCAddr, svc, env.tel.GRPCServerOptions()...)
+	if err == nil {
+		last := &a.Endpoints[len(a.Endpoints)-1]
+		last.Addr += " (llama-server " + cfg.LLM.URL + ")"
+	}
+	return runners, err
+}
+
+func initAPI(a *App, env targetEnv) ([]runner, error) {
+	cfg := a.cfg.API
+	cfg.ExecutorAddr = a.dial("executor", cfg.ExecutorAddr)
+	cfg.RetrieverAddr = a.dial("retriever", cfg.RetrieverAddr)
+	cfg.InferenceAddr = a.dial("inference", cfg.InferenceAddr)
+	svc, err := api.New(cfg, env.logger, env.tel)
 	if err != nil {
 		return nil, err
 	}
-	g, err := server.NewGRPC(a.cfg.API.GRPCAddr, logger, a.cfg.DrainTimeout, svc.ServerOptions()...)
+	g, err := a.startGRPC(env, cfg.GRPCAddr, svc, svc.ServerOptions()...)
 	if err != nil {
-		svc.Close()
 		return nil, err
 	}
-	svc.Register(g.Server)
 	svc.SetMetrics(a.tel.MetricsHandler())
-	g.Health.SetServingStatus("toolmesh.v1.ToolService", healthpb.HealthCheckResponse_SERVING)
-	g.Health.SetServingStatus("toolmesh.v1.AgentService", healthpb.HealthCheckResponse_SERVING)
 	h, closeGateway, err := svc.Gateway(context.Background(), g.Addr())
 	if err != nil {
 		svc.Close()
 		return nil, err
 	}
-	hs, err := server.NewHTTP(a.cfg.API.HTTPAddr, h, logger, a.cfg.DrainTimeout)
+	hs, err := server.NewHTTP(cfg.HTTPAddr, h, env.logger, a.cfg.DrainTimeout)
 	if err != nil {
 		closeGateway()
 		svc.Close()

@@ -54,7 +54,7 @@ func TestRunStopsCleanlyAndReportsBindErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	cfg.ExecutorAddr = busy.Addr().String()
+	cfg.Executor.GRPCAddr = busy.Addr().String()
 	a, err = New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

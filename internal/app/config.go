@@ -30,7 +30,6 @@ type Config struct {
 	LogLevel     slog.Level
 	LogFormat    string
 
-	ExecutorAddr string
 	Executor     executor.Config
 	Retriever    retriever.Config
 	Inference    inference.Config
@@ -60,7 +59,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 10*time.Second, "how long a stop waits for in-flight requests before cutting them off")
 	fs.TextVar(&c.LogLevel, "log.level", slog.LevelInfo, "log level: debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log.format", "text", "log format: text or json")
-	fs.StringVar(&c.ExecutorAddr, "executor.grpc-addr", "127.0.0.1:7704", "executor gRPC listen address (host:port)")
 	c.Executor.RegisterFlags(fs)
 	c.Retriever.RegisterFlags(fs)
 	c.Inference.RegisterFlags(fs)
@@ -214,23 +212,8 @@ func (c *Config) Validate() error {
 		return err
 	}
 	for _, t := range c.Targets {
-		if t == "executor" || t == "all" {
-			if err := c.Executor.Validate(); err != nil {
-				return err
-			}
-		}
-		if t == "retriever" || t == "all" {
-			if err := c.Retriever.Validate(); err != nil {
-				return err
-			}
-		}
-		if t == "inference" || t == "all" {
-			if err := c.Inference.Validate(); err != nil {
-				return err
-			}
-		}
-		if t == "api" || t == "all" {
-			if err := c.API.Validate(); err != nil {
+		if check := targets[t].check; check != nil {
+			if err := check(c); err != nil {
 				return err
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/server"
@@ -16,14 +15,10 @@ import (
 )
 
 // initDemo starts the shipped calculator, converter and sqlite (serving its demo database)
-// on loopback and adds them to the executor's servers over SSE, the transport the source
-// tutorial used. Each stops taking requests before what it holds is released: the sqlite
-// demo database file is removed when its runner ends.
-func initDemo(a *App) (_ []runner, err error) {
-	servers := maps.Clone(a.cfg.Executor.Servers)
-	if servers == nil {
-		servers = map[string]mcpconfig.Server{}
-	}
+// on loopback and offers them to the executor (in the address book) over SSE, the transport
+// the source tutorial used. Each stops taking requests before what it holds is released: the
+// sqlite demo database file is removed when its runner ends.
+func initDemo(a *App, env targetEnv) (_ []runner, err error) {
 	// A failed start leaves nothing behind: the listeners bound so far are closed and the
 	// servers' resources released, newest first.
 	var undo []func()
@@ -40,7 +35,7 @@ func initDemo(a *App) (_ []runner, err error) {
 		{converter.Name, a.cfg.Demo.ConverterAddr},
 		{sqlite.Name, a.cfg.Demo.SQLiteAddr},
 	} {
-		if _, taken := servers[d.name]; taken {
+		if _, taken := a.cfg.Executor.Servers[d.name]; taken {
 			return nil, fmt.Errorf("demo server %q: an MCP server of that name is configured; run with --demo=false", d.name)
 		}
 		newServer, _ := mcpservers.Lookup(d.name)
@@ -49,7 +44,7 @@ func initDemo(a *App) (_ []runner, err error) {
 			return nil, fmt.Errorf("demo server %s: %w", d.name, err)
 		}
 		undo = append(undo, func() { _ = srv.Close() })
-		logger := a.logger.With("target", "demo", "mcp_server", d.name)
+		logger := env.logger.With("mcp_server", d.name)
 		tel, err := a.tel.Service(context.Background(), "mcp-"+d.name)
 		if err != nil {
 			return nil, err
@@ -60,7 +55,7 @@ func initDemo(a *App) (_ []runner, err error) {
 			return nil, fmt.Errorf("demo server %s: %w", d.name, err)
 		}
 		undo = append(undo, func() { closeUnstarted(hs) })
-		servers[d.name] = mcpconfig.Server{
+		a.book.mcpServers[d.name] = mcpconfig.Server{
 			Name:      d.name,
 			Transport: mcpconfig.TransportSSE,
 			URL:       "http://" + hs.Addr() + "/sse",
@@ -70,7 +65,6 @@ func initDemo(a *App) (_ []runner, err error) {
 			return errors.Join(hs.Run(ctx), srv.Close())
 		})
 	}
-	a.cfg.Executor.Servers = servers
 	return runners, nil
 }
 

@@ -73,7 +73,7 @@ func TestDemoServesSQLite(t *testing.T) {
 	if want := []string{"calculator MCP", "converter MCP", "sqlite MCP"}; !slices.Equal(names, want) {
 		t.Errorf("endpoints = %v, want %v", names, want)
 	}
-	servers := a.cfg.Executor.Servers
+	servers := a.book.mcpServers
 	if got, want := slices.Sorted(maps.Keys(servers)), []string{"calculator", "converter", "sqlite"}; !slices.Equal(got, want) {
 		t.Errorf("executor servers = %v, want %v", got, want)
 	}

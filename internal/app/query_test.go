@@ -16,6 +16,7 @@ import (
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
+	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
 // script answers the llama-server double for one question: calls is how many calls the
@@ -525,6 +526,26 @@ func TestQueryLimitsAndFailures(t *testing.T) {
 		eventually.True(t, 5*time.Second, "the model request to be canceled after the client left", func() bool { return m.double.Canceled() > before })
 		<-done
 	})
+}
+
+// TestQueryLongQuestion: the longest question the api takes is searched for and answered. The
+// retriever once took half as much as the api, so such a question failed at the search; now every
+// hop applies toolid.MaxQueryBytes. (The double tokenizes a byte a token: its context is raised so
+// the question fits, as it would in Gorilla's 4096 tokens at about four bytes a token.)
+func TestQueryLongQuestion(t *testing.T) {
+	d := llamatest.NewDouble(t, llamatest.DoubleOptions{CtxSize: 16384})
+	d.SetDefault(llamatest.Reply{Pieces: []string{"Long question, short answer."}})
+	base := startApp(t, "", []string{
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
+		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
+		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0",
+		"--drain-timeout=2s", "--llm-url=" + d.URL,
+	}, "demo", "executor", "retriever", "inference", "api")
+	question, _ := json.Marshal(strings.Repeat("add two numbers ", toolid.MaxQueryBytes/16))
+	got := query(t, base, `{"query":`+string(question)+`}`)
+	if got.StopReason != "STOP_REASON_ANSWERED" || len(got.Steps) == 0 || len(got.Steps[0].Retrieved) == 0 {
+		t.Errorf("a %d-byte question: stop %s, error %q, %d steps; want it answered with tools retrieved", toolid.MaxQueryBytes, got.StopReason, got.Error, len(got.Steps))
+	}
 }
 
 func TestQueryWithoutModel(t *testing.T) {

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
 // client talks to the api's REST endpoints.
@@ -247,9 +249,12 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fs.Usage()
 		return exitError{code: 2}
 	}
-	server, name, ok := strings.Cut(pos[0], ".")
-	if !ok || server == "" || name == "" {
+	server, name, ok := toolid.Split(pos[0])
+	switch {
+	case server == "" || name == "":
 		return usageError("toolmesh call: %q is not SERVER.TOOL", pos[0])
+	case !ok:
+		return usageError("toolmesh call: server %q must match %s", server, toolid.ServerRule)
 	}
 	arguments := map[string]any{}
 	if len(pos) == 2 {

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
 // Transport is how the executor talks to one MCP server.
@@ -72,7 +74,6 @@ func Names(m map[string]Server) []string {
 }
 
 var (
-	namePattern            = regexp.MustCompile(`^[a-z0-9_-]+$`)
 	protocolVersionPattern = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}$`)
 )
 
@@ -84,8 +85,8 @@ func (s Server) Validate() error {
 	add := func(field, format string, args ...any) {
 		errs = append(errs, &FieldError{Server: s.Name, Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
-	if !namePattern.MatchString(s.Name) {
-		add("name", "must match [a-z0-9_-]+ (tool ids are SERVER.TOOL and the first dot splits them)")
+	if !toolid.ValidServer(s.Name) {
+		add("name", "must match %s (tool ids are SERVER.TOOL and the first dot splits them)", toolid.ServerRule)
 	}
 	both := s.URL != "" && s.Command != ""
 	if both {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -65,6 +66,10 @@ type GRPC struct {
 // the call log, so a call they refuse is still logged and a panic in them is recovered. Do not
 // use grpc.UnaryInterceptor or grpc.StreamInterceptor: gRPC runs those outside the chain.
 func NewGRPC(addr string, logger *slog.Logger, drain time.Duration, opts ...grpc.ServerOption) (*GRPC, error) {
+	if addr == "" {
+		// net.Listen would pick a port on every interface.
+		return nil, errors.New("listen grpc: no address given")
+	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen grpc %s: %w", addr, err)
@@ -86,6 +91,17 @@ func NewGRPC(addr string, logger *slog.Logger, drain time.Duration, opts ...grpc
 	healthpb.RegisterHealthServer(s, h)
 	reflection.Register(s)
 	return &GRPC{Server: s, Health: h, lis: lis, logger: logger, drain: drain}, nil
+}
+
+// ServeRegistered reports every service registered on the server, but health and reflection
+// themselves, as SERVING: what a target reports to health is what it registered.
+func (g *GRPC) ServeRegistered() {
+	for name := range g.Server.GetServiceInfo() {
+		if name == healthpb.Health_ServiceDesc.ServiceName || strings.HasPrefix(name, "grpc.reflection.") {
+			continue
+		}
+		g.Health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
 }
 
 // Addr is the bound address (useful when addr asked for port 0).

@@ -25,6 +25,7 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
+	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
 // inferenceClient is the part of the inference service the loop needs.
@@ -35,7 +36,6 @@ type inferenceClient interface {
 }
 
 const (
-	maxQuestionBytes     = 8 << 10
 	defaultMaxIterations = 8
 	maxMaxIterations     = 32
 	maxTimeoutSeconds    = 600
@@ -98,25 +98,25 @@ func (h *agentHandler) check(text string, k, maxIterations int32, servers []stri
 	switch {
 	case strings.TrimSpace(text) == "":
 		return query{}, invalid.Field("query", "is required")
-	case len(text) > maxQuestionBytes:
-		return query{}, invalid.Field("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(text), maxQuestionBytes))
+	case len(text) > toolid.MaxQueryBytes:
+		return query{}, invalid.Field("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(text), toolid.MaxQueryBytes))
 	case !utf8.ValidString(text):
 		return query{}, invalid.Field("query", "is not valid UTF-8")
-	case k < 0 || k > maxK:
-		return query{}, invalid.Field("k", fmt.Sprintf("must be between 1 and %d", maxK))
+	case k < 0 || k > toolid.MaxK:
+		return query{}, invalid.Field("k", fmt.Sprintf("must be between 1 and %d", toolid.MaxK))
 	case maxIterations < 0 || maxIterations > maxMaxIterations:
 		return query{}, invalid.Field("max_iterations", fmt.Sprintf("must be between 1 and %d", maxMaxIterations))
 	case timeoutSeconds < 0 || timeoutSeconds > maxTimeoutSeconds:
 		return query{}, invalid.Field("timeout_seconds", fmt.Sprintf("must be between 1 and %d", maxTimeoutSeconds))
 	}
 	for i, s := range servers {
-		if !serverName.MatchString(s) {
-			return query{}, invalid.Field(fmt.Sprintf("servers[%d]", i), "must match [a-z0-9_-]+")
+		if !toolid.ValidServer(s) {
+			return query{}, invalid.Field(fmt.Sprintf("servers[%d]", i), "must match "+toolid.ServerRule)
 		}
 	}
 	q := query{text: text, k: k, maxIterations: int(maxIterations), servers: servers, timeout: h.cfg.QueryTimeout}
 	if q.k == 0 {
-		q.k = defaultK
+		q.k = toolid.DefaultK
 	}
 	if q.maxIterations == 0 {
 		q.maxIterations = defaultMaxIterations

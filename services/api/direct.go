@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
 // directCall is one `@SERVER.TOOL({...})` of a query that names its calls itself.
@@ -39,12 +41,12 @@ func parseDirect(query string) ([]directCall, error) {
 			pos++
 		}
 		id := s[start:pos]
-		server, name, ok := strings.Cut(id, ".")
+		server, name, ok := toolid.Split(id)
 		switch {
-		case !ok || server == "" || name == "":
+		case server == "" || name == "":
 			return nil, fmt.Errorf("byte %d: %q is not a tool id of the form SERVER.TOOL", start, id)
-		case !serverName.MatchString(server):
-			return nil, fmt.Errorf("byte %d: server %q must match [a-z0-9_-]+", start, server)
+		case !ok:
+			return nil, fmt.Errorf("byte %d: server %q must match %s", start, server, toolid.ServerRule)
 		case pos >= len(s) || s[pos] != '(':
 			return nil, fmt.Errorf("byte %d: expected '(' after %s", pos, id)
 		}

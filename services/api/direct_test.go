@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
 func TestParseDirect(t *testing.T) {
@@ -67,8 +69,7 @@ func FuzzParseDirect(f *testing.F) {
 			return
 		}
 		for _, c := range calls {
-			server, name, ok := strings.Cut(c.ToolID, ".")
-			if !ok || !serverName.MatchString(server) || name == "" || c.Arguments == nil {
+			if _, _, ok := toolid.Split(c.ToolID); !ok || c.Arguments == nil {
 				t.Fatalf("parsed %q into %+v", s, c)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
 // executorClient is the part of the executor the tools API needs.
@@ -26,14 +27,6 @@ type retrieverClient interface {
 	GetIndexStatus(ctx context.Context, in *toolmeshv1.GetIndexStatusRequest, opts ...grpc.CallOption) (*toolmeshv1.GetIndexStatusResponse, error)
 }
 
-var serverName = regexp.MustCompile(`^[a-z0-9_-]+$`)
-
-const (
-	defaultK    = 4
-	maxK        = 50
-	maxQueryLen = 4096
-)
-
 type toolHandler struct {
 	toolmeshv1.UnimplementedToolServiceServer
 	cfg       Config
@@ -42,8 +35,8 @@ type toolHandler struct {
 }
 
 func (h *toolHandler) ListTools(ctx context.Context, req *toolmeshv1.ListToolsRequest) (*toolmeshv1.ListToolsResponse, error) {
-	if req.GetServer() != "" && !serverName.MatchString(req.GetServer()) {
-		return nil, invalid.Field("server", "must match [a-z0-9_-]+")
+	if req.GetServer() != "" && !toolid.ValidServer(req.GetServer()) {
+		return nil, invalid.Field("server", "must match "+toolid.ServerRule)
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
 	defer cancel()
@@ -68,8 +61,8 @@ func (h *toolHandler) CallTool(ctx context.Context, req *toolmeshv1.CallToolRequ
 	if req.GetServer() == "" {
 		return nil, invalid.Field("server", "is required")
 	}
-	if !serverName.MatchString(req.GetServer()) {
-		return nil, invalid.Field("server", "must match [a-z0-9_-]+")
+	if !toolid.ValidServer(req.GetServer()) {
+		return nil, invalid.Field("server", "must match "+toolid.ServerRule)
 	}
 	if req.GetName() == "" {
 		return nil, invalid.Field("name", "is required")
@@ -77,7 +70,7 @@ func (h *toolHandler) CallTool(ctx context.Context, req *toolmeshv1.CallToolRequ
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.CallTimeout)
 	defer cancel()
 	resp, err := h.executor.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{
-		ToolId:    req.GetServer() + "." + req.GetName(),
+		ToolId:    toolid.Join(req.GetServer(), req.GetName()),
 		Arguments: req.GetArguments(),
 	})
 	if err != nil {
@@ -95,17 +88,17 @@ func (h *toolHandler) SearchTools(ctx context.Context, req *toolmeshv1.SearchToo
 	switch {
 	case req.GetQ() == "":
 		return nil, invalid.Field("q", "is required")
-	case len(req.GetQ()) > maxQueryLen:
-		return nil, invalid.Field("q", fmt.Sprintf("is %d bytes, more than the %d allowed", len(req.GetQ()), maxQueryLen))
-	case req.GetK() < 0 || req.GetK() > maxK:
-		return nil, invalid.Field("k", fmt.Sprintf("must be between 1 and %d", maxK))
+	case len(req.GetQ()) > toolid.MaxQueryBytes:
+		return nil, invalid.Field("q", fmt.Sprintf("is %d bytes, more than the %d allowed", len(req.GetQ()), toolid.MaxQueryBytes))
+	case req.GetK() < 0 || req.GetK() > toolid.MaxK:
+		return nil, invalid.Field("k", fmt.Sprintf("must be between 1 and %d", toolid.MaxK))
 	}
 	if h.retriever == nil {
 		return nil, status.Error(codes.Unavailable, "tool search needs a retriever: none is configured (set --api.retriever-addr)")
 	}
 	k := req.GetK()
 	if k == 0 {
-		k = defaultK
+		k = toolid.DefaultK
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
 // tool is one catalog entry. It is immutable once published.
@@ -208,7 +209,7 @@ type rawTool struct {
 // catalog has for the id, if any: when the definition is unchanged, its
 // compiled schema and proto are reused.
 func buildTool(server string, t mcp.Tool, raw *rawTool, prev *tool) (*tool, error) {
-	id := server + "." + t.Name
+	id := toolid.Join(server, t.Name)
 	var in, out json.RawMessage
 	if raw != nil {
 		in, out = raw.InputSchema, raw.OutputSchema

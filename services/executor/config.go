@@ -4,12 +4,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"regexp"
+	"net"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
 // Defaults for Config; RegisterFlags installs them.
@@ -27,6 +28,8 @@ const (
 
 // Config configures the executor.
 type Config struct {
+	// GRPCAddr is where the executor's gRPC server listens (host:port).
+	GRPCAddr string
 	// Servers is set by the app from the config files; the key is the server name.
 	Servers map[string]mcpconfig.Server
 	// CallTimeout bounds one tools/call; a server's Timeout overrides it.
@@ -45,6 +48,7 @@ type Config struct {
 
 // RegisterFlags registers the executor flags on fs and sets the defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.GRPCAddr, "executor.grpc-addr", "127.0.0.1:7704", "executor gRPC listen address (host:port)")
 	fs.DurationVar(&c.CallTimeout, "executor.call-timeout", DefaultCallTimeout,
 		"default timeout of one MCP tool call; a server's timeout overrides it")
 	fs.IntVar(&c.MaxConcurrency, "executor.max-concurrency", DefaultMaxConcurrency,
@@ -57,11 +61,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"largest tool call result, in bytes, as read from the MCP server and as returned over gRPC; a larger result fails the call (ResourceExhausted) instead of being truncated")
 }
 
-var serverNameRE = regexp.MustCompile(`^[a-z0-9_-]+$`)
-
 // Validate checks the configuration. Zero durations and limits are valid and mean the default.
 func (c *Config) Validate() error {
 	var errs []error
+	// Empty only where the service is used without its gRPC server (tests, benchmarks).
+	if _, _, err := net.SplitHostPort(c.GRPCAddr); c.GRPCAddr != "" && err != nil {
+		errs = append(errs, fmt.Errorf("executor.grpc-addr: %q is not host:port: %w", c.GRPCAddr, err))
+	}
 	if c.CallTimeout < 0 {
 		errs = append(errs, fmt.Errorf("executor.call-timeout: must not be negative, got %s", c.CallTimeout))
 	}
@@ -93,8 +99,8 @@ func validateServer(key string, srv mcpconfig.Server) error {
 	if name != key {
 		return fmt.Errorf("server %q: name %q differs from its key", key, srv.Name)
 	}
-	if !serverNameRE.MatchString(name) {
-		return fmt.Errorf("server %q: name must match [a-z0-9_-]+", key)
+	if !toolid.ValidServer(name) {
+		return fmt.Errorf("server %q: name must match %s", key, toolid.ServerRule)
 	}
 	switch srv.Transport {
 	case mcpconfig.TransportSSE, mcpconfig.TransportStreamableHTTP:

@@ -23,6 +23,7 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
+	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
 // Service is the executor.
@@ -126,7 +127,7 @@ func (s *Service) Ready() (bool, string) {
 
 // callTool is the call path: look up, validate, call.
 func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct, timeout time.Duration) (*mcp.CallToolResult, error) {
-	server, _, _ := strings.Cut(id, ".")
+	server := toolid.Server(id)
 	sess := s.sessions[server]
 	if sess == nil {
 		return nil, &unknownToolError{id: id}

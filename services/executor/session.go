@@ -24,6 +24,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
 // clientInfo is how toolmesh introduces itself to MCP servers.
@@ -529,7 +530,7 @@ func (s *session) listTools(ctx context.Context, cn *conn) (_ []*tool, err error
 			continue
 		}
 		seen[t.Name] = true
-		id := s.name + "." + t.Name
+		id := toolid.Join(s.name, t.Name)
 		entry, err := buildTool(s.name, t, raw[t.Name], prev[id])
 		if err != nil {
 			s.log.Warn("tool input schema does not compile; calling it without validation", "tool", id, "err", err)

@@ -11,6 +11,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/toolid"
 	"github.com/toolmesh/toolmesh/services/inference/chat"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
@@ -25,8 +26,8 @@ func (s *Service) ComposeAnswer(req *toolmeshv1.ComposeAnswerRequest, stream grp
 	switch q := req.GetQuery(); {
 	case q == "":
 		return invalid.Field("query", "is required")
-	case len(q) > maxQueryBytes:
-		return invalid.Field("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), maxQueryBytes))
+	case len(q) > toolid.MaxQueryBytes:
+		return invalid.Field("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), toolid.MaxQueryBytes))
 	case !utf8.ValidString(q):
 		return invalid.Field("query", "is not valid UTF-8")
 	case req.GetMaxTokens() < 0:

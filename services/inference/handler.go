@@ -12,12 +12,11 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/toolid"
 	"github.com/toolmesh/toolmesh/services/inference/chat"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
-
-const maxQueryBytes = 16 << 10
 
 // Generate asks the model for tool calls or an answer. Tools are best first: when the prompt
 // does not fit the context, the lowest-ranked ones are dropped and reported.
@@ -25,8 +24,8 @@ func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest)
 	switch q := req.GetQuery(); {
 	case q == "":
 		return nil, invalid.Field("query", "is required")
-	case len(q) > maxQueryBytes:
-		return nil, invalid.Field("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), maxQueryBytes))
+	case len(q) > toolid.MaxQueryBytes:
+		return nil, invalid.Field("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), toolid.MaxQueryBytes))
 	case !utf8.ValidString(q):
 		return nil, invalid.Field("query", "is not valid UTF-8")
 	case len(req.GetTools()) > s.cfg.MaxTools:

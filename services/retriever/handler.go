@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 	"unicode/utf8"
 
@@ -16,17 +15,10 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/toolid"
 	"github.com/toolmesh/toolmesh/services/retriever/index"
 	"github.com/toolmesh/toolmesh/services/retriever/store"
 )
-
-const (
-	defaultK    = 4
-	maxK        = 50
-	maxQueryLen = 4096
-)
-
-var serverName = regexp.MustCompile(`^[a-z0-9_-]+$`)
 
 // SearchTools returns the top-k tools for a query.
 func (s *Service) SearchTools(ctx context.Context, req *toolmeshv1.RetrieverServiceSearchToolsRequest) (*toolmeshv1.RetrieverServiceSearchToolsResponse, error) {
@@ -34,21 +26,21 @@ func (s *Service) SearchTools(ctx context.Context, req *toolmeshv1.RetrieverServ
 	switch {
 	case q == "":
 		return nil, invalid.Field("query", "is required")
-	case len(q) > maxQueryLen:
-		return nil, invalid.Field("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), maxQueryLen))
+	case len(q) > toolid.MaxQueryBytes:
+		return nil, invalid.Field("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), toolid.MaxQueryBytes))
 	case !utf8.ValidString(q):
 		return nil, invalid.Field("query", "is not valid UTF-8")
-	case req.GetK() < 0 || req.GetK() > maxK:
-		return nil, invalid.Field("k", fmt.Sprintf("is %d; it must be between 1 and %d", req.GetK(), maxK))
+	case req.GetK() < 0 || req.GetK() > toolid.MaxK:
+		return nil, invalid.Field("k", fmt.Sprintf("is %d; it must be between 1 and %d", req.GetK(), toolid.MaxK))
 	}
 	for i, srv := range req.GetServers() {
-		if !serverName.MatchString(srv) {
-			return nil, invalid.Field(fmt.Sprintf("servers[%d]", i), fmt.Sprintf("%q must match [a-z0-9_-]+", srv))
+		if !toolid.ValidServer(srv) {
+			return nil, invalid.Field(fmt.Sprintf("servers[%d]", i), fmt.Sprintf("%q must match %s", srv, toolid.ServerRule))
 		}
 	}
 	k := int(req.GetK())
 	if k == 0 {
-		k = defaultK
+		k = toolid.DefaultK
 	}
 	s.mu.Lock()
 	building, indexed, lastErr := !s.synced && !s.kept, len(s.known), s.lastErr
