@@ -30,12 +30,12 @@ type Config struct {
 	LogLevel     slog.Level
 	LogFormat    string
 
-	Executor     executor.Config
-	Retriever    retriever.Config
-	Inference    inference.Config
-	API          api.Config
-	Demo         DemoConfig
-	Telemetry    telemetry.Config
+	Executor  executor.Config
+	Retriever retriever.Config
+	Inference inference.Config
+	API       api.Config
+	Demo      DemoConfig
+	Telemetry telemetry.Config
 	// MetricsAddr serves GET /metrics on its own listener (the api's REST port always does).
 	MetricsAddr string
 
