@@ -77,6 +77,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, tel *telemetry.Se
 			Addr:       cfg.QdrantAddr,
 			APIKey:     os.Getenv(envQdrantAPIKey),
 			UseTLS:     cfg.QdrantTLS,
+			CAFile:     cfg.QdrantCAFile,
 			Collection: cfg.QdrantCollection,
 			Timeout:    cfg.QdrantTimeout,
 		}, model, dim, sparse)

@@ -28,7 +28,10 @@ type Config struct {
 	QdrantAddr       string
 	QdrantCollection string
 	QdrantTLS        bool
-	QdrantTimeout    time.Duration
+	// QdrantCAFile is a PEM file of the authorities that sign Qdrant's certificate, for a
+	// self-signed or private-CA certificate; empty: the system's.
+	QdrantCAFile  string
+	QdrantTimeout time.Duration
 
 	// ResyncBackoffMax caps the wait between attempts to resubscribe to the executor.
 	ResyncBackoffMax time.Duration
@@ -54,6 +57,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.QdrantAddr, "retriever.qdrant.addr", "127.0.0.1:6334", "Qdrant gRPC address (API key from env "+envQdrantAPIKey+")")
 	fs.StringVar(&c.QdrantCollection, "retriever.qdrant.collection", "toolmesh_tools", "Qdrant collection name prefix; the embedder's model and dimension are appended")
 	fs.BoolVar(&c.QdrantTLS, "retriever.qdrant.tls", false, "use TLS to Qdrant")
+	fs.StringVar(&c.QdrantCAFile, "retriever.qdrant.ca-file", "", "PEM file of the certificate authorities to trust for Qdrant's TLS certificate (a self-signed or private CA); empty: the system's")
 	fs.DurationVar(&c.QdrantTimeout, "retriever.qdrant.timeout", 5*time.Second, "timeout of one Qdrant call")
 	fs.DurationVar(&c.ResyncBackoffMax, "retriever.resync-backoff-max", 10*time.Second, "longest wait between attempts to resubscribe to the executor's tool changes")
 }
@@ -75,6 +79,9 @@ func (c *Config) Validate() error {
 		}
 		if c.QdrantTimeout <= 0 {
 			return errors.New("retriever.qdrant.timeout: must be positive")
+		}
+		if c.QdrantCAFile != "" && !c.QdrantTLS {
+			return errors.New("retriever.qdrant.ca-file: needs retriever.qdrant.tls")
 		}
 	default:
 		return fmt.Errorf("retriever.store: %q is not memory or qdrant", c.Store)

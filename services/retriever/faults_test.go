@@ -765,3 +765,57 @@ func TestFaultQdrantLostItsData(t *testing.T) {
 		})
 	}
 }
+
+// TestFaultQdrantAppliesAWriteAfterTheRetrieverGaveUp: Qdrant's update queue is held up (an
+// optimizer, a slow disk), so the write of a new tool times out and the retriever records the
+// failure; the tool is removed from the executor before Qdrant catches up; then Qdrant applies
+// the write it had accepted. The index must end up with the executor's tools, not with the
+// removed one brought back behind the retriever's back.
+func TestFaultQdrantAppliesAWriteAfterTheRetrieverGaveUp(t *testing.T) {
+	fdcheck.Check(t, 2)
+	cat := newCatalog(demoTools(t)...)
+	s, d := readyOnQdrant(t, cat)
+
+	d.StallUpdates()
+	cat.change([]*toolmeshv1.Tool{kelvin}, nil)
+	eventually.Check(t, 5*time.Second, "the write of the new tool given up on", func() string {
+		st, _ := s.GetIndexStatus(context.Background(), &toolmeshv1.GetIndexStatusRequest{})
+		if !strings.Contains(st.GetLastError(), "did not answer within") {
+			return fmt.Sprintf("last error %q", st.GetLastError())
+		}
+		return ""
+	})
+	subs := cat.subscribed()
+	cat.change(nil, []string{kelvin.GetId()})
+	// Wait until a sync has seen the removal: it either finished (reading an index that does not
+	// hold the pending write yet) or failed and the retriever subscribed again.
+	eventually.Check(t, 5*time.Second, "a sync after the removal", func() string {
+		st, _ := s.GetIndexStatus(context.Background(), &toolmeshv1.GetIndexStatusRequest{})
+		if cat.subscribed() > subs && st.GetReady() && st.GetLastError() == "" {
+			return ""
+		}
+		if cat.subscribed() >= subs+2 {
+			return ""
+		}
+		return fmt.Sprintf("%d subscriptions since the removal, status %v", cat.subscribed()-subs, st)
+	})
+	t.Logf("updates Qdrant applies after the retriever gave up on them: %d", d.ResumeUpdates())
+
+	want := ids(cat.current())
+	eventually.Check(t, 5*time.Second, "the index equal to the executor's tools", func() string {
+		hashes, err := s.idx.Hashes(context.Background())
+		if err != nil {
+			return err.Error()
+		}
+		if got := slices.Sorted(maps.Keys(hashes)); !slices.Equal(got, want) {
+			return fmt.Sprintf("index holds %v, want %v", got, want)
+		}
+		if ok, why := s.Ready(context.Background()); !ok {
+			return "not ready: " + why
+		}
+		return ""
+	})
+	if got, err := top(s, "convert 300 kelvin to celsius"); err != nil || got == kelvin.GetId() {
+		t.Errorf("search for the removed tool: got %q, %v; want another tool", got, err)
+	}
+}

@@ -40,8 +40,9 @@ type toolIndex interface {
 }
 
 // upsertBatch bounds one index write, so a large catalog shows progress and a failure
-// loses little work. Both stores apply a write of this size whole or not at all (the qdrant
-// store sends it as one update), so a failed write never leaves half a batch searchable.
+// loses little work. The memory store applies a write of this size whole or not at all; on
+// Qdrant a failed write may show in part, or land later (store/qdrant's package doc), and the
+// next sync's reconcile, which reads what the store holds, repairs it.
 const upsertBatch = 256
 
 // Service is the retriever.
@@ -204,7 +205,10 @@ func (s *Service) follow(ctx context.Context, client toolmeshv1.ExecutorServiceC
 	}
 }
 
-// reconcile makes the index equal to the snapshot, writing only what differs.
+// reconcile makes the index equal to the snapshot, writing only what differs from what the store
+// reports holding. Every failed write ends the subscription, so the next snapshot comes here: a
+// write that failed but was applied anyway (Qdrant applies updates it accepted, and its store's
+// Hashes waits for them first) is kept when the snapshot agrees and undone when not.
 func (s *Service) reconcile(ctx context.Context, tools []*toolmeshv1.Tool) error {
 	indexed, err := s.readIndex(ctx)
 	if err != nil {
@@ -251,7 +255,8 @@ func (s *Service) readIndex(ctx context.Context) (map[string]string, error) {
 
 // apply indexes the tools whose hash changed and deletes the removed ids. The deletes come
 // last: indexing (embedding) is the slow part that fails, and a failure there must leave the
-// old index serving whole, removed tools included, until the next snapshot repairs it.
+// old index serving, removed tools included, until the next snapshot repairs it (whole on the
+// memory store; on Qdrant a failed batch may show in part).
 func (s *Service) apply(ctx context.Context, upserted []*toolmeshv1.Tool, removed []string) error {
 	s.mu.Lock()
 	var changed []*toolmeshv1.Tool

@@ -52,13 +52,19 @@ type Hit struct {
 }
 
 // Store keeps docs and searches them. Every method is safe for concurrent use.
-// Upserts and deletes are idempotent; a failed batch leaves the earlier state serving.
+// Upserts and deletes are idempotent. What a failed one leaves differs: the memory store applies
+// a call whole or not at all, so the earlier state keeps serving; the qdrant store cannot (a
+// write it reported failed may still be applied later, and a search may see part of a batch;
+// see its package doc). Either way Hashes tells what the store holds.
 type Store interface {
 	Upsert(ctx context.Context, docs []Doc) error
 	Delete(ctx context.Context, ids []string) error
-	// Search fuses the query's vectors into one ranking and returns at most q.Limit hits.
+	// Search fuses the query's vectors into one ranking and returns at most q.Limit hits, tied
+	// scores in id order.
 	Search(ctx context.Context, q Query) ([]Hit, error)
-	// Hashes returns every stored id with its hash, to reconcile with the catalog after a restart.
+	// Hashes returns every stored id with its hash, to reconcile with the catalog after a
+	// restart or a failed write. It reflects every earlier write, including ones reported as
+	// failed that the backend may still apply (or it fails until it can).
 	Hashes(ctx context.Context) (map[string]string, error)
 	// Ready reports whether the store can serve, and why not.
 	Ready(ctx context.Context) error

@@ -18,21 +18,16 @@ import (
 	"github.com/toolmesh/toolmesh/services/retriever/store/qdrant/qdranttest"
 )
 
-// A Qdrant that fails or hangs on a call: the error names Qdrant's address and comes within the
-// store's timeout; a failed upsert leaves no point of its batch behind (the service's batch is
-// one Qdrant update); once the fault is gone the same store works again.
+// A Qdrant that fails or hangs on a call before accepting it (the double's fault hook stands
+// for that): the error names Qdrant's address and comes within the store's timeout; the batch
+// is one Qdrant update, and one Qdrant never accepted leaves nothing behind; once the fault is
+// gone the same store works again. An update Qdrant did accept is applied even after the store
+// gave up: TestQdrantAppliesAWriteAfterTheStoreGaveUp.
 func TestQdrantFaults(t *testing.T) {
 	fdcheck.Check(t, 2)
 	d := qdranttest.Start(t)
 	const timeout = 300 * time.Millisecond
-	s, err := New(t.Context(), Config{Addr: d.Addr(), Collection: "faults", Timeout: timeout}, "faults", 3, []string{"words"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Upsert(t.Context(), fixture); err != nil {
-		t.Fatal(err)
-	}
+	s := fixtureStore(t, d, "faults", timeout)
 	q := store.Query{Dense: []float32{0.1, 1, 0}, Sparse: sparseQ([]uint32{2, 6}, []float32{1, 1}), Limit: 5}
 	before, err := s.Search(t.Context(), q)
 	if err != nil {
@@ -107,10 +102,10 @@ func TestQdrantFaults(t *testing.T) {
 			}
 			if tc.method == qc.Points_Upsert_FullMethodName {
 				if n := d.Calls(qc.Points_Upsert_FullMethodName) - upserts; n != 1 {
-					t.Errorf("upsert of %d docs made %d calls, want 1 (one update, applied whole or not at all)", len(batch), n)
+					t.Errorf("upsert of %d docs made %d calls, want 1 (one update)", len(batch), n)
 				}
 			}
-			// Nothing of the failed batch is visible.
+			// Nothing of the batch Qdrant never accepted is visible.
 			got, err := s.Hashes(t.Context())
 			if err != nil {
 				t.Fatal(err)
@@ -147,14 +142,7 @@ func TestQdrantRestart(t *testing.T) {
 	fdcheck.Check(t, 2)
 	d := qdranttest.Start(t)
 	const timeout = 300 * time.Millisecond
-	s, err := New(t.Context(), Config{Addr: d.Addr(), Collection: "restart", Timeout: timeout}, "restart", 3, []string{"words"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Upsert(t.Context(), fixture); err != nil {
-		t.Fatal(err)
-	}
+	s := fixtureStore(t, d, "restart", timeout)
 	q := store.Query{Sparse: sparseQ([]uint32{2, 3}, []float32{1, 1}), Limit: 5}
 	before, err := s.Search(t.Context(), q)
 	if err != nil {
@@ -209,4 +197,56 @@ func ids(hits []store.Hit) []string {
 		out[i] = h.ID
 	}
 	return out
+}
+
+// A Qdrant whose update queue is held up: the store gives up on an upsert (its timeout), and
+// Qdrant applies it afterwards, as it applies every update it has accepted. Hashes, which the
+// retriever reads to reconcile, must not report the state from before that write as if it were
+// final: it fails while the write is still pending, and once Qdrant has caught up it reports
+// the write. Only the first read after a write the store gave up on pays for the wait.
+func TestQdrantAppliesAWriteAfterTheStoreGaveUp(t *testing.T) {
+	fdcheck.Check(t, 2)
+	d := qdranttest.Start(t)
+	const timeout = 300 * time.Millisecond
+	s := fixtureStore(t, d, "late", timeout)
+	checkHashes(t, s, map[string]string{"calc.add": "h1", "calc.mul": "h1", "conv.c2f": "h1", "conv.km": "h1", "web.fetch": "h1"})
+
+	d.StallUpdates()
+	changed := doc("calc.add", "calc", "h2", []float32{0, 0, -1}, []uint32{8}, []float32{1})
+	added := doc("calc.sub", "calc", "h1", []float32{1, 1, 0}, []uint32{2}, []float32{1})
+	if err := s.Upsert(t.Context(), []store.Doc{changed, added}); err == nil || !strings.Contains(err.Error(), "did not answer within") {
+		t.Fatalf("upsert while Qdrant's updates are held up: got %v, want a timeout", err)
+	}
+	got, err := s.Hashes(t.Context())
+	if err == nil {
+		t.Fatalf("hashes while the write the store gave up on is pending: got %v and no error, want an error (the write is still to come)", got)
+	}
+	t.Logf("hashes while the write is pending: %v", err)
+	if want := "writes given up on earlier"; !strings.Contains(err.Error(), want) {
+		t.Errorf("hashes while the write is pending: got %v, want an error containing %q", err, want)
+	}
+
+	if n := d.ResumeUpdates(); n == 0 {
+		t.Fatal("no update was queued")
+	}
+	checkHashes(t, s, map[string]string{"calc.add": "h2", "calc.mul": "h1", "calc.sub": "h1", "conv.c2f": "h1", "conv.km": "h1", "web.fetch": "h1"})
+	barriers := d.Calls(qc.Points_DeletePayload_FullMethodName)
+	checkHashes(t, s, map[string]string{"calc.add": "h2", "calc.mul": "h1", "calc.sub": "h1", "conv.c2f": "h1", "conv.km": "h1", "web.fetch": "h1"})
+	if n := d.Calls(qc.Points_DeletePayload_FullMethodName) - barriers; n != 0 {
+		t.Errorf("a second read with nothing given up on made %d barrier writes, want 0", n)
+	}
+}
+
+// fixtureStore is a store on d with the given call timeout, holding the fixture.
+func fixtureStore(t *testing.T, d *qdranttest.Double, name string, timeout time.Duration) *Store {
+	t.Helper()
+	s, err := New(t.Context(), Config{Addr: d.Addr(), Collection: name, Timeout: timeout}, name, 3, []string{"words"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Upsert(t.Context(), fixture); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

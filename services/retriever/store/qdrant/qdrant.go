@@ -4,25 +4,59 @@
 // (CollectionName), so switching models never mixes vectors. The collection has a named dense
 // vector "dense" (cosine) when the embedder has one, one named sparse vector per lexical vector
 // name with Qdrant's IDF modifier (the store's sparse weights are term-frequency parts only;
-// Qdrant supplies the IDF), and a keyword payload index on "server".
+// Qdrant supplies the IDF), and a keyword payload index on "server". Qdrant normalizes dense
+// vectors for Cosine distance itself, on upsert and on query, so embeddings need not be unit
+// length.
 //
 // Search uses the Query API: a single vector is queried directly; several are prefetched and
 // fused with reciprocal rank fusion on the server. Qdrant's RRF scores a rank r (0-based) as
 // 1/(r+k) with k = 2 by default, so fused scores are rank scores, not similarities.
 // Non-uniform Query.Weights are sent as RRF weights, which needs Qdrant ≥ 1.17; against an
-// older server they are ignored (equal weights). A weight ≤ 0 leaves that vector out.
+// older server they are ignored (equal weights). A weight ≤ 0 leaves that vector out. Qdrant
+// does not break ties between fused scores (their order, and which of them survive the limit,
+// change from one query to the next), so the store orders tied hits by tool id, asking for a few
+// more points than wanted to see the whole tie at the cut (see Search).
+//
+// Writes are not transactions. Qdrant applies one upsert in chunks of 32 points with the segment
+// locks released in between (upsert_points in lib/shard/src/update.rs), so a search running
+// meanwhile can see part of a batch, and an update that fails while being applied keeps the
+// chunks applied before (one that failed for a transient reason, such as a full disk, is applied
+// again later from the WAL: CollectionUpdater in
+// lib/collection/src/collection_manager/collection_updater.rs). An update Qdrant has accepted is
+// applied even when the call fails afterwards — a timeout, a cancelled caller, a dropped
+// connection, or status WaitTimeout — so a write the store reported failed may land later.
+// The store therefore does not promise that a failed write left the earlier state: it counts
+// the writes it gave up on, and its next Hashes (the read the retriever reconciles with) first
+// waits for them with a barrier write, so the reconcile sees what Qdrant will keep and rewrites
+// or deletes whatever differs from the executor's tools. Until that sync has run, searches may
+// answer from a partly written index.
+//
+// IDF drift: Qdrant only marks a deleted point (or the old copy of a point updated after its
+// segment was optimized) as deleted; its sparse postings stay, and the IDF statistics — the
+// number of points N and the points per term df — keep counting it until the optimizer rebuilds
+// the segment (delete_point_internal in lib/segment/src/segment/segment_ops.rs,
+// fill_idf_statistics in lib/segment/src/index/sparse_index/sparse_vector_index.rs). The vacuum
+// optimizer does so only for a segment of at least 1000 vectors with 20% of them deleted
+// (optimizers.vacuum_min_vector_number and deleted_threshold in Qdrant's config), so a small
+// tool index keeps counting removed tools: lexical scores drift from the memory store's, more so
+// the more tools were removed. Deleting the collection makes the retriever rebuild it fresh.
 //
 // New does not need Qdrant to be up: the client connects lazily, and the collection is created
 // on first use when New could not reach the server. Ready reports Qdrant's health check.
+// Config.CAFile trusts a private certificate authority for Qdrant's TLS certificate.
 package qdrant
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha1"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,12 +90,14 @@ const (
 	payloadHash   = "hash"
 	payloadTool   = "tool"
 
-	// upsertBatch is the most points in one Upsert call. One call is one Qdrant update, applied
-	// whole or not at all, so a store Upsert of up to this many docs never leaves half a batch
-	// behind; the retriever service writes at most this many tools at a time for that reason.
+	// upsertBatch is the most points in one Upsert call (one Qdrant update; see the package doc
+	// for what a failed one leaves).
 	upsertBatch = 256
 	deleteBatch = 512
 	scrollPage  = 256
+	// tiePad is how many more points than wanted a search asks for, so that points tied with
+	// the last one wanted are seen and ordered by id (see Search).
+	tiePad = 8
 	// maxNameLen is Qdrant's limit on collection names.
 	maxNameLen = 255
 )
@@ -81,6 +117,9 @@ type Config struct {
 	Addr   string
 	APIKey string
 	UseTLS bool
+	// CAFile, with UseTLS, is a PEM file of the certificate authorities to trust for Qdrant's
+	// certificate instead of the system's (for a self-signed or private-CA certificate).
+	CAFile string
 	// Collection is the collection name prefix (default "toolmesh_tools"); the model id and
 	// dimension are appended.
 	Collection string
@@ -97,14 +136,18 @@ type Store struct {
 	sparse     []string // sorted
 	timeout    time.Duration
 
-	// Batch and page sizes; fields so tests can make them small.
-	upsertBatch, deleteBatch, scrollPage int
+	// Batch and page sizes and the search's tie padding; fields so tests can make them small.
+	upsertBatch, deleteBatch, scrollPage, tiePad int
 
 	mu      sync.Mutex
 	ensured bool
 	// rrfWeights is whether the server takes weighted RRF (Qdrant ≥ 1.17), learned from its
 	// health check when the collection is ensured.
 	rrfWeights bool
+	// givenUp counts the writes whose outcome the store does not know (failed calls: Qdrant may
+	// apply them later), settled the value it had when the last barrier went through. Starting
+	// at 1 makes the first read wait for writes an earlier process may have left in the queue.
+	givenUp, settled uint64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -144,8 +187,12 @@ func New(ctx context.Context, cfg Config, model string, dim int, sparseNames []s
 	if err != nil {
 		return nil, err
 	}
+	tlsConfig, err := clientTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
 	client, err := qc.NewClient(&qc.Config{
-		Host: clientHost(host), Port: port, APIKey: cfg.APIKey, UseTLS: cfg.UseTLS,
+		Host: clientHost(host), Port: port, APIKey: cfg.APIKey, UseTLS: cfg.UseTLS, TLSConfig: tlsConfig,
 		// The compatibility check is a blocking HealthCheck inside NewClient (up to a minute
 		// on an address that swallows packets) whose outcome is only logged; Ready and ensure
 		// do the health check under our timeout instead.
@@ -167,12 +214,35 @@ func New(ctx context.Context, cfg Config, model string, dim int, sparseNames []s
 		upsertBatch: upsertBatch,
 		deleteBatch: deleteBatch,
 		scrollPage:  scrollPage,
+		tiePad:      tiePad,
+		givenUp:     1,
 	}
 	if err := s.ensure(ctx); err != nil && !unreachable(ctx, err) {
 		_ = client.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// clientTLS is the TLS configuration for cfg: nil (the go-client's default: the system's roots,
+// TLS 1.3) unless a CA file is given.
+func clientTLS(cfg Config) (*tls.Config, error) {
+	if cfg.CAFile == "" {
+		return nil, nil
+	}
+	if !cfg.UseTLS {
+		return nil, fmt.Errorf("qdrant: CA file %s given without TLS", cfg.CAFile)
+	}
+	pemBytes, err := os.ReadFile(cfg.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("qdrant: read CA file: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pemBytes) {
+		return nil, fmt.Errorf("qdrant: CA file %s holds no PEM certificate", cfg.CAFile)
+	}
+	// The go-client's own default is TLS 1.3 minimum; keep it.
+	return &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS13}, nil
 }
 
 // Collection is the name of the store's collection.
@@ -473,9 +543,9 @@ func (s *Store) failed(ctx context.Context, op string, err error) error {
 }
 
 // Upsert writes docs in batches, waiting for each to be applied. A doc's point id comes from
-// its tool id, so writing a doc again replaces it. Up to upsertBatch docs are one Qdrant update,
-// which Qdrant applies whole or not at all; a larger Upsert that fails can leave its earlier
-// batches applied (each point whole, old or new).
+// its tool id, so writing a doc again replaces it, each point whole. An Upsert that fails can
+// leave any part of its docs written, now or later (see the package doc); Hashes tells what
+// Qdrant keeps.
 func (s *Store) Upsert(ctx context.Context, docs []store.Doc) error {
 	if len(docs) == 0 {
 		return nil
@@ -499,23 +569,79 @@ func (s *Store) Upsert(ctx context.Context, docs []store.Doc) error {
 			Points:         batch,
 		})
 		cancel()
-		if err != nil {
-			return s.failed(ctx, "upsert", err)
+		if err == nil {
+			err = applied(res)
 		}
-		if err := applied(res); err != nil {
+		if err != nil {
+			s.gaveUp()
 			return s.failed(ctx, "upsert", err)
 		}
 	}
 	return nil
 }
 
+// applied checks the status of a write sent with wait. WaitTimeout means Qdrant accepted the
+// update and had not applied it when it stopped waiting: it will still be applied.
 func applied(res *qc.UpdateResult) error {
 	switch st := res.GetStatus(); st {
 	case qc.UpdateStatus_Completed, qc.UpdateStatus_Acknowledged:
 		return nil
 	default:
-		return fmt.Errorf("update not applied: status %s", st)
+		return fmt.Errorf("update not confirmed: status %s", st)
 	}
+}
+
+// gaveUp records a write whose outcome is unknown. Whatever the error, Qdrant may have accepted
+// the update before the call failed, and then applies it whether or not the store still waits:
+// Collection::update_from_client runs it on a task of its own (lib/collection/src/collection/
+// point_ops.rs), and LocalShard::update queues it for the update worker once it is in the WAL
+// (lib/collection/src/shards/local_shard/shard_ops.rs).
+func (s *Store) gaveUp() {
+	s.mu.Lock()
+	s.givenUp++
+	s.mu.Unlock()
+}
+
+const (
+	// barrierKey is a payload key the store never writes and barrierID a point id no tool
+	// gets (PointID makes version-5 UUIDs; this is the nil UUID): the barrier deletes that key
+	// from that point, which changes nothing.
+	barrierKey = "toolmesh_barrier"
+	barrierID  = "00000000-0000-0000-0000-000000000000"
+)
+
+// settle waits until every write the store gave up on has been applied or dropped, so that a
+// read after it sees what Qdrant will keep. It sends a barrier: an update that changes nothing,
+// with a filter, so that Qdrant sends it to every shard of the collection (PayloadOps
+// split_by_shard in lib/collection/src/operations/payload_ops.rs), and waits for it. A shard
+// applies its updates one after another in WAL order, so once the barrier is applied everything
+// queued before it is too. A write the store gave up on before Qdrant had accepted it is
+// dropped with its call and never applied.
+func (s *Store) settle(ctx context.Context) error {
+	s.mu.Lock()
+	givenUp, settled := s.givenUp, s.settled
+	s.mu.Unlock()
+	if givenUp == settled {
+		return nil
+	}
+	cctx, cancel := s.callCtx(ctx)
+	res, err := s.client.DeletePayload(cctx, &qc.DeletePayloadPoints{
+		CollectionName: s.collection,
+		Wait:           qc.PtrOf(true),
+		Keys:           []string{barrierKey},
+		PointsSelector: qc.NewPointsSelectorFilter(&qc.Filter{Must: []*qc.Condition{qc.NewHasID(qc.NewIDUUID(barrierID))}}),
+	})
+	cancel()
+	if err == nil {
+		err = applied(res)
+	}
+	if err != nil {
+		return s.failed(ctx, "wait until the writes given up on earlier have landed", err)
+	}
+	s.mu.Lock()
+	s.settled = max(s.settled, givenUp)
+	s.mu.Unlock()
+	return nil
 }
 
 func (s *Store) point(d *store.Doc) (*qc.PointStruct, error) {
@@ -591,19 +717,26 @@ func (s *Store) Delete(ctx context.Context, ids []string) error {
 			Points:         qc.NewPointsSelector(pids...),
 		})
 		cancel()
-		if err != nil {
-			return s.failed(ctx, "delete", err)
+		if err == nil {
+			err = applied(res)
 		}
-		if err := applied(res); err != nil {
+		if err != nil {
+			s.gaveUp()
 			return s.failed(ctx, "delete", err)
 		}
 	}
 	return nil
 }
 
-// Hashes scrolls through every point, reading only the id and hash payload fields.
+// Hashes scrolls through every point, reading only the id and hash payload fields. After a
+// write the store gave up on (and on the first call, for writes an earlier process left), it
+// first waits until Qdrant has applied or dropped it (settle), so that a caller reconciling with
+// the result does not miss a write that lands later; it fails while such a write is pending.
 func (s *Store) Hashes(ctx context.Context) (map[string]string, error) {
 	if err := s.ensure(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.settle(ctx); err != nil {
 		return nil, err
 	}
 	out := make(map[string]string)
@@ -690,22 +823,32 @@ func (s *Store) Search(ctx context.Context, q store.Query) ([]store.Hit, error) 
 
 	req := &qc.QueryPoints{
 		CollectionName: s.collection,
-		Limit:          qc.PtrOf(uint64(q.Limit)),
 		WithPayload:    qc.NewWithPayloadInclude(payloadID, payloadTool),
 	}
 	if len(q.Servers) > 0 {
 		// Qdrant applies the root filter inside every prefetch too.
 		req.Filter = &qc.Filter{Must: []*qc.Condition{qc.NewMatchKeywords(payloadServer, q.Servers...)}}
 	}
+	// Qdrant does not break ties: fused points with equal scores come in any order, and which
+	// of them survive the limit varies from one query to the next (rrf_scoring in
+	// lib/segment/src/common/reciprocal_rank_fusion.rs); within one vector's ranking they come in
+	// the order of Qdrant's internal offsets. The store orders ties by tool id, and asks for
+	// tiePad more points than wanted so that the tie at the cut is seen whole. When it is not (the
+	// last point returned ties with the last one wanted), it asks again for every candidate:
+	// for a fused query all the prefetched points, so the answer is exact; for a single vector
+	// at most most points, a tie group reaching past that is cut in Qdrant's order.
+	limit := q.Limit + s.tiePad
+	most := 4 * (q.Limit + tiePad)
 	if len(sources) == 1 {
 		req.Query, req.Using = sources[0].query, qc.PtrOf(sources[0].using)
 	} else {
 		// Each prefetch must reach past the final limit, or fusion sees too few candidates.
-		pl := uint64(max(4*q.Limit, 64))
+		pl := max(4*q.Limit, 64)
+		most = len(sources) * pl
 		weights := make([]float32, len(sources))
 		uniform := true
 		for i, src := range sources {
-			req.Prefetch = append(req.Prefetch, &qc.PrefetchQuery{Query: src.query, Using: qc.PtrOf(src.using), Limit: qc.PtrOf(pl)})
+			req.Prefetch = append(req.Prefetch, &qc.PrefetchQuery{Query: src.query, Using: qc.PtrOf(src.using), Limit: qc.PtrOf(uint64(pl))})
 			weights[i] = float32(src.weight)
 			uniform = uniform && src.weight == sources[0].weight
 		}
@@ -719,11 +862,30 @@ func (s *Store) Search(ctx context.Context, q store.Query) ([]store.Hit, error) 
 		}
 	}
 
-	cctx, cancel := s.callCtx(ctx)
-	defer cancel()
-	points, err := s.client.Query(cctx, req)
-	if err != nil {
-		return nil, s.failed(ctx, "query", err)
+	var points []*qc.ScoredPoint
+	for {
+		limit = min(limit, most)
+		req.Limit = qc.PtrOf(uint64(limit))
+		cctx, cancel := s.callCtx(ctx)
+		var err error
+		points, err = s.client.Query(cctx, req)
+		cancel()
+		if err != nil {
+			return nil, s.failed(ctx, "query", err)
+		}
+		slices.SortStableFunc(points, func(a, b *qc.ScoredPoint) int {
+			if c := cmp.Compare(b.GetScore(), a.GetScore()); c != 0 {
+				return c
+			}
+			return strings.Compare(a.GetPayload()[payloadID].GetStringValue(), b.GetPayload()[payloadID].GetStringValue())
+		})
+		if len(points) < limit || limit >= most || points[q.Limit-1].GetScore() > points[len(points)-1].GetScore() {
+			break
+		}
+		limit = most
+	}
+	if len(points) > q.Limit {
+		points = points[:q.Limit]
 	}
 	hits := make([]store.Hit, 0, len(points))
 	for _, p := range points {

@@ -105,13 +105,15 @@ func (tg target) newStore(t *testing.T, model string, dim int, sparse ...string)
 // The hand-made index: five tools on three servers, 3-dimensional dense vectors and a "words"
 // sparse vector whose indices stand for terms: 1 add, 2 number, 3 multiply, 4 celsius,
 // 5 fahrenheit, 6 kilometers, 7 url. Every tool has the sparse vector, so N = 5 for the IDF;
-// "number" (2) is in three tools, every other term in one.
+// "number" (2) is in three tools, every other term in one. No dense vector is of unit length
+// (embedders do not all normalize): Qdrant normalizes them for Cosine distance, and the expected
+// scores are cosines, so a store or a double that skipped the normalization would fail.
 var fixture = []store.Doc{
-	doc("calc.add", "calc", "h1", []float32{1, 0, 0}, []uint32{1, 2}, []float32{1, 0.5}),
-	doc("calc.mul", "calc", "h1", []float32{0.8, 0.6, 0}, []uint32{2, 3}, []float32{1, 1}),
-	doc("conv.c2f", "conv", "h1", []float32{0, 1, 0}, []uint32{4, 5}, []float32{1, 1}),
-	doc("conv.km", "conv", "h1", []float32{0, 0.6, 0.8}, []uint32{2, 6}, []float32{0.8, 1}),
-	doc("web.fetch", "web", "h1", []float32{0, 0, 1}, []uint32{7}, []float32{1}),
+	doc("calc.add", "calc", "h1", []float32{2, 0, 0}, []uint32{1, 2}, []float32{1, 0.5}),
+	doc("calc.mul", "calc", "h1", []float32{0.4, 0.3, 0}, []uint32{2, 3}, []float32{1, 1}),
+	doc("conv.c2f", "conv", "h1", []float32{0, 3, 0}, []uint32{4, 5}, []float32{1, 1}),
+	doc("conv.km", "conv", "h1", []float32{0, 1.2, 1.6}, []uint32{2, 6}, []float32{0.8, 1}),
+	doc("web.fetch", "web", "h1", []float32{0, 0, 0.25}, []uint32{7}, []float32{1}),
 }
 
 func doc(id, server, hash string, dense []float32, idx []uint32, vals []float32) store.Doc {
@@ -444,6 +446,128 @@ func runSuite(t *testing.T, tg target) {
 				t.Fatalf("got %+v, want %v", hits, fixture[4].Tool)
 			}
 		})
+	})
+
+	t.Run("DenseVectorsAreStoredNormalized", func(t *testing.T) {
+		s := tg.newStore(t, "norm-test", 3, "words")
+		if err := s.Upsert(t.Context(), fixture); err != nil {
+			t.Fatal(err)
+		}
+		got, err := tg.raw.Scroll(t.Context(), &qc.ScrollPoints{
+			CollectionName: s.Collection(),
+			Filter:         &qc.Filter{Must: []*qc.Condition{qc.NewHasID(qc.NewIDUUID(PointID("conv.km")))}},
+			WithVectors:    qc.NewWithVectorsInclude(DenseVector),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 {
+			t.Fatalf("get conv.km: got %d points, want 1", len(got))
+		}
+		v := got[0].GetVectors().GetVectors().GetVectors()[DenseVector].GetDense().GetData()
+		want := []float32{0, 0.6, 0.8} // {0, 1.2, 1.6} divided by its length 2
+		if len(v) != len(want) {
+			t.Fatalf("stored dense vector: got %v, want %v", v, want)
+		}
+		for i := range want {
+			if math.Abs(float64(v[i]-want[i])) > 1e-6 {
+				t.Fatalf("stored dense vector: got %v, want %v (Qdrant stores Cosine vectors normalized)", v, want)
+			}
+		}
+	})
+
+	t.Run("FusedTiesAreBrokenByID", func(t *testing.T) {
+		s := tg.newStore(t, "ties-test", 3, "words")
+		// Dense ranking for {1, 0, 0}: tie.b, tie.a, tie.c, tie.d. Sparse ranking for term 2:
+		// tie.a, tie.b. So tie.a and tie.b both score 1/(1+2) + 1/(0+2) and tie for first.
+		docs := []store.Doc{
+			doc("tie.b", "tie", "h1", []float32{2, 0, 0}, []uint32{2}, []float32{0.5}),
+			doc("tie.a", "tie", "h1", []float32{0.8, 0.6, 0}, []uint32{2}, []float32{1}),
+			doc("tie.c", "tie", "h1", []float32{0.5, 1, 0}, []uint32{9}, []float32{1}),
+			doc("tie.d", "tie", "h1", []float32{0, 0, 1}, []uint32{9}, []float32{1}),
+		}
+		if err := s.Upsert(t.Context(), docs); err != nil {
+			t.Fatal(err)
+		}
+		q := store.Query{Dense: []float32{1, 0, 0}, Sparse: sparseQ([]uint32{2}, []float32{1})}
+		for _, pad := range []int{tiePad, 0} {
+			// Without padding the first answer never shows the whole tie, and the store asks again.
+			s.tiePad = pad
+			for _, tc := range []struct {
+				limit int
+				want  []want
+			}{
+				{1, []want{{"tie.a", rrf(1, 0)}}},
+				{2, []want{{"tie.a", rrf(1, 0)}, {"tie.b", rrf(0, 1)}}},
+				{3, []want{{"tie.a", rrf(1, 0)}, {"tie.b", rrf(0, 1)}, {"tie.c", rrf(2)}}},
+			} {
+				q.Limit = tc.limit
+				// Qdrant orders tied points differently from one query to the next.
+				for range 20 {
+					hits, err := s.Search(t.Context(), q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					checkHits(t, hits, tc.want)
+				}
+			}
+		}
+	})
+
+	t.Run("SingleVectorTiesAreBrokenByID", func(t *testing.T) {
+		s := tg.newStore(t, "ties1-test", 3, "words")
+		// More identical tools than the padding: the tie at the cut reaches past the first answer.
+		var docs []store.Doc
+		for i := range tiePad + 4 {
+			docs = append(docs, doc(fmt.Sprintf("same.t%02d", tiePad+3-i), "same", "h1", []float32{1, 2, 0}, []uint32{2}, []float32{1}))
+		}
+		if err := s.Upsert(t.Context(), docs); err != nil {
+			t.Fatal(err)
+		}
+		n := float64(len(docs))
+		for _, q := range []store.Query{
+			{Dense: []float32{1, 2, 0}, Limit: 3},
+			{Sparse: sparseQ([]uint32{2}, []float32{1}), Limit: 3},
+		} {
+			score := 1.0
+			if q.Dense == nil {
+				score = idf(n, n)
+			}
+			hits, err := s.Search(t.Context(), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkHits(t, hits, []want{{"same.t00", score}, {"same.t01", score}, {"same.t02", score}})
+		}
+	})
+
+	t.Run("IDFCountsDeletedPoints", func(t *testing.T) {
+		s := tg.newStore(t, "idf-test", 0, "words")
+		var docs []store.Doc
+		for i, terms := range [][]uint32{{1}, {1}, {2}, {2}} {
+			docs = append(docs, doc(fmt.Sprintf("idf.t%d", i), "idf", "h1", nil, terms, []float32{1}))
+		}
+		if err := s.Upsert(t.Context(), docs); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Delete(t.Context(), []string{"idf.t1", "idf.t3"}); err != nil {
+			t.Fatal(err)
+		}
+		hits, err := s.Search(t.Context(), store.Query{Sparse: sparseQ([]uint32{1}, []float32{1}), Limit: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two live points, one with term 1; Qdrant still counts the two deleted ones until its
+		// optimizer rebuilds the segment, which it does not for a collection this small.
+		checkHits(t, hits, []want{{"idf.t0", idf(4, 2)}})
+		if tg.double != nil {
+			tg.double.Vacuum()
+			hits, err := s.Search(t.Context(), store.Query{Sparse: sparseQ([]uint32{1}, []float32{1}), Limit: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkHits(t, hits, []want{{"idf.t0", idf(2, 1)}})
+		}
 	})
 
 	t.Run("BadInputIsRejected", func(t *testing.T) {

@@ -1,8 +1,8 @@
 // Package qdranttest is a test double of Qdrant: an in-process gRPC server that implements the
 // part of Qdrant's API the toolmesh Qdrant store calls, with Qdrant's semantics, built on the
-// go-client's generated server interfaces and served on a real loopback listener. It is not
-// Qdrant: use it where no Qdrant server can run, and run the same tests against a real one
-// when you can.
+// go-client's generated server interfaces and served on a real loopback listener (plain or
+// TLS). It is not Qdrant: use it where no Qdrant server can run, and run the same tests against
+// a real one when you can. Qdrant source paths below are of Qdrant v1.17.1.
 //
 // Implemented (everything else answers Unimplemented):
 //   - Qdrant/HealthCheck;
@@ -10,25 +10,49 @@
 //     or without the IDF modifier; AlreadyExists for a taken name), CollectionExists, Get
 //     (vectors config, payload schema, points count), List, Delete;
 //   - Points: CreateFieldIndex (recorded in the payload schema), Upsert (a whole point
-//     replaced by id; vector names and sizes checked), Delete (by ids), Scroll (id order,
-//     payload selectors, offset paging with next_page_offset), Query (nearest by dense cosine
-//     or dot, sparse dot product with Qdrant's IDF ln(1 + (N − df + 0.5)/(df + 0.5)) where N is
-//     the number of points with that sparse vector and df those with the term; sparse search
-//     returns only points sharing a term; nested prefetches; RRF fusion with Qdrant's default
-//     k = 2, or Rrf{K, Weights}; the root filter applied inside every prefetch as Qdrant does;
-//     filters with must/should/must_not over keyword match, match-any, match-except, has_id
-//     and nested filters).
+//     replaced by id; vector names and sizes checked; Cosine vectors normalized as Qdrant does,
+//     float32, kept when already of unit length or near zero), Delete and DeletePayload (by ids
+//     or by filter), Scroll (id order, payload and vector selectors, offset paging with
+//     next_page_offset), Query (nearest by dense cosine or dot, sparse dot product with Qdrant's
+//     IDF ln(1 + (N − df + 0.5)/(df + 0.5)) where N is the number of points with that sparse
+//     vector and df those with the term, deleted points included until Vacuum, as Qdrant counts
+//     them until its optimizer rebuilds the segment; sparse search returns only points sharing
+//     a term; nested prefetches; RRF fusion with Qdrant's default k = 2, or Rrf{K, Weights},
+//     summed in float32, ties shuffled because Qdrant leaves their order to chance; the root
+//     filter applied inside every prefetch as Qdrant does; filters with must/should/must_not
+//     over keyword match, match-any, match-except, has_id and nested filters).
+//   - Updates are applied in the order they come. StallUpdates holds them up as a busy Qdrant
+//     does; an update accepted then is applied later even when its client gave up waiting, as in
+//     Qdrant, and ResumeUpdates applies the queue.
 //
-// Ignored: write ordering, consistency, shard keys, search params, timeouts, score thresholds.
+// Where it differs from Qdrant on purpose (simpler, or more predictable for tests):
+//   - An update is applied whole under one lock: a search never sees part of a batch, while
+//     Qdrant applies an upsert in chunks of 32 points and a concurrent search can see some of
+//     them (upsert_points in lib/shard/src/update.rs).
+//   - A SetFault error stands for a call that never reached Qdrant's update queue: the update is
+//     not applied. A call Qdrant accepted and then failed (timeout, cancel) is StallUpdates.
+//   - Points tied within one vector's ranking come in point-id order; Qdrant's order follows its
+//     internal offsets. Dense and sparse scores are computed in float64 and normalization with
+//     scalar float32 (Qdrant: float32, SIMD), so the last bits of a score can differ.
+//   - All points live in one appendable "segment": a point upserted again replaces its postings
+//     in place, so only deletes leave stale IDF counts, until Vacuum; in Qdrant a point updated
+//     after its segment was optimized leaves its old copy counting too, and the optimizer vacuums
+//     only segments of ≥ 1000 vectors with ≥ 20% deleted.
+//   - Queued updates are kept over Stop and Restart and applied only by ResumeUpdates (Qdrant
+//     replays them from its WAL when it starts); API keys are not checked.
+//
+// Ignored: consistency, shard keys, search params, timeouts, score thresholds.
 package qdranttest
 
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"maps"
 	"math"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
@@ -39,6 +63,7 @@ import (
 	qc "github.com/qdrant/go-client/qdrant"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -61,11 +86,18 @@ type Double struct {
 	srv   *grpc.Server
 	done  chan struct{}
 
+	// tls, when set, is the server's certificate: the double serves gRPC over TLS.
+	tls *tls.Config
+
 	mu          sync.Mutex
 	collections map[string]*collection
 	calls       map[string]int
 	opID        uint64
 	fault       func(ctx context.Context, fullMethod string, call int) error
+	// stalled holds back every update (see StallUpdates); queue holds the updates accepted and
+	// not yet applied, in the order they came.
+	stalled bool
+	queue   []*update
 }
 
 // Start serves a new Double on a loopback port and stops it when the test ends.
@@ -79,14 +111,33 @@ func Start(tb testing.TB) *Double {
 	return d
 }
 
+// StartTLS is Start serving gRPC over TLS with cert, as Qdrant does with service.enable_tls.
+func StartTLS(tb testing.TB, cert tls.Certificate) *Double {
+	tb.Helper()
+	d, err := ListenTLS("127.0.0.1:0", cert)
+	if err != nil {
+		tb.Fatalf("qdranttest: %v", err)
+	}
+	tb.Cleanup(d.Close)
+	return d
+}
+
 // Listen serves a new Double on addr (host:port; port 0 picks one).
-func Listen(addr string) (*Double, error) {
+func Listen(addr string) (*Double, error) { return listen(addr, nil) }
+
+// ListenTLS is Listen serving gRPC over TLS with cert.
+func ListenTLS(addr string, cert tls.Certificate) (*Double, error) {
+	return listen(addr, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+}
+
+func listen(addr string, tlsConfig *tls.Config) (*Double, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	d := &Double{
 		addr:        lis.Addr().String(),
+		tls:         tlsConfig,
 		collections: make(map[string]*collection),
 		calls:       make(map[string]int),
 	}
@@ -95,12 +146,16 @@ func Listen(addr string) (*Double, error) {
 }
 
 func (d *Double) serve(lis net.Listener) {
-	d.srv = grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(d.count),
 		// The go-client pings every 10 s even without calls in flight; grpc-go's default policy
 		// would answer that with GOAWAY "too_many_pings". Qdrant accepts it.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
-	)
+	}
+	if d.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(d.tls)))
+	}
+	d.srv = grpc.NewServer(opts...)
 	qc.RegisterQdrantServer(d.srv, healthService{})
 	qc.RegisterCollectionsServer(d.srv, collectionsService{d: d})
 	qc.RegisterPointsServer(d.srv, pointsService{d: d})
@@ -164,6 +219,92 @@ func (d *Double) SetFault(f func(ctx context.Context, fullMethod string, call in
 	d.fault = f
 }
 
+// StallUpdates makes the double behave like a Qdrant whose update queue does not move (an
+// optimizer or a slow disk holding it up): from now on every update (upsert, delete, payload
+// change, field index) is checked and accepted but not applied. Its call answers once the update
+// is applied, or fails when the client gives up (deadline or cancel) — and the update stays
+// queued, because Qdrant applies an update it has accepted whether or not anyone still waits:
+// Collection::update_from_client runs it on a spawned task (lib/collection/src/collection/
+// point_ops.rs) and LocalShard::update hands it to the update worker after writing the WAL
+// (lib/collection/src/shards/local_shard/shard_ops.rs). Reads meanwhile see the state without
+// the queued updates. A call with wait=false is answered Acknowledged at once, as Qdrant does.
+func (d *Double) StallUpdates() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stalled = true
+}
+
+// ResumeUpdates applies the queued updates in the order they came, answers the calls still
+// waiting for them, and ends the stall. It returns how many updates it applied.
+func (d *Double) ResumeUpdates() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := len(d.queue)
+	for _, u := range d.queue {
+		u.apply()
+		u.result = d.nextOp()
+		close(u.done)
+	}
+	d.queue, d.stalled = nil, false
+	return n
+}
+
+// Queued is how many accepted updates wait to be applied.
+func (d *Double) Queued() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.queue)
+}
+
+// Vacuum drops the deleted points from the IDF statistics of every collection, as Qdrant's
+// optimizer does when it rebuilds a segment (see collection.deleted).
+func (d *Double) Vacuum() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.collections {
+		c.deleted = nil
+	}
+}
+
+// update is an update accepted while updates are stalled.
+type update struct {
+	apply  func()
+	done   chan struct{}
+	result *qc.UpdateResult
+}
+
+// write runs an update: check runs with d.mu held and returns the update to apply, or the error
+// that rejects the call (nothing applied). The update is applied at once, or queued behind the
+// updates already waiting (see StallUpdates).
+func (d *Double) write(ctx context.Context, wait bool, check func() (apply func(), err error)) (*qc.PointsOperationResponse, error) {
+	d.mu.Lock()
+	apply, err := check()
+	if err != nil {
+		d.mu.Unlock()
+		return nil, err
+	}
+	if !d.stalled && len(d.queue) == 0 {
+		apply()
+		res := d.nextOp()
+		d.mu.Unlock()
+		return &qc.PointsOperationResponse{Result: res}, nil
+	}
+	u := &update{apply: apply, done: make(chan struct{})}
+	d.queue = append(d.queue, u)
+	d.opID++
+	ack := &qc.UpdateResult{OperationId: qc.PtrOf(d.opID), Status: qc.UpdateStatus_Acknowledged}
+	d.mu.Unlock()
+	if !wait {
+		return &qc.PointsOperationResponse{Result: ack}, nil
+	}
+	select {
+	case <-u.done:
+		return &qc.PointsOperationResponse{Result: u.result}, nil
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
 // Calls is how many times the RPC fullMethod (e.g. qdrant.Collections_Create_FullMethodName)
 // was called.
 func (d *Double) Calls(fullMethod string) int {
@@ -199,6 +340,13 @@ type collection struct {
 	sparse     map[string]qc.Modifier
 	points     map[pointKey]*point
 	fieldIndex map[string]qc.FieldType
+	// deleted are the points deleted since the last Vacuum. Qdrant only marks a deleted point
+	// in its segment and leaves its vectors, so its sparse postings keep counting in the IDF
+	// (N and df) until the optimizer rebuilds the segment (delete_point_internal in
+	// lib/segment/src/segment/segment_ops.rs; fill_idf_statistics in
+	// lib/segment/src/index/sparse_index/sparse_vector_index.rs). A point upserted again in
+	// place replaces its postings, as in Qdrant's appendable segments.
+	deleted []*point
 }
 
 type point struct {
@@ -430,46 +578,46 @@ type pointsService struct {
 	d *Double
 }
 
-func (s pointsService) CreateFieldIndex(_ context.Context, req *qc.CreateFieldIndexCollection) (*qc.PointsOperationResponse, error) {
-	s.d.mu.Lock()
-	defer s.d.mu.Unlock()
-	c, err := s.d.collection(req.GetCollectionName())
-	if err != nil {
-		return nil, err
-	}
-	if req.GetFieldName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "Wrong input: empty field name")
-	}
-	if req.FieldType == nil {
-		return nil, status.Error(codes.InvalidArgument, "Wrong input: field type is required")
-	}
-	c.fieldIndex[req.GetFieldName()] = req.GetFieldType()
-	return &qc.PointsOperationResponse{Result: s.d.nextOp()}, nil
-}
-
-func (s pointsService) Upsert(_ context.Context, req *qc.UpsertPoints) (*qc.PointsOperationResponse, error) {
-	if req.UpdateFilter != nil || req.UpdateMode != nil {
-		return nil, status.Error(codes.Unimplemented, "qdranttest: conditional upserts are not implemented")
-	}
-	s.d.mu.Lock()
-	defer s.d.mu.Unlock()
-	c, err := s.d.collection(req.GetCollectionName())
-	if err != nil {
-		return nil, err
-	}
-	// Validate the whole batch before applying any of it.
-	pts := make([]*point, 0, len(req.GetPoints()))
-	for _, ps := range req.GetPoints() {
-		p, err := c.newPoint(ps)
+func (s pointsService) CreateFieldIndex(ctx context.Context, req *qc.CreateFieldIndexCollection) (*qc.PointsOperationResponse, error) {
+	return s.d.write(ctx, req.GetWait(), func() (func(), error) {
+		c, err := s.d.collection(req.GetCollectionName())
 		if err != nil {
 			return nil, err
 		}
-		pts = append(pts, p)
+		if req.GetFieldName() == "" {
+			return nil, status.Error(codes.InvalidArgument, "Wrong input: empty field name")
+		}
+		if req.FieldType == nil {
+			return nil, status.Error(codes.InvalidArgument, "Wrong input: field type is required")
+		}
+		return func() { c.fieldIndex[req.GetFieldName()] = req.GetFieldType() }, nil
+	})
+}
+
+func (s pointsService) Upsert(ctx context.Context, req *qc.UpsertPoints) (*qc.PointsOperationResponse, error) {
+	if req.UpdateFilter != nil || req.UpdateMode != nil {
+		return nil, status.Error(codes.Unimplemented, "qdranttest: conditional upserts are not implemented")
 	}
-	for _, p := range pts {
-		c.points[p.key] = p
-	}
-	return &qc.PointsOperationResponse{Result: s.d.nextOp()}, nil
+	return s.d.write(ctx, req.GetWait(), func() (func(), error) {
+		c, err := s.d.collection(req.GetCollectionName())
+		if err != nil {
+			return nil, err
+		}
+		// Check the whole batch before applying any of it.
+		pts := make([]*point, 0, len(req.GetPoints()))
+		for _, ps := range req.GetPoints() {
+			p, err := c.newPoint(ps)
+			if err != nil {
+				return nil, err
+			}
+			pts = append(pts, p)
+		}
+		return func() {
+			for _, p := range pts {
+				c.points[p.key] = p
+			}
+		}, nil
+	})
 }
 
 func (c *collection) newPoint(ps *qc.PointStruct) (*point, error) {
@@ -541,43 +689,86 @@ func checkSparse(indices []uint32, values []float32) (sparseVec, error) {
 	return sparseVec{indices: slices.Clone(indices), values: slices.Clone(values)}, nil
 }
 
+// normalize is Qdrant's preprocessing of a vector for Cosine distance (cosine_preprocess in
+// lib/segment/src/spaces/simple.rs): the vector divided by its length, in float32, unless its
+// squared length is below float32's epsilon or already within 1e-6 of 1
+// (is_length_zero_or_normalized in lib/segment/src/spaces/tools.rs), when it is kept as it is.
+// Qdrant sums the squares with SIMD on most CPUs, so its last bit can differ from this one's.
 func normalize(v []float32) {
-	var n float64
+	var sq float32
 	for _, x := range v {
-		n += float64(x) * float64(x)
+		sq += x * x
 	}
-	if n == 0 {
+	if sq < epsilon32 || math.Abs(float64(sq)-1) <= 1e-6 {
 		return
 	}
-	inv := 1 / math.Sqrt(n)
+	n := float32(math.Sqrt(float64(sq)))
 	for i := range v {
-		v[i] = float32(float64(v[i]) * inv)
+		v[i] /= n
 	}
 }
 
-func (s pointsService) Delete(_ context.Context, req *qc.DeletePoints) (*qc.PointsOperationResponse, error) {
-	s.d.mu.Lock()
-	defer s.d.mu.Unlock()
-	c, err := s.d.collection(req.GetCollectionName())
-	if err != nil {
-		return nil, err
-	}
-	sel, ok := req.GetPoints().GetPointsSelectorOneOf().(*qc.PointsSelector_Points)
-	if !ok {
-		return nil, status.Error(codes.Unimplemented, "qdranttest: only deleting by ids is implemented")
-	}
-	keys := make([]pointKey, 0, len(sel.Points.GetIds()))
-	for _, id := range sel.Points.GetIds() {
-		k, err := keyOf(id)
+// epsilon32 is Rust's f32::EPSILON, the gap between 1 and the next float32.
+const epsilon32 = 1.1920929e-07
+
+func (s pointsService) Delete(ctx context.Context, req *qc.DeletePoints) (*qc.PointsOperationResponse, error) {
+	return s.d.writePoints(ctx, req.GetWait(), req.GetCollectionName(), req.GetPoints(), func(c *collection, p *point) {
+		delete(c.points, p.key)
+		c.deleted = append(c.deleted, p)
+	})
+}
+
+func (s pointsService) DeletePayload(ctx context.Context, req *qc.DeletePayloadPoints) (*qc.PointsOperationResponse, error) {
+	return s.d.writePoints(ctx, req.GetWait(), req.GetCollectionName(), req.GetPointsSelector(), func(_ *collection, p *point) {
+		for _, k := range req.GetKeys() {
+			delete(p.payload, k)
+		}
+	})
+}
+
+// writePoints runs an update that changes each point sel picks in the collection name.
+func (d *Double) writePoints(ctx context.Context, wait bool, name string, sel *qc.PointsSelector, change func(*collection, *point)) (*qc.PointsOperationResponse, error) {
+	return d.write(ctx, wait, func() (func(), error) {
+		c, err := d.collection(name)
 		if err != nil {
 			return nil, err
 		}
-		keys = append(keys, k)
+		match, err := selector(sel)
+		if err != nil {
+			return nil, err
+		}
+		return func() {
+			for _, p := range c.points {
+				if ok, _ := match(p); ok {
+					change(c, p)
+				}
+			}
+		}, nil
+	})
+}
+
+// selector is the points a PointsSelector picks: a list of ids or a filter. Its ids and filter
+// are checked here, so that matching cannot fail later.
+func selector(sel *qc.PointsSelector) (func(*point) (bool, error), error) {
+	switch o := sel.GetPointsSelectorOneOf().(type) {
+	case *qc.PointsSelector_Points:
+		keys := make(map[pointKey]bool, len(o.Points.GetIds()))
+		for _, id := range o.Points.GetIds() {
+			k, err := keyOf(id)
+			if err != nil {
+				return nil, err
+			}
+			keys[k] = true
+		}
+		return func(p *point) (bool, error) { return keys[p.key], nil }, nil
+	case *qc.PointsSelector_Filter:
+		if _, err := evalFilter(o.Filter, &point{payload: map[string]*qc.Value{}}); err != nil {
+			return nil, err
+		}
+		return func(p *point) (bool, error) { return evalFilter(o.Filter, p) }, nil
+	default:
+		return nil, status.Error(codes.InvalidArgument, "Wrong input: points selector is empty")
 	}
-	for _, k := range keys {
-		delete(c.points, k)
-	}
-	return &qc.PointsOperationResponse{Result: s.d.nextOp()}, nil
 }
 
 func (s pointsService) Scroll(_ context.Context, req *qc.ScrollPoints) (*qc.ScrollResponse, error) {
@@ -833,34 +1024,42 @@ func truncate(res []scored, limit uint64) []scored {
 	return res
 }
 
-// rrf fuses ranked lists as Qdrant does: a point at 0-based position r in a list with weight w
-// gains 1/((r+1)/w + k − 1), which is 1/(r + k) for w = 1; the sums sort descending.
+// rrf fuses ranked lists as Qdrant does (rrf_scoring in
+// lib/segment/src/common/reciprocal_rank_fusion.rs): a point at 0-based position r in a list with
+// weight w gains 1/((r+1)/w + k − 1), which is 1/(r + k) for w = 1, summed in float32; the sums
+// sort descending. Qdrant does not break ties (a hash map's order, then an unstable sort), so
+// tied points come in any order and which of them survive a limit varies; the double shuffles
+// them so that a caller relying on their order fails here too.
 func rrf(lists [][]scored, k int, weights []float32) []scored {
-	byKey := make(map[pointKey]*scored)
+	type fused struct {
+		p     *point
+		score float32
+	}
+	byKey := make(map[pointKey]*fused)
 	var order []pointKey
 	for i, l := range lists {
-		w := 1.0
+		w := float32(1)
 		if len(weights) > 0 {
-			w = float64(weights[i])
+			w = weights[i]
 		}
 		for pos, r := range l {
-			var add float64
+			var add float32
 			if w > 0 {
-				add = 1 / (float64(pos+1)/w + float64(k) - 1)
+				add = 1 / (float32(pos+1)/w + float32(k) - 1)
 			}
-			if s, ok := byKey[r.p.key]; ok {
-				s.score += add
+			if f, ok := byKey[r.p.key]; ok {
+				f.score += add
 				continue
 			}
-			byKey[r.p.key] = &scored{p: r.p, score: add}
+			byKey[r.p.key] = &fused{p: r.p, score: add}
 			order = append(order, r.p.key)
 		}
 	}
 	out := make([]scored, 0, len(order))
 	for _, k := range order {
-		out = append(out, *byKey[k])
+		out = append(out, scored{p: byKey[k].p, score: float64(byKey[k].score)})
 	}
-	// Qdrant does not break ties; the double keeps first-seen order for them.
+	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	slices.SortStableFunc(out, func(a, b scored) int { return cmp.Compare(b.score, a.score) })
 	return out
 }
@@ -937,14 +1136,14 @@ func (c *collection) nearest(in *qc.VectorInput, using *string, candidates []*po
 
 // applyIDF multiplies each query weight by Qdrant's IDF of its term over the whole collection:
 // ln(1 + (N − df + 0.5)/(df + 0.5)), N the points having the sparse vector, df those having the
-// term.
+// term, deleted points not yet vacuumed included (see collection.deleted).
 func (c *collection) applyIDF(name string, weight map[uint32]float64) {
 	df := make(map[uint32]int, len(weight))
 	n := 0
-	for _, p := range c.points {
+	count := func(p *point) {
 		sv, ok := p.sparse[name]
 		if !ok {
-			continue
+			return
 		}
 		n++
 		for i, idx := range sv.indices {
@@ -952,6 +1151,12 @@ func (c *collection) applyIDF(name string, weight map[uint32]float64) {
 				df[idx]++
 			}
 		}
+	}
+	for _, p := range c.points {
+		count(p)
+	}
+	for _, p := range c.deleted {
+		count(p)
 	}
 	for idx, w := range weight {
 		d := float64(df[idx])
