@@ -33,11 +33,11 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/toolmesh/toolmesh/bench/calls/gbnf"
 	"github.com/toolmesh/toolmesh/bench/internal/bfcl"
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
+	"github.com/toolmesh/toolmesh/services/inference/gorilla/gbnf"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
 
