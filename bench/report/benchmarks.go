@@ -109,7 +109,9 @@ func runCalls(ctx context.Context, r *runner, s *section) {
 			"against the converted schema (validate), the case's grammar accepts the calls (grammar) and " +
 			"refuses a function not offered (reject). Target: every case on each. `live` decodes with a real " +
 			"llama-server and a model, which this run does not start (NOTES.md has the last live run); it " +
-			"reads 0/0. Then the per-step cost, prompt + grammar + parse for 8 tools (no target).",
+			"reads 0/0. Then the Gorilla work of one model step for 8 tools (no target), cold (the unsized " +
+			"catalog for the prompt and the one sized to n_predict 1024 for the grammar both built, as on a tool " +
+			"set's first step) and cached (both from the service's catalog cache, as on later steps).",
 	}
 	var f figures.Calls
 	c, err := r.runJSON(ctx, spec{

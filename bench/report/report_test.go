@@ -39,6 +39,8 @@ var (
 	}}
 	cannedCalls = figures.Calls{Cases: 1000, Parse: figures.Count{OK: 1000, N: 1000}, Validate: figures.Count{OK: 994, N: 1000},
 		Grammar: figures.Count{OK: 993, N: 1000}, Reject: figures.Count{OK: 1000, N: 1000}}
+	cannedStep = stepBench{Cold: benchResult{NsPerOp: 1712345, BytesPerOp: 1309928, AllocsPerOp: 15053},
+		Cached: benchResult{NsPerOp: 6474, BytesPerOp: 13168, AllocsPerOp: 22}}
 	cannedLoop = figures.Loop{DurationSeconds: 8, Rows: []figures.LoopRow{
 		{Mode: "inproc", Via: "rest", Clients: 1, Queries: 3936, IterP50: 835, Target: 1000},
 		{Mode: "inproc", Via: "rest", Clients: 32, Queries: 8160, QPS: 814.6, IterP50: 16181, Target: 1000},
@@ -108,8 +110,10 @@ func TestSummaryRows(t *testing.T) {
 		{"calls: parse all", callsRows(cannedCalls, nil), "passing parse", "1000/1000", "—", "—", "1000/1000 (all)", met},
 		{"calls: validate not all", callsRows(cannedCalls, nil), "passing validate", "994/1000", "—", "—", "1000/1000 (all)", notMet},
 		{"calls: live not run", callsRows(cannedCalls, nil), "passing live", "not run", "—", "—", "all", "skipped: needs -llama URL and a model"},
-		{"step bench", callsRows(cannedCalls, &stepBench{NsPerOp: 249000, BytesPerOp: 176 * 1024, AllocsPerOp: 2329}), "BenchmarkStep",
-			"249 µs, 176 KB, 2,329 allocs", "—", "—", "—", info},
+		{"step bench, cold", callsRows(cannedCalls, &cannedStep), "BenchmarkStep/cold",
+			"1,712 µs, 1,279 KB, 15,053 allocs", "—", "—", "—", info},
+		{"step bench, cached", callsRows(cannedCalls, &cannedStep), "BenchmarkStep/cached",
+			"6 µs, 13 KB, 22 allocs", "—", "—", "—", info},
 		{"loop inproc under 1 ms", loopRows(cannedLoop), "one process, rest, 1 client",
 			"835 µs", "target 1,000 µs", "0.83×", "≤ 1,000 µs", met},
 		{"loop micro over 1.5 ms by 19 µs", loopRows(cannedLoop), "microservices, grpc, 1 client",
@@ -233,17 +237,25 @@ func TestRender(t *testing.T) {
 }
 
 func TestParseStep(t *testing.T) {
-	out := "goos: linux\ngoarch: amd64\npkg: github.com/toolmesh/toolmesh/services/inference/gorilla\n" +
-		"BenchmarkStep-2   \t    4790\t    249123 ns/op\t  180224 B/op\t    2329 allocs/op\nPASS\n"
+	head := "goos: linux\ngoarch: amd64\npkg: github.com/toolmesh/toolmesh/services/inference/gorilla\n"
+	out := head + "BenchmarkStep/cold-2    \t     415\t   1712345 ns/op\t 1309928 B/op\t   15053 allocs/op\n" +
+		"BenchmarkStep/cached-2  \t  182370\t      6474 ns/op\t   13168 B/op\t      22 allocs/op\nPASS\n"
 	got, err := parseStep(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != (stepBench{NsPerOp: 249123, BytesPerOp: 180224, AllocsPerOp: 2329}) {
-		t.Errorf("parseStep = %+v", got)
+	if got != cannedStep {
+		t.Errorf("parseStep = %+v, want %+v", got, cannedStep)
 	}
-	if _, err := parseStep("PASS\n"); err == nil || !strings.Contains(err.Error(), "BenchmarkStep") {
-		t.Errorf("no benchmark line: err = %v; want one naming BenchmarkStep", err)
+	for _, tc := range []struct{ out, want string }{
+		{"PASS\n", "BenchmarkStep/cold"},
+		// The unsized step of old alone is not enough.
+		{head + "BenchmarkStep-2   \t    4790\t    249123 ns/op\t  180224 B/op\t    2329 allocs/op\nPASS\n", "BenchmarkStep/cold"},
+		{head + "BenchmarkStep/cold-2  \t 415\t 1712345 ns/op\nPASS\n", "BenchmarkStep/cached"},
+	} {
+		if _, err := parseStep(tc.out); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseStep(%q): err = %v; want one naming %s", tc.out, err, tc.want)
+		}
 	}
 }
 
