@@ -746,60 +746,60 @@ type llamaClient struct {
 func (c *llamaClient) props(ctx context.Context) (build, model string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/props", nil)
-	if err != nil {
-		return "", "", err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return "", "", err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return "", "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", "", fmt.Errorf("llama-server /props: %s: %s", resp.Status, bytes.TrimSpace(raw))
-	}
 	var p struct {
 		BuildInfo string `json:"build_info"`
 		ModelPath string `json:"model_path"`
 	}
-	if err := json.Unmarshal(raw, &p); err != nil {
-		return "", "", fmt.Errorf("llama-server /props: %w", err)
+	if err := c.do(ctx, http.MethodGet, "/props", nil, &p); err != nil {
+		return "", "", err
 	}
 	return p.BuildInfo, filepath.Base(p.ModelPath), nil
 }
 
 func (c *llamaClient) complete(ctx context.Context, prompt, grammar string, nPredict int) (content, stopType string, err error) {
-	body, _ := json.Marshal(map[string]any{
-		"prompt": prompt, "grammar": grammar, "n_predict": nPredict, "temperature": 0,
-		"cache_prompt": true, "stop": []string{"<|EOT|>", "\n### Instruction"},
-	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/completion", bytes.NewReader(body))
-	if err != nil {
-		return "", "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return "", "", err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return "", "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", "", fmt.Errorf("llama-server: %s: %s", resp.Status, bytes.TrimSpace(raw))
-	}
 	var out struct {
 		Content  string `json:"content"`
 		StopType string `json:"stop_type"`
 	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return "", "", fmt.Errorf("llama-server: %w", err)
+	err = c.do(ctx, http.MethodPost, "/completion", map[string]any{
+		"prompt": prompt, "grammar": grammar, "n_predict": nPredict, "temperature": 0,
+		"cache_prompt": true, "stop": []string{"<|EOT|>", "\n### Instruction"},
+	}, &out)
+	return out.Content, out.StopType, err
+}
+
+// do sends body (nil: none) as JSON to path and decodes a 200 answer into out; any other
+// status is an error with llama-server's own message.
+func (c *llamaClient) do(ctx context.Context, method, path string, body, out any) error {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		r = bytes.NewReader(b)
 	}
-	return out.Content, out.StopType, nil
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, r)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("llama-server %s: %s: %s", path, resp.Status, bytes.TrimSpace(raw))
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("llama-server %s: %w", path, err)
+	}
+	return nil
 }
