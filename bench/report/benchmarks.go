@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
+	"github.com/toolmesh/toolmesh/internal/testbackend"
 )
 
 // benchmarks are the report's sections, in issue order. Default durations keep the whole report
@@ -148,7 +148,7 @@ func runCalls(ctx context.Context, r *runner, s *section) {
 
 // liveSkip is why the live section cannot run without a llama-server.
 const liveSkip = "no llama-server here: `TOOLMESH_LLAMA_SERVER` is not set and `.cache/llama/llama-server` " +
-	"does not exist. `make bench` installs it first with `eval \"$(./scripts/llamaserver)\"` (Debian's " +
+	"does not exist. `make bench` installs it first with `scripts/backends` (scripts/llamaserver: Debian's " +
 	"package, downloaded once into .cache); that failed or was not run."
 
 func runLive(ctx context.Context, r *runner, s *section) {
@@ -168,8 +168,8 @@ func runLive(ctx context.Context, r *runner, s *section) {
 			"server; which functions a random-weight model names is chance, so that figure has no target.",
 	}
 	if r.llama == "" {
-		if os.Getenv(llamaRequired) == "1" {
-			s.Err = liveSkip + " " + llamaRequired + "=1: a missing llama-server fails the report."
+		if testbackend.Llama.IsRequired() {
+			s.Err = liveSkip + " " + testbackend.Llama.Required + "=1: a missing llama-server fails the report."
 			return
 		}
 		s.Skip = liveSkip
@@ -194,10 +194,6 @@ func runLive(ctx context.Context, r *runner, s *section) {
 
 // quickLiveCases is how many cases -quick decodes live (a few seconds).
 const quickLiveCases = 20
-
-// llamaRequired set to 1 makes a missing llama-server fail the live section instead of skipping
-// it (scripts/llamaserver reads the same variable).
-const llamaRequired = "TOOLMESH_LLAMA_REQUIRED"
 
 func runLoop(ctx context.Context, r *runner, s *section) {
 	s.Intro = []string{
@@ -315,7 +311,7 @@ func runConsole(ctx context.Context, r *runner, s *section) {
 	}
 	if r.chromium == "" {
 		s.Skip = "no headless Chromium here: `TOOLMESH_CHROMIUM` is not set and `.cache/chromium/chromium` does " +
-			"not exist. `make bench` installs it first with `eval \"$(./scripts/chromium)\"` (Debian's package, " +
+			"not exist. `make bench` installs it first with `scripts/backends` (scripts/chromium: Debian's package, " +
 			"downloaded once into .cache); that failed or was not run."
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
+	"github.com/toolmesh/toolmesh/internal/testbackend"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -259,17 +260,17 @@ func TestLiveWithoutServer(t *testing.T) {
 		required          string
 		wantSkip, wantErr bool
 	}{{"", true, false}, {"1", false, true}} {
-		t.Setenv(llamaRequired, tc.required)
+		t.Setenv(testbackend.Llama.Required, tc.required)
 		var s section
 		runLive(t.Context(), &runner{tmp: t.TempDir()}, &s)
 		if got := s.Skip != ""; got != tc.wantSkip || !strings.Contains(s.Skip+s.Err, "no llama-server here") {
-			t.Errorf("%s=%q: skip %q; want skipped %v, saying why", llamaRequired, tc.required, s.Skip, tc.wantSkip)
+			t.Errorf("%s=%q: skip %q; want skipped %v, saying why", testbackend.Llama.Required, tc.required, s.Skip, tc.wantSkip)
 		}
-		if got := s.Err != ""; got != tc.wantErr || tc.wantErr && !strings.Contains(s.Err, llamaRequired+"=1") {
-			t.Errorf("%s=%q: err %q; want failed %v, naming the variable", llamaRequired, tc.required, s.Err, tc.wantErr)
+		if got := s.Err != ""; got != tc.wantErr || tc.wantErr && !strings.Contains(s.Err, testbackend.Llama.Required+"=1") {
+			t.Errorf("%s=%q: err %q; want failed %v, naming the variable", testbackend.Llama.Required, tc.required, s.Err, tc.wantErr)
 		}
 		if len(s.Cmds) != 0 {
-			t.Errorf("%s=%q: ran %d commands without a llama-server", llamaRequired, tc.required, len(s.Cmds))
+			t.Errorf("%s=%q: ran %d commands without a llama-server", testbackend.Llama.Required, tc.required, len(s.Cmds))
 		}
 	}
 }
