@@ -6,13 +6,20 @@
 // was not offered (reject), with a GBNF recognizer that follows llama.cpp (package gbnf). The
 // grammars are the ones the inference service sends: sized to a token budget
 // (-grammar-n-predict, MaxBytes = n_predict - 1; 0 = not sized), and the check also verifies
-// that no sentence of a grammar is longer than its budget. With -llama URL it also decodes once
-// per case on a real llama-server under the case's grammar sized to -n-predict, and checks that
-// the output parses and validates and was not cut off (live).
+// that no sentence of a grammar is longer than its budget.
 //
-//	go run ./bench/calls -cases ../shared/data/bfcl-calls/calls-dev.jsonl [-llama http://127.0.0.1:8080] [-json FILE]
+// With -llama URL, or -llama-server BIN (it then starts that llama-server on llamatest's tiny
+// random-weight model), it also decodes cases on a real llama-server under each case's grammar
+// sized to -n-predict (live), and sorts every output into one kind: whole calls (they parse,
+// validate against the schemas and name exactly the ground truth's functions), calls naming
+// other functions, calls that break a schema, output that does not parse, a plain answer, a
+// failed request. A plain answer is not a pass: with -calls-only the grammars force calls.
 //
-// It ends with one line: parse=N/T validate=N/T grammar=N/T reject=N/T live=N/M.
+//	go run ./bench/calls -cases ../shared/data/bfcl-calls/calls-dev.jsonl [-json FILE]
+//	go run ./bench/calls -live-only -calls-only -llama-server "$TOOLMESH_LLAMA_SERVER" [-live-cases N]
+//
+// The checks without a model end with the line parse=N/T validate=N/T grammar=N/T reject=N/T;
+// the output ends with "live: calls=N/M whole (parse+validate+names), plain=K" or "live: not run".
 package main
 
 import (
@@ -20,25 +27,31 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
+	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/toolmesh/toolmesh/bench/calls/gbnf"
 	"github.com/toolmesh/toolmesh/bench/internal/bfcl"
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
+	"github.com/toolmesh/toolmesh/services/inference/gorilla/gbnf"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
+	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 type bfclCase struct {
@@ -60,7 +73,10 @@ type bfclFunction struct {
 
 func main() {
 	casesPath := flag.String("cases", "../shared/data/bfcl-calls/calls-dev.jsonl", "BFCL cases (JSON lines)")
-	llamaURL := flag.String("llama", "", "llama-server base URL for the live check (empty: live=0/0)")
+	llamaURL := flag.String("llama", "", "llama-server base URL for the live check (empty: no live check unless -llama-server)")
+	llamaServer := flag.String("llama-server", "", "start this llama-server executable (e.g. $TOOLMESH_LLAMA_SERVER) on the tiny random-weight model of package llamatest for the live check")
+	liveCases := flag.Int("live-cases", 0, "live: decode this many cases spread evenly over the file (0: every case)")
+	liveOnly := flag.Bool("live-only", false, "run only the live check (not parse, validate, grammar, reject)")
 	show := flag.Int("show", 5, "failures to print per check")
 	nPredict := flag.Int("n-predict", 256, "live: tokens to generate per case (the live grammars are sized to it)")
 	// 2048: under the worst case of one byte per token the grammars then leave room for every
@@ -74,14 +90,78 @@ func main() {
 	flag.Parse()
 	opts := gorilla.DefaultOptions
 	opts.CallsOnly = *callsOnly
-	fig, err := run(*casesPath, *llamaURL, *show, *nPredict, *grammarNPredict, *limit, *timeout, opts)
-	if err == nil && *jsonPath != "" {
-		err = figures.Write(*jsonPath, fig)
-	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := func() error {
+		var live *liveRun
+		switch {
+		case *llamaURL != "" && *llamaServer != "":
+			return errors.New("-llama and -llama-server: give one")
+		case *llamaServer != "":
+			srv, what, err := startTiny(*llamaServer, !opts.CallsOnly)
+			if err != nil {
+				return err
+			}
+			defer srv.Stop()
+			live = newLiveRun(srv.URL, what, *timeout, *nPredict, *liveCases, *show, opts)
+		case *llamaURL != "":
+			live = newLiveRun(*llamaURL, "", *timeout, *nPredict, *liveCases, *show, opts)
+		}
+		if *liveOnly && live == nil {
+			return errors.New("-live-only needs -llama or -llama-server")
+		}
+		cases, err := readCases(*casesPath)
+		if err != nil {
+			return err
+		}
+		if *limit > 0 && *limit < len(cases) {
+			cases = cases[:*limit]
+		}
+		var fig figures.Calls
+		if !*liveOnly {
+			fig = static(cases, *show, *grammarNPredict, opts)
+		}
+		if live == nil {
+			fmt.Println("live: not run (no -llama URL or -llama-server)")
+		} else if fig.Live, err = live.run(ctx, cases); err != nil {
+			return err
+		}
+		if *jsonPath != "" {
+			return figures.Write(*jsonPath, fig)
+		}
+		return nil
+	}()
+	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "calls:", err)
 		os.Exit(1)
 	}
+}
+
+// Context of the tiny model's server: the longest BFCL prompt is about 9,000 tokens in its
+// vocabulary of single characters and bytes, and the live budget comes on top.
+const tinyCtx = 16384
+
+// startTiny starts the llama-server bin on llamatest's tiny random-weight model and says what
+// it started. With bias, its logits are biased towards "<" (llamatest.CallBias): left alone it
+// hardly ever starts a call where a grammar also allows a plain answer.
+func startTiny(bin string, bias bool) (*llamatest.Server, string, error) {
+	dir, err := os.MkdirTemp("", "toolmesh-bench-calls-")
+	if err != nil {
+		return nil, "", err
+	}
+	opts := llamatest.ServerOptions{CtxSize: tinyCtx, Model: llamatest.TinyModel{ContextLength: tinyCtx}, ReadyTimeout: time.Minute}
+	what := fmt.Sprintf("llamatest's tiny random-weight model (-c %d)", tinyCtx)
+	if bias {
+		opts.Args = llamatest.CallBias()
+		what = fmt.Sprintf("llamatest's tiny random-weight model (-c %d, logits biased towards \"<\")", tinyCtx)
+	}
+	srv, err := llamatest.Run(bin, dir, opts)
+	// The server has the model open, or did not start: the folder can go either way.
+	os.RemoveAll(dir)
+	if err != nil {
+		return nil, "", fmt.Errorf("starting %s: %w", bin, err)
+	}
+	return srv, what, nil
 }
 
 type tally struct {
@@ -104,14 +184,8 @@ func (t *tally) fail(qid, why string, show int) {
 // grammar, and the end-of-text token takes the last one (0: not sized).
 func budget(nPredict int) int { return max(nPredict-1, 0) }
 
-func run(casesPath, llamaURL string, show, nPredict, grammarNPredict, limit int, timeout time.Duration, opts gorilla.Options) (figures.Calls, error) {
-	cases, err := readCases(casesPath)
-	if err != nil {
-		return figures.Calls{}, err
-	}
-	if limit > 0 && limit < len(cases) {
-		cases = cases[:limit]
-	}
+// static runs the checks that need no model (parse, validate, grammar, reject) and prints them.
+func static(cases []bfclCase, show, grammarNPredict int, opts gorilla.Options) figures.Calls {
 	// Names of every function in the file, for the reject check.
 	var allNames []string
 	seen := map[string]bool{}
@@ -128,15 +202,9 @@ func run(casesPath, llamaURL string, show, nPredict, grammarNPredict, limit int,
 
 	parse, validate := &tally{name: "parse"}, &tally{name: "validate"}
 	grammar, reject := &tally{name: "grammar"}, &tally{name: "reject"}
-	live := &tally{name: "live"}
-	var client *llamaClient
-	if llamaURL != "" {
-		client = &llamaClient{base: strings.TrimRight(llamaURL, "/"), http: &http.Client{Timeout: timeout}}
-	}
 	start := time.Now()
-	var grammarBytes, grammarRules, promptBytes int
+	var grammarBytes, grammarRules, promptBytes, longestPrompt int
 	var dataErrors, tooLong []string
-	var liveCalls, liveAnswers, liveCut int
 	classes := map[int]int{} // cases by number of classes of calls
 	gopts := opts
 	gopts.MaxBytes = budget(grammarNPredict)
@@ -157,6 +225,7 @@ func run(casesPath, llamaURL string, show, nPredict, grammarNPredict, limit int,
 		}
 		prompt := cat.Prompt(c.Query, nil)
 		promptBytes += len(prompt)
+		longestPrompt = max(longestPrompt, len(prompt))
 
 		// Render the ground truth.
 		var want []gorilla.Call
@@ -255,41 +324,9 @@ func run(casesPath, llamaURL string, show, nPredict, grammarNPredict, limit int,
 			}
 		}
 
-		// live: the grammar sized to the live budget, as the service sends it.
-		if client != nil {
-			lopts := opts
-			lopts.MaxBytes = budget(nPredict)
-			lcat, err := gorilla.BuildWith(tools, lopts)
-			if err != nil {
-				live.fail(c.QID, "build: "+err.Error(), show)
-				continue
-			}
-			content, stop, err := client.complete(context.Background(), lcat.Prompt(c.Query, nil), lcat.Grammar(), nPredict)
-			if err != nil {
-				live.fail(c.QID, err.Error(), show)
-				continue
-			}
-			if stop == "limit" {
-				liveCut++
-			}
-			calls, _, err := lcat.Parse(content)
-			if err == nil && len(calls) > 0 {
-				liveCalls++
-			} else if err == nil {
-				liveAnswers++
-			}
-			switch {
-			case err != nil:
-				live.fail(c.QID, fmt.Sprintf("%v in %q", err, content), show)
-			case validateCalls(calls, schemas) != "":
-				live.fail(c.QID, validateCalls(calls, schemas)+" in "+content, show)
-			default:
-				live.pass()
-			}
-		}
 	}
 	elapsed := time.Since(start)
-	for _, t := range []*tally{parse, validate, grammar, reject, live} {
+	for _, t := range []*tally{parse, validate, grammar, reject} {
 		if len(t.failed) > 0 {
 			fmt.Printf("%s failures (%d, first %d):\n", t.name, t.n-t.ok, len(t.failed))
 			for _, f := range t.failed {
@@ -298,8 +335,8 @@ func run(casesPath, llamaURL string, show, nPredict, grammarNPredict, limit int,
 		}
 	}
 	if n := len(cases); n > 0 {
-		fmt.Printf("cases=%d prompt=%dB/case grammar=%dB/case (%d llama.cpp rules/case) in %v\n",
-			n, promptBytes/n, grammarBytes/n, grammarRules/n, elapsed.Round(time.Millisecond))
+		fmt.Printf("cases=%d prompt=%dB/case (longest %dB) grammar=%dB/case (%d llama.cpp rules/case) in %v\n",
+			n, promptBytes/n, longestPrompt, grammarBytes/n, grammarRules/n, elapsed.Round(time.Millisecond))
 		if gopts.MaxBytes > 0 {
 			var ts []string
 			for k := range 17 {
@@ -316,16 +353,161 @@ func run(casesPath, llamaURL string, show, nPredict, grammarNPredict, limit int,
 	if len(tooLong) > 0 {
 		fmt.Printf("ground truths longer than the budget (%d): %s\n", len(tooLong), strings.Join(tooLong, " "))
 	}
-	if client != nil {
-		fmt.Printf("live (n_predict=%d): %d with calls, %d plain answers, %d stopped at n_predict\n", nPredict, liveCalls, liveAnswers, liveCut)
-	}
-	if client == nil {
-		fmt.Println("live: no -llama URL given, skipped")
-	}
-	fmt.Println(strings.Join([]string{parse.line(), validate.line(), grammar.line(), reject.line(), live.line()}, " "))
+	fmt.Println(strings.Join([]string{parse.line(), validate.line(), grammar.line(), reject.line()}, " "))
 	count := func(t *tally) figures.Count { return figures.Count{OK: t.ok, N: t.n} }
 	return figures.Calls{Cases: len(cases), Parse: count(parse), Validate: count(validate), Grammar: count(grammar),
-		Reject: count(reject), Live: count(live)}, nil
+		Reject: count(reject)}
+}
+
+// liveRun decodes cases on a llama-server and sorts the outputs (figures.Live).
+type liveRun struct {
+	client   *llamaClient
+	nPredict int
+	cases    int // decode this many, spread over the file (0: all)
+	opts     gorilla.Options
+	show     int
+	fig      figures.Live
+	shown    map[string][]string // up to show examples per kind
+	out      io.Writer           // where it prints (os.Stdout)
+}
+
+func newLiveRun(url, what string, timeout time.Duration, nPredict, cases, show int, opts gorilla.Options) *liveRun {
+	opts.MaxBytes = budget(nPredict)
+	return &liveRun{
+		client:   &llamaClient{base: strings.TrimRight(url, "/"), http: &http.Client{Timeout: timeout}},
+		nPredict: nPredict, cases: cases, opts: opts, show: show, shown: map[string][]string{}, out: os.Stdout,
+		fig: figures.Live{Server: what, NPredict: nPredict, CallsOnly: opts.CallsOnly},
+	}
+}
+
+// run decodes the chosen cases one after another and prints what came out, ending with the
+// headline "live: calls=N/M whole (parse+validate+names), plain=K".
+func (l *liveRun) run(ctx context.Context, cases []bfclCase) (figures.Live, error) {
+	if err := l.describe(ctx); err != nil {
+		return figures.Live{}, err
+	}
+	start := time.Now()
+	for i, c := range cases {
+		if !l.picks(i, len(cases)) {
+			continue
+		}
+		tools, schemas, err := convert(c)
+		if err := l.check(ctx, c, tools, schemas, err); err != nil {
+			return figures.Live{}, err
+		}
+	}
+	l.report(time.Since(start))
+	f := l.fig
+	fmt.Fprintf(l.out, "live: calls=%d/%d whole (parse+validate+names), plain=%d\n", f.Whole, f.Cases, f.Plain)
+	return f, nil
+}
+
+// describe asks the server what it runs, for the record.
+func (l *liveRun) describe(ctx context.Context) error {
+	build, model, err := l.client.props(ctx)
+	if err != nil {
+		return fmt.Errorf("live: %w", err)
+	}
+	what := l.fig.Server
+	if what == "" {
+		what = "model " + model
+	}
+	l.fig.Server = "llama-server " + build + ", " + what
+	return nil
+}
+
+// picks says whether case i of n is decoded: cases spread evenly over the file, or all.
+func (l *liveRun) picks(i, n int) bool {
+	if l.cases <= 0 || l.cases >= n {
+		return true
+	}
+	return (i+1)*l.cases/n > i*l.cases/n
+}
+
+// check decodes one case under its grammar sized to the live budget, as the service sends it,
+// and sorts the output. Only an interrupt is an error; a case that could not be sent (its
+// functions do not convert, its grammar does not build) or a failed request is counted.
+func (l *liveRun) check(ctx context.Context, c bfclCase, tools []*toolmeshv1.Tool, schemas map[string]*jsonschema.Schema, convertErr error) error {
+	l.fig.Cases++
+	note := func(kind, why string) {
+		if len(l.shown[kind]) < l.show {
+			l.shown[kind] = append(l.shown[kind], c.QID+": "+why)
+		}
+	}
+	if convertErr != nil {
+		l.fig.Errors++
+		note("errors", "convert: "+convertErr.Error())
+		return nil
+	}
+	cat, err := gorilla.BuildWith(tools, l.opts)
+	if err != nil {
+		l.fig.Errors++
+		note("errors", "build: "+err.Error())
+		return nil
+	}
+	content, stop, err := l.client.complete(ctx, cat.Prompt(c.Query, nil), cat.Grammar(), l.nPredict)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		l.fig.Errors++
+		note("errors", err.Error())
+		return nil
+	}
+	if stop == "limit" {
+		l.fig.Cut++
+		note("cut", fmt.Sprintf("%q", content))
+	}
+	calls, _, err := cat.Parse(content)
+	switch {
+	case err != nil:
+		l.fig.Unparsed++
+		note("unparsed", fmt.Sprintf("%v in %q", err, content))
+	case len(calls) == 0:
+		l.fig.Plain++
+		note("plain", fmt.Sprintf("%q", content))
+	case validateCalls(calls, schemas) != "":
+		l.fig.Invalid++
+		note("invalid", validateCalls(calls, schemas)+" in "+content)
+	case !sameNames(calls, c):
+		l.fig.OtherNames++
+		note("other names", content)
+	default:
+		l.fig.Whole++
+	}
+	return nil
+}
+
+// sameNames says whether the calls name exactly the ground truth's functions, each at least
+// once (how often each is called is not compared: BFCL's parallel cases call one function
+// several times, in any order).
+func sameNames(calls []gorilla.Call, c bfclCase) bool {
+	want, got := map[string]bool{}, map[string]bool{}
+	for _, gt := range c.GroundTruth {
+		want[gt.Name] = true
+	}
+	for _, call := range calls {
+		got[call.ToolID] = true
+	}
+	return maps.Equal(want, got)
+}
+
+// report prints what was decoded, each kind's count and examples.
+func (l *liveRun) report(elapsed time.Duration) {
+	f := l.fig
+	grammars := "with a plain-answer branch"
+	if f.CallsOnly {
+		grammars = "calls only (-calls-only)"
+	}
+	fmt.Fprintf(l.out, "live: %d cases decoded by %s in %v; grammars %s, sized to n_predict=%d\n",
+		f.Cases, f.Server, elapsed.Round(time.Millisecond), grammars, f.NPredict)
+	fmt.Fprintf(l.out, "live: whole calls %d, calls naming other functions %d, calls breaking a schema %d, not parsed %d, plain answers %d, errors (not sent, or the request failed) %d; stopped at n_predict %d\n",
+		f.Whole, f.OtherNames, f.Invalid, f.Unparsed, f.Plain, f.Errors, f.Cut)
+	for _, kind := range []string{"other names", "invalid", "unparsed", "plain", "errors", "cut"} {
+		for _, e := range l.shown[kind] {
+			fmt.Fprintf(l.out, "  live %s: %s\n", kind, e)
+		}
+	}
 }
 
 func readCases(path string) ([]bfclCase, error) {
@@ -560,34 +742,64 @@ type llamaClient struct {
 	http *http.Client
 }
 
+// props reads the server's build and model from GET /props.
+func (c *llamaClient) props(ctx context.Context) (build, model string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var p struct {
+		BuildInfo string `json:"build_info"`
+		ModelPath string `json:"model_path"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/props", nil, &p); err != nil {
+		return "", "", err
+	}
+	return p.BuildInfo, filepath.Base(p.ModelPath), nil
+}
+
 func (c *llamaClient) complete(ctx context.Context, prompt, grammar string, nPredict int) (content, stopType string, err error) {
-	body, _ := json.Marshal(map[string]any{
-		"prompt": prompt, "grammar": grammar, "n_predict": nPredict, "temperature": 0,
-		"cache_prompt": true, "stop": []string{"<|EOT|>", "\n### Instruction"},
-	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/completion", bytes.NewReader(body))
-	if err != nil {
-		return "", "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return "", "", err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return "", "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", "", fmt.Errorf("llama-server: %s: %s", resp.Status, bytes.TrimSpace(raw))
-	}
 	var out struct {
 		Content  string `json:"content"`
 		StopType string `json:"stop_type"`
 	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return "", "", fmt.Errorf("llama-server: %w", err)
+	err = c.do(ctx, http.MethodPost, "/completion", map[string]any{
+		"prompt": prompt, "grammar": grammar, "n_predict": nPredict, "temperature": 0,
+		"cache_prompt": true, "stop": []string{"<|EOT|>", "\n### Instruction"},
+	}, &out)
+	return out.Content, out.StopType, err
+}
+
+// do sends body (nil: none) as JSON to path and decodes a 200 answer into out; any other
+// status is an error with llama-server's own message.
+func (c *llamaClient) do(ctx context.Context, method, path string, body, out any) error {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		r = bytes.NewReader(b)
 	}
-	return out.Content, out.StopType, nil
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, r)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("llama-server %s: %s: %s", path, resp.Status, bytes.TrimSpace(raw))
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("llama-server %s: %w", path, err)
+	}
+	return nil
 }

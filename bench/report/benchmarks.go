@@ -4,14 +4,16 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
+	"github.com/toolmesh/toolmesh/internal/testbackend"
 )
 
 // benchmarks are the report's sections, in issue order. Default durations keep the whole report
-// near 12 minutes on the 2-core machines; -quick shrinks each to seconds.
+// near 12 minutes on the 2-core machines, plus 4-7 for the live calls; -quick shrinks each to seconds.
 var benchmarks = []benchmark{
 	{name: "executor", issue: "2 executor", title: "Executor call overhead (issue 2)",
 		builds: []string{"./bench/executor"}, run: runExecutor},
@@ -21,6 +23,8 @@ var benchmarks = []benchmark{
 		builds: []string{"./bench/retrieval"}, run: runSpeed},
 	{name: "calls", issue: "4 inference calls", title: "Gorilla calls on BFCL (issue 4)",
 		builds: []string{"./bench/calls"}, tests: []string{"./services/inference/gorilla"}, run: runCalls},
+	{name: "live", issue: "4 inference calls (live)", title: "Gorilla calls decoded by a real llama-server (issues 4, 14)",
+		builds: []string{"./bench/calls"}, run: runLive},
 	{name: "loop", issue: "5 agent loop", title: "Agent loop overhead (issue 5)",
 		builds: []string{"./bench/loop", "./cmd/toolmesh"}, run: runLoop},
 	{name: "tracing", issue: "6 tracing", title: "Tracing on vs off (issue 6)",
@@ -107,9 +111,10 @@ func runCalls(ctx context.Context, r *runner, s *section) {
 		"Every BFCL function-calling case (`../shared/data/bfcl-calls/calls-dev.jsonl`) through the " +
 			"Gorilla layer: prompt, ground truth rendered and parsed back (parse), arguments validated " +
 			"against the converted schema (validate), the case's grammar accepts the calls (grammar) and " +
-			"refuses a function not offered (reject). Target: every case on each. `live` decodes with a real " +
-			"llama-server and a model, which this run does not start (NOTES.md has the last live run); it " +
-			"reads 0/0. Then the per-step cost, prompt + grammar + parse for 8 tools (no target).",
+			"refuses a function not offered (reject). Target: every case on each. (The next section decodes " +
+			"the cases on a real llama-server.) Then the Gorilla work of one model step for 8 tools (no target), cold (the unsized " +
+			"catalog for the prompt and the one sized to n_predict 1024 for the grammar both built, as on a tool " +
+			"set's first step) and cached (both from the service's catalog cache, as on later steps).",
 	}
 	var f figures.Calls
 	c, err := r.runJSON(ctx, spec{
@@ -140,6 +145,55 @@ func runCalls(ctx context.Context, r *runner, s *section) {
 	}
 	s.Rows = callsRows(f, sb)
 }
+
+// liveSkip is why the live section cannot run without a llama-server.
+const liveSkip = "no llama-server here: `TOOLMESH_LLAMA_SERVER` is not set and `.cache/llama/llama-server` " +
+	"does not exist. `make bench` installs it first with `scripts/backends` (scripts/llamaserver: Debian's " +
+	"package, downloaded once into .cache); that failed or was not run."
+
+func runLive(ctx context.Context, r *runner, s *section) {
+	sample := "every dev case"
+	if r.quick {
+		sample = fmt.Sprintf("%d dev cases spread over the file", quickLiveCases)
+	}
+	s.Intro = []string{
+		"The BFCL cases' prompts and grammars, as the inference service builds them, decoded by a real " +
+			"llama-server (`scripts/llamaserver`, Debian's build) on the tiny random-weight model package " +
+			"`llamatest` writes (about 0.5 MB; its text is noise): " + sample + ". The grammars are " +
+			"calls-only (`-calls-only`: no plain-answer branch) and sized to n_predict 256, so every output " +
+			"must be calls, and each is counted as one kind: whole calls (they parse, validate against the " +
+			"case's schemas and name exactly the ground truth's functions), calls that parse and validate " +
+			"but name other functions, calls that break a schema, output that does not parse, a plain " +
+			"answer, a failed request. This shows that calls come out whole under the grammars on the real " +
+			"server; which functions a random-weight model names is chance, so that figure has no target.",
+	}
+	if r.llama == "" {
+		if testbackend.Llama.IsRequired() {
+			s.Err = liveSkip + " " + testbackend.Llama.Required + "=1: a missing llama-server fails the report."
+			return
+		}
+		s.Skip = liveSkip
+		return
+	}
+	args := []string{"-live-only", "-calls-only", "-llama-server", r.llama}
+	if r.quick {
+		args = append(args, "-live-cases", strconv.Itoa(quickLiveCases))
+	}
+	var f figures.Calls
+	c, err := r.runJSON(ctx, spec{
+		shown: "go run ./bench/calls", bin: r.program("./bench/calls"), timeout: r.timeout(25 * time.Minute), args: args,
+	}, "live.json", &f)
+	s.Cmds = append(s.Cmds, c)
+	if err != nil {
+		s.Err = err.Error()
+		return
+	}
+	s.Intro = append(s.Intro, "Decoded by "+f.Live.Server+".")
+	s.Rows = liveRows(f.Live)
+}
+
+// quickLiveCases is how many cases -quick decodes live (a few seconds).
+const quickLiveCases = 20
 
 func runLoop(ctx context.Context, r *runner, s *section) {
 	s.Intro = []string{
@@ -257,7 +311,7 @@ func runConsole(ctx context.Context, r *runner, s *section) {
 	}
 	if r.chromium == "" {
 		s.Skip = "no headless Chromium here: `TOOLMESH_CHROMIUM` is not set and `.cache/chromium/chromium` does " +
-			"not exist. `make bench` installs it first with `eval \"$(./scripts/chromium)\"` (Debian's package, " +
+			"not exist. `make bench` installs it first with `scripts/backends` (scripts/chromium: Debian's package, " +
 			"downloaded once into .cache); that failed or was not run."
 		return
 	}

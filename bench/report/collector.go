@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
@@ -56,22 +54,8 @@ func startSink() (*collector, error) {
 	return c, nil
 }
 
-// jaegerBinary is the Jaeger v2 built by scripts/jaeger: $TOOLMESH_JAEGER, else the script's
-// cache folder.
-func jaegerBinary(root string) string {
-	if b := os.Getenv("TOOLMESH_JAEGER"); b != "" {
-		return b
-	}
-	cache := os.Getenv("TOOLMESH_CACHE")
-	if cache == "" {
-		cache = filepath.Join(root, ".cache")
-	}
-	b := filepath.Join(cache, "jaeger", "jaeger")
-	if st, err := os.Stat(b); err == nil && st.Mode().IsRegular() {
-		return b
-	}
-	return ""
-}
+// jaegerBinary is the Jaeger v2 built by scripts/jaeger.
+func jaegerBinary(root string) string { return installed(root, "TOOLMESH_JAEGER", "jaeger", "jaeger") }
 
 // startJaeger runs Jaeger v2 all-in-one (in-memory storage) on free loopback ports, as the
 // trace tests run it (internal/telemetry/jaegertest), its log in dir.

@@ -147,6 +147,7 @@ func run(ctx context.Context, o options, progress io.Writer) (int, error) {
 	doc.Tmp = tmp
 	r := &runner{root: root, tmp: tmp, quick: o.quick, progress: progress}
 	r.chromium = chromiumWrapper(root)
+	r.llama = llamaServer(root)
 
 	// Build everything first, so no benchmark measures a compiler running beside it.
 	buildStart := time.Now()
@@ -233,6 +234,7 @@ type runner struct {
 	quick     bool
 	progress  io.Writer
 	chromium  string // the chromium wrapper for the console's browser test, "" when there is none
+	llama     string // the llama-server wrapper for the live calls, "" when there is none
 }
 
 // build compiles the chosen benchmarks' programs and test binaries into r.tmp, one package at
@@ -387,19 +389,30 @@ func (r *runner) runJSON(ctx context.Context, s spec, file string, v any) (comma
 	return c, nil
 }
 
-// chromiumWrapper is the browser scripts/chromium installs: $TOOLMESH_CHROMIUM, else the script's
-// cache folder.
-func chromiumWrapper(root string) string {
-	if b := os.Getenv("TOOLMESH_CHROMIUM"); b != "" {
+// installed is a program one of the scripts installs: $env when set, else the file at path
+// under the scripts' cache folder ($TOOLMESH_CACHE, else .cache in the root), "" when there is
+// none.
+func installed(root, env string, path ...string) string {
+	if b := os.Getenv(env); b != "" {
 		return b
 	}
 	cache := os.Getenv("TOOLMESH_CACHE")
 	if cache == "" {
 		cache = filepath.Join(root, ".cache")
 	}
-	b := filepath.Join(cache, "chromium", "chromium")
+	b := filepath.Join(append([]string{cache}, path...)...)
 	if st, err := os.Stat(b); err == nil && st.Mode().IsRegular() {
 		return b
 	}
 	return ""
+}
+
+// chromiumWrapper is the browser scripts/chromium installs.
+func chromiumWrapper(root string) string {
+	return installed(root, "TOOLMESH_CHROMIUM", "chromium", "chromium")
+}
+
+// llamaServer is the llama-server wrapper scripts/llamaserver installs.
+func llamaServer(root string) string {
+	return installed(root, "TOOLMESH_LLAMA_SERVER", "llama", "llama-server")
 }

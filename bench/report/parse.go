@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,16 +12,28 @@ import (
 // BenchmarkStep, internal/app's browser test), so they get no -json flag; what is read is the
 // testing package's benchmark line format and the test's own log lines.
 
-var benchLine = regexp.MustCompile(`(?m)^BenchmarkStep(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) B/op)?(?:\s+([\d.]+) allocs/op)?`)
+var benchLine = regexp.MustCompile(`(?m)^BenchmarkStep/(cold|cached)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) B/op)?(?:\s+([\d.]+) allocs/op)?`)
 
-// parseStep reads BenchmarkStep's line from `go test -bench` output.
+// parseStep reads BenchmarkStep's two lines (cold and cached) from `go test -bench` output.
 func parseStep(out string) (stepBench, error) {
-	m := benchLine.FindStringSubmatch(out)
-	if m == nil {
-		return stepBench{}, errors.New("no BenchmarkStep line in the output")
-	}
+	var sb stepBench
+	seen := map[string]bool{}
 	f := func(s string) float64 { v, _ := strconv.ParseFloat(s, 64); return v }
-	return stepBench{NsPerOp: f(m[1]), BytesPerOp: f(m[2]), AllocsPerOp: f(m[3])}, nil
+	for _, m := range benchLine.FindAllStringSubmatch(out, -1) {
+		r := benchResult{NsPerOp: f(m[2]), BytesPerOp: f(m[3]), AllocsPerOp: f(m[4])}
+		if m[1] == "cold" {
+			sb.Cold = r
+		} else {
+			sb.Cached = r
+		}
+		seen[m[1]] = true
+	}
+	for _, name := range []string{"cold", "cached"} {
+		if !seen[name] {
+			return stepBench{}, fmt.Errorf("no BenchmarkStep/%s line in the output", name)
+		}
+	}
+	return sb, nil
 }
 
 var (

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
+	"github.com/toolmesh/toolmesh/internal/testbackend"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -39,6 +40,10 @@ var (
 	}}
 	cannedCalls = figures.Calls{Cases: 1000, Parse: figures.Count{OK: 1000, N: 1000}, Validate: figures.Count{OK: 994, N: 1000},
 		Grammar: figures.Count{OK: 993, N: 1000}, Reject: figures.Count{OK: 1000, N: 1000}}
+	// The live run of 2026-12-03 (all 1000 dev cases, calls-only grammars, the tiny model).
+	cannedLive = figures.Live{CallsOnly: true, NPredict: 256, Cases: 1000, Whole: 675, OtherNames: 324, Invalid: 1}
+	cannedStep = stepBench{Cold: benchResult{NsPerOp: 1712345, BytesPerOp: 1309928, AllocsPerOp: 15053},
+		Cached: benchResult{NsPerOp: 6474, BytesPerOp: 13168, AllocsPerOp: 22}}
 	cannedLoop = figures.Loop{DurationSeconds: 8, Rows: []figures.LoopRow{
 		{Mode: "inproc", Via: "rest", Clients: 1, Queries: 3936, IterP50: 835, Target: 1000},
 		{Mode: "inproc", Via: "rest", Clients: 32, Queries: 8160, QPS: 814.6, IterP50: 16181, Target: 1000},
@@ -107,9 +112,22 @@ func TestSummaryRows(t *testing.T) {
 			"0.70 s", "target 2 s", "0.35×", "≤ 2 s", met},
 		{"calls: parse all", callsRows(cannedCalls, nil), "passing parse", "1000/1000", "—", "—", "1000/1000 (all)", met},
 		{"calls: validate not all", callsRows(cannedCalls, nil), "passing validate", "994/1000", "—", "—", "1000/1000 (all)", notMet},
-		{"calls: live not run", callsRows(cannedCalls, nil), "passing live", "not run", "—", "—", "all", "skipped: needs -llama URL and a model"},
-		{"step bench", callsRows(cannedCalls, &stepBench{NsPerOp: 249000, BytesPerOp: 176 * 1024, AllocsPerOp: 2329}), "BenchmarkStep",
-			"249 µs, 176 KB, 2,329 allocs", "—", "—", "—", info},
+		{"live: calls parse and validate, not all", liveRows(cannedLive), "outputs whose calls parse and validate",
+			"999/1000", "—", "—", "1000/1000 (all)", notMet},
+		{"live: whole calls are reported, not judged", liveRows(cannedLive), "whole calls",
+			"675/1000", "—", "—", "— (a random-weight model names functions by chance)", info},
+		{"live: no plain answer under calls-only grammars", liveRows(cannedLive), "plain answers (calls-only",
+			"0/1000", "—", "—", "0", met},
+		{"live: a plain answer under a plain-answer grammar is no pass", liveRows(figures.Live{Cases: 10, Whole: 2, Plain: 8}), "plain answers (not passes)",
+			"8/10", "—", "—", "—", info},
+		{"live: plain answers do not count as calls", liveRows(figures.Live{Cases: 10, Whole: 2, Plain: 8}), "parse and validate",
+			"2/10", "—", "—", "10/10 (all)", notMet},
+		{"live: cut off", liveRows(figures.Live{Cases: 10, Whole: 10, Cut: 1, CallsOnly: true}), "cut off at n_predict",
+			"1/10", "—", "—", "0", notMet},
+		{"step bench, cold", callsRows(cannedCalls, &cannedStep), "BenchmarkStep/cold",
+			"1,712 µs, 1,279 KB, 15,053 allocs", "—", "—", "—", info},
+		{"step bench, cached", callsRows(cannedCalls, &cannedStep), "BenchmarkStep/cached",
+			"6 µs, 13 KB, 22 allocs", "—", "—", "—", info},
 		{"loop inproc under 1 ms", loopRows(cannedLoop), "one process, rest, 1 client",
 			"835 µs", "target 1,000 µs", "0.83×", "≤ 1,000 µs", met},
 		{"loop micro over 1.5 ms by 19 µs", loopRows(cannedLoop), "microservices, grpc, 1 client",
@@ -153,6 +171,9 @@ func TestMissingFigures(t *testing.T) {
 	}
 	if r := tracingRows(cannedTracing[:1], "x"); len(r) != 1 || r[0].Verdict != failed {
 		t.Errorf("tracing without an 'on' run: %+v; want one failed row", r)
+	}
+	if r := liveRows(figures.Live{}); len(r) != 1 || r[0].Verdict != failed {
+		t.Errorf("a live run that decoded nothing: %+v; want one failed row", r)
 	}
 	if got := ratioCell(1503.0 / 1500); got != "1.002×" {
 		t.Errorf("a ratio just over 1 is shown %q, want 1.002×", got)
@@ -232,18 +253,48 @@ func TestRender(t *testing.T) {
 	}
 }
 
+// TestLiveWithoutServer: without a llama-server the live section says it was skipped and why,
+// and fails instead when one is required.
+func TestLiveWithoutServer(t *testing.T) {
+	for _, tc := range []struct {
+		required          string
+		wantSkip, wantErr bool
+	}{{"", true, false}, {"1", false, true}} {
+		t.Setenv(testbackend.Llama.Required, tc.required)
+		var s section
+		runLive(t.Context(), &runner{tmp: t.TempDir()}, &s)
+		if got := s.Skip != ""; got != tc.wantSkip || !strings.Contains(s.Skip+s.Err, "no llama-server here") {
+			t.Errorf("%s=%q: skip %q; want skipped %v, saying why", testbackend.Llama.Required, tc.required, s.Skip, tc.wantSkip)
+		}
+		if got := s.Err != ""; got != tc.wantErr || tc.wantErr && !strings.Contains(s.Err, testbackend.Llama.Required+"=1") {
+			t.Errorf("%s=%q: err %q; want failed %v, naming the variable", testbackend.Llama.Required, tc.required, s.Err, tc.wantErr)
+		}
+		if len(s.Cmds) != 0 {
+			t.Errorf("%s=%q: ran %d commands without a llama-server", testbackend.Llama.Required, tc.required, len(s.Cmds))
+		}
+	}
+}
+
 func TestParseStep(t *testing.T) {
-	out := "goos: linux\ngoarch: amd64\npkg: github.com/toolmesh/toolmesh/services/inference/gorilla\n" +
-		"BenchmarkStep-2   \t    4790\t    249123 ns/op\t  180224 B/op\t    2329 allocs/op\nPASS\n"
+	head := "goos: linux\ngoarch: amd64\npkg: github.com/toolmesh/toolmesh/services/inference/gorilla\n"
+	out := head + "BenchmarkStep/cold-2    \t     415\t   1712345 ns/op\t 1309928 B/op\t   15053 allocs/op\n" +
+		"BenchmarkStep/cached-2  \t  182370\t      6474 ns/op\t   13168 B/op\t      22 allocs/op\nPASS\n"
 	got, err := parseStep(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != (stepBench{NsPerOp: 249123, BytesPerOp: 180224, AllocsPerOp: 2329}) {
-		t.Errorf("parseStep = %+v", got)
+	if got != cannedStep {
+		t.Errorf("parseStep = %+v, want %+v", got, cannedStep)
 	}
-	if _, err := parseStep("PASS\n"); err == nil || !strings.Contains(err.Error(), "BenchmarkStep") {
-		t.Errorf("no benchmark line: err = %v; want one naming BenchmarkStep", err)
+	for _, tc := range []struct{ out, want string }{
+		{"PASS\n", "BenchmarkStep/cold"},
+		// The unsized step of old alone is not enough.
+		{head + "BenchmarkStep-2   \t    4790\t    249123 ns/op\t  180224 B/op\t    2329 allocs/op\nPASS\n", "BenchmarkStep/cold"},
+		{head + "BenchmarkStep/cold-2  \t 415\t 1712345 ns/op\nPASS\n", "BenchmarkStep/cached"},
+	} {
+		if _, err := parseStep(tc.out); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseStep(%q): err = %v; want one naming %s", tc.out, err, tc.want)
+		}
 	}
 }
 
@@ -302,7 +353,7 @@ func TestQuickReport(t *testing.T) {
 	defer cancel()
 	out := filepath.Join(t.TempDir(), "RESULTS.md")
 	var progress strings.Builder
-	n, err := run(ctx, options{out: out, quick: true, only: []string{"retrieval", "speed", "calls", "loop", "load"}}, &progress)
+	n, err := run(ctx, options{out: out, quick: true, only: []string{"retrieval", "speed", "calls", "live", "loop", "load"}}, &progress)
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, progress.String())
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/toolmesh/toolmesh/bench/calls/gbnf"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/services/inference/gorilla/gbnf"
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 

@@ -108,7 +108,26 @@ type Calls struct {
 	Validate Count `json:"validate"`
 	Grammar  Count `json:"grammar"`
 	Reject   Count `json:"reject"`
-	Live     Count `json:"live"` // 0/0 without a llama-server
+	Live     Live  `json:"live"` // zero without a llama-server
+}
+
+// Live is bench/calls' live check: each decoded case's output sorted into exactly one kind.
+type Live struct {
+	Server    string `json:"server,omitempty"` // what decoded: llama-server's build and model
+	NPredict  int    `json:"n_predict"`
+	CallsOnly bool   `json:"calls_only"` // grammars without the plain-answer branch
+	Cases     int    `json:"cases"`      // cases decoded
+	// Whole: calls that parse, validate against their schemas and name exactly the ground
+	// truth's functions (as a set).
+	Whole int `json:"whole"`
+	// OtherNames: calls that parse and validate but name other functions.
+	OtherNames int `json:"other_names"`
+	Invalid    int `json:"invalid"`  // calls that parse but break a schema
+	Unparsed   int `json:"unparsed"` // output that does not parse
+	Plain      int `json:"plain"`    // plain answers (no call)
+	Errors     int `json:"errors"`   // requests llama-server failed
+	// Cut counts the outputs (of any kind above) that stopped at n_predict.
+	Cut int `json:"cut"`
 }
 
 // Count is OK passes out of N.

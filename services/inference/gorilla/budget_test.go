@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolmesh/toolmesh/bench/calls/gbnf"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/services/inference/gorilla/gbnf"
 )
 
 // budgetTools cover every kind of value the grammar writes: numbers, enums, text arguments,

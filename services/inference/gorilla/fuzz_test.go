@@ -13,8 +13,9 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/toolmesh/toolmesh/bench/calls/gbnf"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/services/inference/gorilla/gbnf"
+	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
 
 type sampleCase struct {
@@ -204,17 +205,21 @@ func hasNaN(v any) bool {
 	return false
 }
 
-// FuzzGrammar builds catalogs from arbitrary schemas: Build never fails or panics on them, and
-// the grammar always loads under llama.cpp's rules.
-func FuzzGrammar(f *testing.F) {
-	for _, c := range readSample(f) {
+// grammarSeed is one input of FuzzGrammar: a tool id and its JSON Schema text.
+type grammarSeed struct{ id, schema string }
+
+// grammarSeeds are FuzzGrammar's seeds: every function of the BFCL sample, then schemas written
+// to reach the grammar builder's corners.
+func grammarSeeds(t testing.TB) []grammarSeed {
+	var seeds []grammarSeed
+	for _, c := range readSample(t) {
 		for _, raw := range c.Functions {
 			var fn struct {
 				Name       string          `json:"name"`
 				Parameters json.RawMessage `json:"parameters"`
 			}
 			if json.Unmarshal(raw, &fn) == nil {
-				f.Add(fn.Name, string(fn.Parameters))
+				seeds = append(seeds, grammarSeed{fn.Name, string(fn.Parameters)})
 			}
 		}
 	}
@@ -226,25 +231,54 @@ func FuzzGrammar(f *testing.F) {
 		`{"properties":{"\"weird\\ key\n":{"type":"string","enum":["a\"b","c'd","\u0000"]}},"required":["\"weird\\ key\n"]}`,
 		`{"type":["object","array"],"properties":7,"required":"a"}`,
 	} {
-		f.Add("srv.tool-name", s)
+		seeds = append(seeds, grammarSeed{"srv.tool-name", s})
+	}
+	return seeds
+}
+
+// grammarInput is what FuzzGrammar builds catalogs of for one input: two tools sharing the
+// schema, and the options of each build (the first small and unsized, the others as the
+// input picks them); ok is false when the schema is not a JSON object.
+func grammarInput(id, schema string) (tools []*toolmeshv1.Tool, m map[string]any, opts []Options, ok bool) {
+	if id == "" {
+		id = "x"
+	}
+	if json.Unmarshal([]byte(schema), &m) != nil {
+		return nil, nil, nil, false
+	}
+	st, err := structpb.NewStruct(m)
+	if err != nil {
+		return nil, nil, nil, false
+	}
+	tools = []*toolmeshv1.Tool{
+		{Id: id, Description: schema, InputSchema: st},
+		{Id: id + ".2", InputSchema: st},
+	}
+	// Small tops keep the grammars, and each run of the fuzzer, small.
+	budget := 16 + len(schema)*7%1000
+	opts = []Options{
+		{MaxStringLen: 16, MaxItems: 4, MaxDepth: 2},
+		{MaxStringLen: 16, MaxItems: 4, MaxDepth: 2, MaxCalls: 1 + len(id)%3, CallsOnly: true},
+		{MaxStringLen: 64, MaxItems: 8, MaxDepth: 3, MaxCalls: 8, MaxBytes: budget, CallsOnly: len(schema)%2 == 0},
+	}
+	return tools, m, opts, true
+}
+
+// FuzzGrammar builds catalogs from arbitrary schemas: Build never fails or panics on them, and
+// every grammar loads in package gbnf, the project's recognizer that follows llama.cpp's
+// grammar parser and its checks. That llama-server itself loads them is checked on a sample of
+// the seeds by TestGrammarsLoadInLlamaServer (with a real llama-server only).
+func FuzzGrammar(f *testing.F) {
+	for _, s := range grammarSeeds(f) {
+		f.Add(s.id, s.schema)
 	}
 	f.Fuzz(func(t *testing.T, id, schema string) {
-		if id == "" {
-			id = "x"
-		}
-		var m map[string]any
-		if json.Unmarshal([]byte(schema), &m) != nil {
+		tools, m, opts, ok := grammarInput(id, schema)
+		if !ok {
 			return
 		}
-		st, err := structpb.NewStruct(m)
-		if err != nil {
-			return
-		}
-		tools := []*toolmeshv1.Tool{
-			{Id: id, Description: schema, InputSchema: st},
-			{Id: id + ".2", InputSchema: st},
-		}
-		cat, err := BuildWith(tools, Options{MaxStringLen: 16, MaxItems: 4, MaxDepth: 2})
+		id = tools[0].Id
+		cat, err := BuildWith(tools, opts[0])
 		if err != nil {
 			t.Fatalf("Build: %v", err)
 		}
@@ -255,7 +289,7 @@ func FuzzGrammar(f *testing.F) {
 		_ = cat.Prompt("q", []Step{{ToolID: id, Arguments: m, Output: schema}})
 		// A call with no arguments is in the grammar exactly when no argument is required.
 		name, _ := cat.Name(id)
-		ok, _, err := g.Match(fnDelim + name + "()")
+		ok, _, err = g.Match(fnDelim + name + "()")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,12 +298,7 @@ func FuzzGrammar(f *testing.F) {
 		}
 		// The length model agrees with the grammar's longest sentence, and a grammar sized to a
 		// budget has no longer sentence.
-		// (Small tops keep the grammars, and each run of the fuzzer, small.)
-		budget := 16 + len(schema)*7%1000
-		for _, o := range []Options{
-			{MaxStringLen: 16, MaxItems: 4, MaxDepth: 2, MaxCalls: 1 + len(id)%3, CallsOnly: true},
-			{MaxStringLen: 64, MaxItems: 8, MaxDepth: 3, MaxCalls: 8, MaxBytes: budget, CallsOnly: len(schema)%2 == 0},
-		} {
+		for _, o := range opts[1:] {
 			c, err := BuildWith(tools, o)
 			if err != nil {
 				if o.CallsOnly && o.MaxBytes > 0 && errors.Is(err, errNoCallFits) {
@@ -298,9 +327,60 @@ func anyRequired(c *Catalog, id string) bool {
 	return false
 }
 
-// BenchmarkStep is one model step for 8 tools: build the catalog (function JSON and grammar),
-// the prompt, and parse a two-call output.
+// BenchmarkStep is the Gorilla work of one model step for 8 tools, as the inference service's
+// Generate does it: a catalog unsized (for the prompt) and one sized to n_predict (for the
+// grammar), the prompt, the grammar, and the parse of a two-call output.
+//
+//   - cold: both catalogs built, as on the first step with a tool set (sizing the grammar is
+//     most of it);
+//   - cached: both catalogs already built, as on later steps with the same tools at the same
+//     budget, when the service's catalog cache answers (its lookup, a key of the tools' ids
+//     and hashes and one map read, is not included).
 func BenchmarkStep(b *testing.B) {
+	tools := benchTools(b)
+	sized := DefaultOptions
+	// The service's n_predict ceiling (llama.DefaultNPredict), which it keeps when the context
+	// has room; MaxBytes = n_predict - 1 as Generate sizes it.
+	sized.MaxBytes = llama.DefaultNPredict - 1
+	cat := mustBuild(b, tools)
+	p0, p1 := cat.byID[tools[0].Id], cat.byID[tools[1].Id]
+	out := fnDelim + p0.name + "(" + exampleArgs(p0) + ")" + fnDelim + p1.name + "(" + exampleArgs(p1) + ")"
+	const query = "Find the area of a triangle with a base of 10 units and height of 5 units."
+	build := func(b *testing.B) (unsized, grammar *Catalog) {
+		unsized, err := Build(tools)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if grammar, err = BuildWith(tools, sized); err != nil {
+			b.Fatal(err)
+		}
+		return unsized, grammar
+	}
+	step := func(b *testing.B, unsized, grammar *Catalog) {
+		_ = unsized.Prompt(query, nil)
+		_ = grammar.Grammar()
+		if _, _, err := grammar.Parse(out); err != nil {
+			b.Fatalf("%s: %v", out, err)
+		}
+	}
+	b.Run("cold", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			unsized, grammar := build(b)
+			step(b, unsized, grammar)
+		}
+	})
+	b.Run("cached", func(b *testing.B) {
+		unsized, grammar := build(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			step(b, unsized, grammar)
+		}
+	})
+}
+
+// benchTools are the first 8 tools of the BFCL sample, with ids made unique.
+func benchTools(b *testing.B) []*toolmeshv1.Tool {
 	var tools []*toolmeshv1.Tool
 	for _, c := range readSample(b) {
 		for _, t := range sampleTools(b, c.Functions) {
@@ -310,39 +390,13 @@ func BenchmarkStep(b *testing.B) {
 			}
 		}
 	}
-	cat := mustBuild(b, tools)
-	p0, p1 := cat.byID[tools[0].Id], cat.byID[tools[1].Id]
-	out := fnDelim + p0.name + "(" + exampleArgs(p0) + ")" + fnDelim + p1.name + "(" + exampleArgs(p1) + ")"
-	if _, _, err := cat.Parse(out); err != nil {
-		b.Fatalf("%s: %v", out, err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		c, err := Build(tools)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = c.Prompt("Find the area of a triangle with a base of 10 units and height of 5 units.", nil)
-		_ = c.Grammar()
-		if _, _, err := c.Parse(out); err != nil {
-			b.Fatal(err)
-		}
-	}
+	return tools
 }
 
 // BenchmarkBuildSized is Build of the same 8 tools with the grammar sized to n_predict 512
 // (the service's default) and 1024.
 func BenchmarkBuildSized(b *testing.B) {
-	var tools []*toolmeshv1.Tool
-	for _, c := range readSample(b) {
-		for _, t := range sampleTools(b, c.Functions) {
-			if len(tools) < 8 {
-				t.Id = "bfcl" + strconv.Itoa(len(tools)) + "." + strings.ReplaceAll(t.Id, ".", "_")
-				tools = append(tools, t)
-			}
-		}
-	}
+	tools := benchTools(b)
 	for _, n := range []int{512, 1024} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			opts := DefaultOptions

@@ -13,8 +13,8 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/toolmesh/toolmesh/bench/calls/gbnf"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/services/inference/gorilla/gbnf"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files this package writes itself (not the reference ones)")

@@ -63,6 +63,23 @@ func (s *Server) Log() string { return s.log.String() }
 func StartServer(t testing.TB, opts ServerOptions) *Server {
 	t.Helper()
 	bin := testbackend.Llama.Need(t)[0]
+	s, err := Run(bin, t.TempDir(), opts)
+	if err != nil {
+		t.Fatalf("starting llama-server: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Stop()
+		if t.Failed() {
+			t.Logf("llama-server log:\n%s", tail(s.Log(), 60))
+		}
+	})
+	return s
+}
+
+// Run is StartServer for a program rather than a test (bench/calls decodes the BFCL cases on a
+// real llama-server): it writes the tiny model into dir, starts the llama-server bin the same
+// way and waits until it is ready. The caller stops it with Stop.
+func Run(bin, dir string, opts ServerOptions) (*Server, error) {
 	if opts.CtxSize == 0 {
 		opts.CtxSize = 4096
 	}
@@ -75,29 +92,21 @@ func StartServer(t testing.TB, opts ServerOptions) *Server {
 	if opts.ReadyTimeout == 0 {
 		opts.ReadyTimeout = 30 * time.Second
 	}
-	model := filepath.Join(t.TempDir(), "tiny.gguf")
+	model := filepath.Join(dir, "tiny.gguf")
 	if err := WriteTinyModelFile(model, opts.Model); err != nil {
-		t.Fatalf("writing the tiny model: %v", err)
+		return nil, fmt.Errorf("writing the tiny model: %w", err)
 	}
-	var lastErr error
+	var err error
 	for range 3 { // a port picked free can be taken before the server binds it
-		s, err := startServer(bin, model, opts)
-		if err == nil {
-			t.Cleanup(func() {
-				s.stop()
-				if t.Failed() {
-					t.Logf("llama-server log:\n%s", tail(s.Log(), 60))
-				}
-			})
-			return s
+		var s *Server
+		if s, err = startServer(bin, model, opts); err == nil {
+			return s, nil
 		}
-		lastErr = err
 		if !strings.Contains(err.Error(), "bind") && !strings.Contains(err.Error(), "address already in use") {
 			break
 		}
 	}
-	t.Fatalf("starting llama-server: %v", lastErr)
-	return nil
+	return nil, err
 }
 
 func startServer(bin, model string, opts ServerOptions) (*Server, error) {
@@ -141,7 +150,7 @@ func startServer(bin, model string, opts ServerOptions) (*Server, error) {
 		case <-s.done:
 			return nil, fmt.Errorf("llama-server exited (%v) before it was ready; log:\n%s", s.cmd.ProcessState, tail(s.Log(), 40))
 		case <-ctx.Done():
-			s.stop()
+			s.Stop()
 			return nil, fmt.Errorf("llama-server not ready after %v; log:\n%s", opts.ReadyTimeout, tail(s.Log(), 40))
 		case <-time.After(20 * time.Millisecond):
 		}
@@ -157,8 +166,9 @@ func startServer(bin, model string, opts ServerOptions) (*Server, error) {
 	}
 }
 
-// stop ends the server: SIGTERM, then SIGKILL after 5 s.
-func (s *Server) stop() {
+// Stop ends the server: SIGTERM, then SIGKILL after 5 s. StartServer's servers stop when
+// their test ends.
+func (s *Server) Stop() {
 	select {
 	case <-s.done:
 		return

@@ -6,6 +6,9 @@
 // repetition limits, left recursion, a "root" rule) and the same pushdown-stack matcher that
 // llama-server's sampler advances one code point at a time. Token elements (<...>) are not
 // supported: they need a vocabulary.
+//
+// It is the oracle for the grammars package gorilla writes: gorilla's and inference's tests and
+// bench/calls check them with it. Nothing outside tests and benchmarks imports it.
 package gbnf
 
 import (
