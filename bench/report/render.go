@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/toolmesh/toolmesh/bench/internal/loadavg"
 )
 
 // document is everything RESULTS.md says.
@@ -143,6 +145,7 @@ func render(w io.Writer, d *document) error {
 	p("| OS | %s |\n", cell(m.OS))
 	p("| Go | %s |\n", cell(m.Go))
 	p("| load average (1/5/15 min) | before %s, after %s |\n", cell(m.LoadBefore), cell(m.LoadAfter))
+	p("| machine was | %s |\n", cell(loadavg.Verdict(m.LoadBefore, m.LoadAfter, m.NumCPU)))
 	p("| run time | %s in all, of which %s building the programs |\n", duration(d.Elapsed), duration(d.Build))
 	for _, e := range m.Environments {
 		p("| environment | %s |\n", cell(e))
