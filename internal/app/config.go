@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/secret"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/services/api"
 	"github.com/toolmesh/toolmesh/services/executor"
@@ -99,7 +101,14 @@ func (c *Config) Load(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	c.Executor.Servers = servers
+	secret.Read(c.Secrets(), os.LookupEnv)
 	return nil
+}
+
+// Secrets lists every value a deployment provides in the environment, each declared by the
+// component whose config field it fills; Load reads them.
+func (c *Config) Secrets() []secret.Var {
+	return slices.Concat(c.API.Secrets(), c.Retriever.Secrets(), c.Inference.Secrets())
 }
 
 func (c *Config) overlayFile(fs *flag.FlagSet, given map[string]bool) error {

@@ -101,3 +101,39 @@ func TestOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigSecrets: Load fills every declared secret from the environment, and a secret is not
+// a flag (so it cannot be given on a command line or in the config file).
+func TestConfigSecrets(t *testing.T) {
+	var probe Config
+	want := map[string]string{}
+	for _, v := range probe.Secrets() {
+		want[v.Env] = "value-of-" + v.Env
+		t.Setenv(v.Env, want[v.Env])
+	}
+	c, err := load(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{
+		"TOOLMESH_API_TOKENS":     c.API.Tokens,
+		"TOOLMESH_LLM_API_KEY":    c.Inference.LLM.APIKey,
+		"TOOLMESH_EMBED_API_KEY":  c.Retriever.EmbedAPIKey,
+		"TOOLMESH_QDRANT_API_KEY": c.Retriever.QdrantAPIKey,
+	}
+	if len(got) != len(want) {
+		t.Errorf("declared secrets %v, want the four this test knows %v", want, got)
+	}
+	for env, v := range got {
+		if v != want[env] {
+			t.Errorf("%s filled %q, want %q", env, v, want[env])
+		}
+	}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	fs.VisitAll(func(f *flag.Flag) {
+		if strings.Contains(f.Name, "api-key") || strings.HasSuffix(f.Name, ".tokens") {
+			t.Errorf("flag --%s holds a secret: secrets come from the environment only", f.Name)
+		}
+	})
+}

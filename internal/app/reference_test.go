@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolmesh/toolmesh/internal/app"
 	"github.com/toolmesh/toolmesh/internal/cli"
+	"github.com/toolmesh/toolmesh/internal/secret"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/operations/config.md from the flags")
@@ -170,6 +171,16 @@ Secrets are never flags: they come from the environment (see [operations](README
 	section("Both commands", "`toolmesh serve --target=...` and `toolmesh up` accept these.", both)
 	section("Only `toolmesh serve`", "", serveOnly)
 	section("Only `toolmesh up`", "`up` also runs the shipped demo MCP servers on loopback.", upOnly)
+
+	b.WriteString("\n## Secrets (environment)\n\nRead from the environment at start, never from a flag or the config file; each is\n" +
+		"declared beside the config field it fills (`Secrets()` of each service's config).\n\n" +
+		"| Variable | What it is |\n|---|---|\n")
+	var cfg app.Config
+	vars := cfg.Secrets()
+	slices.SortFunc(vars, func(a, b secret.Var) int { return strings.Compare(a.Env, b.Env) })
+	for _, v := range vars {
+		fmt.Fprintf(&b, "| `%s` | %s |\n", v.Env, cell(v.Usage))
+	}
 	return b.String()
 }
 

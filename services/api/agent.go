@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/internal/toolid"
@@ -251,7 +252,7 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 		// model answers it with none.
 		found = nil
 	case err != nil:
-		resp, err := r.fail(ctx, dependencyError("retriever", h.cfg.RetrieverAddr, err), n, "retrieving tools")
+		resp, err := r.fail(ctx, dependencyError(sctx, "retriever", h.cfg.RetrieverAddr, err), n, "retrieving tools")
 		return resp, true, err
 	}
 	step.Retrieved = found.GetResults()
@@ -394,12 +395,12 @@ func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord) {
 	start := time.Now()
 	res, err := r.h.executor.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: c.GetTool(), Arguments: c.GetArguments()})
 	if err != nil {
-		if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable && isTransportMessage(st.Message()) {
+		err = dependencyError(ctx, "executor", r.h.cfg.ExecutorAddr, err)
+		if unreachable(err) && ctx.Err() == nil {
 			r.mu.Lock()
-			r.down = dependencyError("executor", r.h.cfg.ExecutorAddr, err)
+			r.down = err
 			r.mu.Unlock()
 		}
-		err = dependencyError("executor", r.h.cfg.ExecutorAddr, err)
 		c.IsError, c.Output = true, status.Convert(err).Message()
 		c.DurationMs = float64(time.Since(start).Microseconds()) / 1000
 		return
@@ -517,7 +518,7 @@ func (r *runner) anyCallWorked() bool {
 // inferenceError explains an unreachable model: which backend URL was tried (the inference
 // service knows it) and what to do about it.
 func (r *runner) inferenceError(ctx context.Context, err error) error {
-	err = dependencyError("inference", r.h.cfg.InferenceAddr, err)
+	err = dependencyError(ctx, "inference", r.h.cfg.InferenceAddr, err)
 	st := status.Convert(err)
 	if st.Code() != codes.Unavailable {
 		return err
@@ -528,10 +529,10 @@ func (r *runner) inferenceError(ctx context.Context, err error) error {
 	if ms, err := r.h.inference.GetModelStatus(sctx, &toolmeshv1.GetModelStatusRequest{}); err == nil && ms.GetBackendUrl() != "" {
 		tried = " at " + ms.GetBackendUrl()
 	}
-	if strings.Contains(strings.ToLower(st.Message()), "loading model") {
+	switch errreason.Of(err) {
+	case errreason.NotReady:
 		return status.Errorf(codes.Unavailable, "the model%s is still loading (%s); retry in a few seconds", tried, st.Message())
-	}
-	if strings.Contains(st.Message(), "unreadable answer") {
+	case errreason.BackendUnreadable:
 		// It answers, so "start one" would mislead: something else may be listening there.
 		return status.Errorf(codes.Unavailable, "the model backend%s answered something that is not a model server's answer (%s); check that --llm-url points at llama-server or an OpenAI-compatible server and not at a proxy's error page or another service", tried, st.Message())
 	}

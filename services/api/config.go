@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolmesh/toolmesh/internal/auth"
+	"github.com/toolmesh/toolmesh/internal/secret"
 )
 
 // Config is the api target's configuration.
@@ -34,6 +35,14 @@ type Config struct {
 	JaegerURL string
 	// Auth holds where API tokens come from and the per-token rate limit; tokens are never flags.
 	Auth auth.Config
+	// Tokens are API tokens from the environment, a secret (Secrets), added to Auth's file.
+	Tokens string
+}
+
+// Secrets are the values the api target reads from the environment.
+func (c *Config) Secrets() []secret.Var {
+	return []secret.Var{{Env: auth.EnvTokens, Value: &c.Tokens,
+		Usage: "API tokens, comma-separated NAME:TOKEN (or bare TOKEN), added to those of --api.tokens-file"}}
 }
 
 // RegisterFlags sets the defaults and binds them to flags prefixed "api.".

@@ -18,8 +18,8 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/auth"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/server"
-	"github.com/toolmesh/toolmesh/internal/toolresult"
 	"github.com/toolmesh/toolmesh/services/api/ui"
 )
 
@@ -125,7 +125,7 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case err != nil:
 			ready = false
-			body["retriever"] = dependencyError("retriever", s.cfg.RetrieverAddr, err).Error()
+			body["retriever"] = dependencyError(ctx, "retriever", s.cfg.RetrieverAddr, err).Error()
 		case !st.GetReady():
 			ready = false
 			body["retriever"] = "index not ready: " + st.GetLastError()
@@ -150,7 +150,7 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 		model := map[string]any{}
 		switch {
 		case err != nil:
-			model["ready"], model["error"] = false, dependencyError("inference", s.cfg.InferenceAddr, err).Error()
+			model["ready"], model["error"] = false, dependencyError(ctx, "inference", s.cfg.InferenceAddr, err).Error()
 		default:
 			model["ready"], model["backend_url"], model["model"] = st.GetReady(), st.GetBackendUrl(), st.GetModel()
 			if !st.GetReady() {
@@ -257,7 +257,7 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 // retry, and a retry gets the same oversized answer.
 func tooLargeAsBadGateway(next runtime.ErrorHandlerFunc) runtime.ErrorHandlerFunc {
 	return func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-		if toolresult.IsTooLarge(err) {
+		if errreason.Of(err) == errreason.ToolResultTooLarge {
 			w = fixedStatus{ResponseWriter: w, code: http.StatusBadGateway}
 		}
 		next(ctx, mux, m, w, r, err)

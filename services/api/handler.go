@@ -2,14 +2,15 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"regexp"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
@@ -42,7 +43,7 @@ func (h *toolHandler) ListTools(ctx context.Context, req *toolmeshv1.ListToolsRe
 	defer cancel()
 	resp, err := h.executor.ListTools(ctx, &toolmeshv1.ExecutorServiceListToolsRequest{Server: req.GetServer()})
 	if err != nil {
-		return nil, dependencyError("executor", h.cfg.ExecutorAddr, err)
+		return nil, dependencyError(ctx, "executor", h.cfg.ExecutorAddr, err)
 	}
 	return &toolmeshv1.ListToolsResponse{Tools: resp.GetTools()}, nil
 }
@@ -52,7 +53,7 @@ func (h *toolHandler) ListServers(ctx context.Context, _ *toolmeshv1.ListServers
 	defer cancel()
 	resp, err := h.executor.ListServers(ctx, &toolmeshv1.ExecutorServiceListServersRequest{})
 	if err != nil {
-		return nil, dependencyError("executor", h.cfg.ExecutorAddr, err)
+		return nil, dependencyError(ctx, "executor", h.cfg.ExecutorAddr, err)
 	}
 	return &toolmeshv1.ListServersResponse{Servers: resp.GetServers()}, nil
 }
@@ -74,7 +75,7 @@ func (h *toolHandler) CallTool(ctx context.Context, req *toolmeshv1.CallToolRequ
 		Arguments: req.GetArguments(),
 	})
 	if err != nil {
-		return nil, dependencyError("executor", h.cfg.ExecutorAddr, err)
+		return nil, dependencyError(ctx, "executor", h.cfg.ExecutorAddr, err)
 	}
 	return &toolmeshv1.CallToolResponse{
 		Content:           resp.GetContent(),
@@ -104,35 +105,34 @@ func (h *toolHandler) SearchTools(ctx context.Context, req *toolmeshv1.SearchToo
 	defer cancel()
 	resp, err := h.retriever.SearchTools(ctx, &toolmeshv1.RetrieverServiceSearchToolsRequest{Query: req.GetQ(), K: k, Servers: req.GetServer()})
 	if err != nil {
-		return nil, dependencyError("retriever", h.cfg.RetrieverAddr, err)
+		return nil, dependencyError(ctx, "retriever", h.cfg.RetrieverAddr, err)
 	}
 	return &toolmeshv1.SearchToolsResponse{Results: resp.GetResults()}, nil
 }
 
-// dependencyError passes a dependency's own status through and explains transport failures,
-// so a user sees "executor at 127.0.0.1:7704 is unreachable" rather than a bare code.
-func dependencyError(name, addr string, err error) error {
+// dependencyError passes a dependency's own status through and explains the failures that are
+// the call's, not the dependency's, so a user sees "executor at 127.0.0.1:7704 is unreachable"
+// rather than a bare code. It sorts by code and reason, never by message: ctx is the call's
+// context, so a deadline that ctx reports is ours; an UNAVAILABLE without a toolmesh reason
+// comes from the transport (the dependency marks its own backends' failures, errreason).
+func dependencyError(ctx context.Context, name, addr string, err error) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		return status.Errorf(codes.Internal, "%s: %v", name, err)
 	}
-	switch st.Code() {
-	case codes.Unavailable:
-		if st.Message() == "" || isTransportMessage(st.Message()) {
-			return status.Errorf(codes.Unavailable, "%s at %s is unreachable: %s", name, addr, st.Message())
-		}
-	case codes.DeadlineExceeded:
-		if st.Message() == "context deadline exceeded" {
-			return status.Errorf(codes.DeadlineExceeded, "%s at %s did not answer in time", name, addr)
-		}
-	case codes.Canceled:
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return status.Errorf(codes.DeadlineExceeded, "%s at %s did not answer in time", name, addr)
+	case st.Code() == codes.Canceled:
 		return status.Error(codes.Canceled, "request canceled")
+	case unreachable(err):
+		return status.Errorf(codes.Unavailable, "%s at %s is unreachable: %s", name, addr, st.Message())
 	}
 	return err
 }
 
-// transportMessage matches what gRPC itself says when it cannot reach a peer, not a peer's own
-// Unavailable answer (inference saying its llama-server is down mentions "dial" too).
-var transportMessage = regexp.MustCompile(`^connection error|transport: Error while dialing|name resolver|produced zero addresses|^connection closed`)
-
-func isTransportMessage(msg string) bool { return transportMessage.MatchString(msg) }
+// unreachable says whether err is the transport's UNAVAILABLE (the dependency could not be
+// reached) rather than one the dependency answered with.
+func unreachable(err error) bool {
+	return status.Code(err) == codes.Unavailable && errreason.Of(err) == ""
+}

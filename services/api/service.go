@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 
 	"google.golang.org/grpc"
 
@@ -34,7 +33,7 @@ func (s *Service) SetMetrics(h http.Handler) { s.metrics = h }
 
 // New dials the dependencies lazily: the api starts even while they are still coming up.
 func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, error) {
-	guard, err := auth.New(cfg.Auth, os.Getenv(auth.EnvTokens), logger)
+	guard, err := auth.New(cfg.Auth, cfg.Tokens, logger)
 	if err != nil {
 		return nil, fmt.Errorf("api tokens: %w", err)
 	}

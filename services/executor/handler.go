@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
-	"github.com/toolmesh/toolmesh/internal/toolresult"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 )
 
 // ListTools returns the catalog, of one server or of all.
@@ -119,10 +119,12 @@ func toStatus(err error) error {
 	case errors.Is(err, ErrUnknownTool):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, ErrResultTooLarge):
-		return toolresult.TooLarge(err.Error())
+		return errreason.Error(codes.ResourceExhausted, errreason.ToolResultTooLarge, err.Error())
 	case errors.Is(err, ErrTimeout):
 		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrStopped):
+	case errors.Is(err, ErrUnavailable):
+		return errreason.Error(codes.Unavailable, errreason.BackendUnavailable, err.Error())
+	case errors.Is(err, ErrStopped):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())

@@ -12,7 +12,6 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/internal/toolid"
-	"github.com/toolmesh/toolmesh/services/inference/chat"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
@@ -75,7 +74,7 @@ func (s *Service) composeChat(ctx context.Context, req *toolmeshv1.ComposeAnswer
 		if ctx.Err() != nil {
 			return status.FromContextError(ctx.Err()).Err()
 		}
-		return status.Error(chat.Code(err), err.Error())
+		return backendStatus(err)
 	}
 	if res.FinishReason == "length" {
 		s.log.DebugContext(ctx, "composed answer cut off at max_tokens", "completion_tokens", res.CompletionTokens)

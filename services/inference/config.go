@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/toolmesh/toolmesh/internal/secret"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
 
@@ -18,14 +19,20 @@ type Config struct {
 	// Chat is the OpenAI-compatible server, used when Backend is "openai".
 	ChatURL   string
 	ChatModel string
-	// LLM is the llama-server that runs Gorilla OpenFunctions v2; its API key comes from the
-	// environment (TOOLMESH_LLM_API_KEY), never from a flag.
+	// LLM is the llama-server that runs Gorilla OpenFunctions v2. Its APIKey, also the chat
+	// backend's, is a secret (Secrets).
 	LLM llama.Config
 	// MaxTools bounds the candidates of one request; the retriever's k is at most 50.
 	MaxTools int
 }
 
 const envLLMAPIKey = "TOOLMESH_LLM_API_KEY"
+
+// Secrets are the values the inference target reads from the environment.
+func (c *Config) Secrets() []secret.Var {
+	return []secret.Var{{Env: envLLMAPIKey, Value: &c.LLM.APIKey,
+		Usage: "API key sent to the model server (llama-server --api-key, or the OpenAI-compatible server's key)"}}
+}
 
 // RegisterFlags sets the defaults and binds them to flags prefixed "inference.".
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {

@@ -13,7 +13,6 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/internal/toolid"
-	"github.com/toolmesh/toolmesh/services/inference/chat"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
@@ -137,7 +136,7 @@ func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest)
 func (s *Service) generateChat(ctx context.Context, req *toolmeshv1.GenerateRequest, tools []*toolmeshv1.Tool) (*toolmeshv1.GenerateResponse, error) {
 	res, err := s.chat.Generate(ctx, req.GetQuery(), tools, req.GetHistory(), int(req.GetMaxTokens()))
 	if err != nil {
-		return nil, status.Error(chat.Code(err), err.Error())
+		return nil, backendStatus(err)
 	}
 	out := &toolmeshv1.GenerateResponse{
 		Answer:    res.Answer,
@@ -184,5 +183,11 @@ func llmStatus(err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	}
-	return status.Error(llama.Code(err), err.Error())
+	return backendStatus(err)
+}
+
+// backendStatus is the status of a model backend's error, with the reason the backend's error
+// carries (llama.StatusOf), so the api can say whether the model is loading, unreadable or down.
+func backendStatus(err error) error {
+	return llama.StatusOf(llama.Code(err), err.Error(), err).Err()
 }

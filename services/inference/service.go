@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -60,7 +59,7 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 	}
 	if cfg.Backend == "openai" {
 		hc, closeHC := httpClient(tel)
-		c, err := chat.New(chat.Config{URL: cfg.ChatURL, Model: cfg.ChatModel, APIKey: os.Getenv(envLLMAPIKey),
+		c, err := chat.New(chat.Config{URL: cfg.ChatURL, Model: cfg.ChatModel, APIKey: cfg.LLM.APIKey,
 			Timeout: cfg.LLM.Timeout, MaxTokens: cfg.LLM.NPredict, Temperature: cfg.LLM.Sampling.Temperature}, hc, logger)
 		if err != nil {
 			return nil, fmt.Errorf("chat client: %w", err)
@@ -69,10 +68,8 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		s.chat = tracedChat{chatBackend: c, g: newGenAI(tel, "openai", cfg.ChatModel, cfg.ChatURL)}
 		return s, nil
 	}
-	llmCfg := cfg.LLM
-	llmCfg.APIKey = os.Getenv(envLLMAPIKey)
 	hc, closeHC := httpClient(tel)
-	c, err := llama.New(llmCfg, hc, logger)
+	c, err := llama.New(cfg.LLM, hc, logger)
 	if err != nil {
 		return nil, fmt.Errorf("llama-server client: %w", err)
 	}

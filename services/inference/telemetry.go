@@ -166,7 +166,7 @@ func (t tracedChat) Generate(ctx context.Context, query string, tools []*toolmes
 	})
 	res, err := t.chatBackend.Generate(ctx, query, tools, history, maxTokens)
 	if err != nil {
-		c.end(ctx, 0, 0, "", status.Error(chat.Code(err), err.Error()))
+		c.end(ctx, 0, 0, "", backendStatus(err))
 		return res, err
 	}
 	c.end(ctx, res.PromptTokens, res.CompletionTokens, "", nil)
@@ -179,7 +179,7 @@ func (t tracedChat) Compose(ctx context.Context, query string, history []*toolme
 	})
 	res, err := t.chatBackend.Compose(ctx, query, history, maxTokens, fn)
 	if err != nil {
-		c.end(ctx, 0, 0, "", status.Error(chat.Code(err), err.Error()))
+		c.end(ctx, 0, 0, "", backendStatus(err))
 		return res, err
 	}
 	c.end(ctx, res.PromptTokens, res.CompletionTokens, "", nil)

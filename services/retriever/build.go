@@ -35,7 +35,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, tel *telemetry.Se
 		h, err := embed.NewHTTP(embed.HTTPConfig{
 			URL:       cfg.EmbedURL,
 			Model:     cfg.EmbedModel,
-			APIKey:    os.Getenv(envEmbedAPIKey),
+			APIKey:    cfg.EmbedAPIKey,
 			BatchSize: cfg.EmbedBatchSize,
 			Timeout:   cfg.EmbedTimeout,
 		}, nil, logger)
@@ -75,7 +75,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, tel *telemetry.Se
 		sparse := slices.Sorted(maps.Keys(lex.Weights()))
 		q, err := qdrant.New(ctx, qdrant.Config{
 			Addr:       cfg.QdrantAddr,
-			APIKey:     os.Getenv(envQdrantAPIKey),
+			APIKey:     cfg.QdrantAPIKey,
 			UseTLS:     cfg.QdrantTLS,
 			CAFile:     cfg.QdrantCAFile,
 			Collection: cfg.QdrantCollection,

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/toolmesh/toolmesh/internal/secret"
 )
 
 // Config is the retriever target's configuration.
@@ -25,6 +27,10 @@ type Config struct {
 	EmbedBatchSize int
 	EmbedTimeout   time.Duration
 
+	// EmbedAPIKey and QdrantAPIKey are secrets (Secrets).
+	EmbedAPIKey  string
+	QdrantAPIKey string
+
 	QdrantAddr       string
 	QdrantCollection string
 	QdrantTLS        bool
@@ -42,6 +48,14 @@ const (
 	envEmbedAPIKey  = "TOOLMESH_EMBED_API_KEY"
 	envQdrantAPIKey = "TOOLMESH_QDRANT_API_KEY"
 )
+
+// Secrets are the values the retriever target reads from the environment.
+func (c *Config) Secrets() []secret.Var {
+	return []secret.Var{
+		{Env: envEmbedAPIKey, Value: &c.EmbedAPIKey, Usage: "API key sent to the embeddings server (--retriever.embedder=http)"},
+		{Env: envQdrantAPIKey, Value: &c.QdrantAPIKey, Usage: "API key sent to Qdrant (--retriever.store=qdrant)"},
+	}
+}
 
 // RegisterFlags sets the defaults and binds them to flags prefixed "retriever.".
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {

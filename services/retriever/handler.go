@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 	"github.com/toolmesh/toolmesh/services/retriever/index"
@@ -55,7 +56,7 @@ func (s *Service) SearchTools(ctx context.Context, req *toolmeshv1.RetrieverServ
 		if lastErr != "" {
 			msg += "; last attempt: " + lastErr
 		}
-		return nil, status.Error(codes.Unavailable, msg)
+		return nil, errreason.Error(codes.Unavailable, errreason.NotReady, msg)
 	}
 	ctx, span := s.tracer.Start(ctx, "retrieval "+s.source, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("gen_ai.operation.name", "retrieval"),
@@ -111,5 +112,5 @@ func toStatus(err error) error {
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	}
-	return status.Error(codes.Unavailable, err.Error())
+	return errreason.Error(codes.Unavailable, errreason.BackendUnavailable, err.Error())
 }

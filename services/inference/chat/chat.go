@@ -436,7 +436,7 @@ func modelError(finish, msg string, raw []byte) *Error {
 
 // badAnswer is Unavailable for the reason llama's is: an unreadable answer is a bad gateway.
 func badAnswer(err error, raw []byte) *Error {
-	return &Error{Op: "parse", Code: codes.Unavailable, Message: fmt.Sprintf("unreadable answer (%v): %s", err, llama.Snippet(raw)), err: err}
+	return &Error{Op: "parse", Code: codes.Unavailable, Message: fmt.Sprintf("unreadable answer (%v): %s", err, llama.Snippet(raw)), err: err, sentinel: llama.ErrUnreadable}
 }
 
 // errTimeout is the cause of a context that ran out of Timeout.

@@ -81,7 +81,7 @@ func (e *Error) Unwrap() []error {
 }
 
 // GRPCStatus is the status the inference service returns for this error.
-func (e *Error) GRPCStatus() *status.Status { return status.New(e.Code, e.Error()) }
+func (e *Error) GRPCStatus() *status.Status { return llama.StatusOf(e.Code, e.Error(), e) }
 
 // Code is the gRPC code of err (see llama.Code, which reads any error carrying a status).
 func Code(err error) codes.Code { return llama.Code(err) }

@@ -484,7 +484,7 @@ func (c *Client) transportError(ctx context.Context, op string, err error) *Erro
 // badAnswer is Unavailable: an answer we cannot read is a bad gateway, which gRPC's HTTP mapping
 // (502 → UNAVAILABLE) and our REST front (503) both tell the caller to retry or fix the backend.
 func badAnswer(op string, err error, raw []byte) *Error {
-	return &Error{Op: op, Code: codes.Unavailable, Message: fmt.Sprintf("unreadable answer (%v): %s", err, Snippet(raw)), err: err}
+	return &Error{Op: op, Code: codes.Unavailable, Message: fmt.Sprintf("unreadable answer (%v): %s", err, Snippet(raw)), err: err, sentinel: ErrUnreadable}
 }
 
 // redactError makes sure no error text carries the API key (a server or proxy may echo it).

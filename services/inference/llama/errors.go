@@ -11,6 +11,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/toolmesh/toolmesh/internal/errreason"
 )
 
 // Sentinels that *Error matches with errors.Is.
@@ -21,6 +23,9 @@ var (
 	// ErrContextExceeded: the prompt (plus what is asked for) does not fit the slot's context
 	// (exceed_context_size_error). Code ResourceExhausted.
 	ErrContextExceeded = errors.New("prompt exceeds the context size")
+	// ErrUnreadable: the server answered something that is not llama-server's (or an
+	// OpenAI-compatible server's) answer. Code Unavailable.
+	ErrUnreadable = errors.New("unreadable answer")
 )
 
 // Error is a failed llama-server call. Code is the gRPC code the inference service answers
@@ -89,7 +94,24 @@ func (e *Error) Unwrap() []error {
 }
 
 // GRPCStatus is the status the inference service returns for this error.
-func (e *Error) GRPCStatus() *status.Status { return status.New(e.Code, e.Error()) }
+func (e *Error) GRPCStatus() *status.Status { return StatusOf(e.Code, e.Error(), e) }
+
+// StatusOf is the status of a model backend's error (this package's and the chat backend's):
+// an UNAVAILABLE says why in its reason, so the api tells a loading model, an unreadable answer
+// and a model server that is down from an inference service it cannot reach.
+func StatusOf(code codes.Code, msg string, err error) *status.Status {
+	if code != codes.Unavailable {
+		return status.New(code, msg)
+	}
+	reason := errreason.BackendUnavailable
+	switch {
+	case errors.Is(err, ErrNotReady):
+		reason = errreason.NotReady
+	case errors.Is(err, ErrUnreadable):
+		reason = errreason.BackendUnreadable
+	}
+	return errreason.Status(code, reason, msg)
+}
 
 // Code is the gRPC code of err: the code of any error in its chain that carries a gRPC status
 // (this package's *Error, the chat backend's), Canceled or DeadlineExceeded for context

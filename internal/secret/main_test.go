@@ -1,4 +1,4 @@
-package toolresult
+package secret
 
 import (
 	"testing"

@@ -1,0 +1,60 @@
+// Package errreason marks a gRPC status with why a toolmesh service failed: a
+// google.rpc.ErrorInfo in the "toolmesh" domain. Callers sort errors by code and reason, never
+// by the wording of a message, which neither grpc-go nor our services promise to keep.
+package errreason
+
+import (
+	"errors"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Domain is the ErrorInfo domain of every reason here.
+const Domain = "toolmesh"
+
+// The reasons.
+const (
+	// ToolResultTooLarge: RESOURCE_EXHAUSTED because a tool's answer was over the limit. The REST
+	// front tells it from a rate limit (both RESOURCE_EXHAUSTED): a rate limit is 429 (come back
+	// later), an oversized result 502 (the tool's answer is the problem; a retry gets it again).
+	ToolResultTooLarge = "TOOL_RESULT_TOO_LARGE"
+	// BackendUnavailable: UNAVAILABLE because what the service calls (an MCP server, Qdrant, the
+	// model server) is down; the service itself answered. Without it, an UNAVAILABLE comes from
+	// the transport: the service could not be reached.
+	BackendUnavailable = "BACKEND_UNAVAILABLE"
+	// NotReady: UNAVAILABLE because the service or its backend is still starting (the model is
+	// loading, the index is syncing); retrying soon helps.
+	NotReady = "NOT_READY"
+	// BackendUnreadable: UNAVAILABLE because the backend answered something that is not its
+	// protocol (a proxy's error page, another service on its port).
+	BackendUnreadable = "BACKEND_UNREADABLE"
+)
+
+// Status is a status of code and msg carrying reason.
+func Status(code codes.Code, reason, msg string) *status.Status {
+	st := status.New(code, msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: Domain}); err == nil {
+		return d
+	}
+	return st
+}
+
+// Error is Status as an error.
+func Error(code codes.Code, reason, msg string) error { return Status(code, reason, msg).Err() }
+
+// Of is the toolmesh reason err's status carries, or "" when it carries none (or err is no
+// status).
+func Of(err error) string {
+	var se interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &se) {
+		return ""
+	}
+	for _, d := range se.GRPCStatus().Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == Domain {
+			return ei.GetReason()
+		}
+	}
+	return ""
+}
