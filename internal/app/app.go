@@ -29,11 +29,16 @@ type runner func(ctx context.Context) error
 
 // service is the contract every target's service meets: its RPCs go on the target's gRPC
 // server, and it runs (syncs, watches, holds sessions) until its context ends. The names it
-// reports to health are the services it registered.
+// reports to health are the services it registered. Its context ends only once its servers
+// have drained, so the calls in flight keep their clients, sessions and children to the end.
 type service interface {
 	Register(grpc.ServiceRegistrar)
 	Run(ctx context.Context) error
 }
+
+// drainer is a service with streams that never end by themselves (the executor's WatchTools):
+// Drain ends them when its server starts draining, so the drain waits only for real work.
+type drainer interface{ Drain() }
 
 var (
 	_ service = (*executor.Service)(nil)
@@ -73,6 +78,41 @@ type App struct {
 	Endpoints []Endpoint
 	// book is where started targets leave what the targets after them read.
 	book addressBook
+	// force is closed by ForceStop: drains end at once.
+	force     chan struct{}
+	forceOnce sync.Once
+}
+
+// ForceStop makes a stop under way skip what is left of its drains (a second signal): calls
+// still in flight are cut.
+func (a *App) ForceStop() { a.forceOnce.Do(func() { close(a.force) }) }
+
+// afterDrain runs svc until serve has drained, then stops svc: serve runs until ctx ends and
+// returns once its servers stopped taking and finished what they had. A service that ends on
+// its own before the stop is a failure, and stops serve.
+func afterDrain(svc service, serve runner) runner {
+	return func(ctx context.Context) error {
+		sctx, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopSvc()
+		svcDone := make(chan error, 1)
+		go func() { svcDone <- svc.Run(sctx) }()
+		gctx, stopServe := context.WithCancel(ctx)
+		defer stopServe()
+		serveDone := make(chan error, 1)
+		go func() { serveDone <- serve(gctx) }()
+		select {
+		case err := <-svcDone:
+			stopServe()
+			return errors.Join(err, <-serveDone)
+		case <-ctx.Done():
+			if d, ok := svc.(drainer); ok {
+				d.Drain()
+			}
+		}
+		err := <-serveDone
+		stopSvc()
+		return errors.Join(err, <-svcDone)
+	}
 }
 
 // addressBook holds what a started target offers the targets that depend on it: the address
@@ -114,7 +154,7 @@ func New(cfg Config, logger *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &App{cfg: cfg, logger: logger, tel: tel,
+	return &App{cfg: cfg, logger: logger, tel: tel, force: make(chan struct{}),
 		book: addressBook{grpc: map[string]string{}, mcpServers: map[string]mcpconfig.Server{}}}, nil
 }
 
@@ -166,6 +206,7 @@ func (a *App) Run(ctx context.Context, started func()) error {
 		if err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}
+		hs.ForceOn(a.force)
 		a.endpoint("metrics", "http://"+hs.Addr()+"/metrics")
 		mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
@@ -238,6 +279,7 @@ func (a *App) startGRPC(env targetEnv, addr string, svc service, opts ...grpc.Se
 		}
 		return nil, err
 	}
+	g.ForceOn(a.force)
 	svc.Register(g.Server)
 	g.ServeRegistered()
 	a.book.grpc[env.name] = g.Addr()
@@ -251,7 +293,7 @@ func (a *App) serveGRPC(env targetEnv, addr string, svc service, opts ...grpc.Se
 		return nil, err
 	}
 	a.endpoint(env.name+" gRPC", g.Addr())
-	return []runner{svc.Run, g.Run}, nil
+	return []runner{afterDrain(svc, g.Run)}, nil
 }
 
 func initExecutor(a *App, env targetEnv) ([]runner, error) {
@@ -319,6 +361,7 @@ func initAPI(a *App, env targetEnv) ([]runner, error) {
 		svc.Close()
 		return nil, err
 	}
+	hs.ForceOn(a.force)
 	a.endpoint("REST", "http://"+hs.Addr())
 	a.endpoint("console", "http://"+hs.Addr()+"/ui/")
 	a.endpoint("api gRPC", g.Addr())
@@ -332,7 +375,7 @@ func initAPI(a *App, env targetEnv) ([]runner, error) {
 		stopGRPC()
 		return errors.Join(herr, <-errc)
 	}
-	return []runner{svc.Run, serve}, nil
+	return []runner{afterDrain(svc, serve)}, nil
 }
 
 // ServeTargets lists the targets `serve --target` accepts.

@@ -54,6 +54,7 @@ func initDemo(a *App, env targetEnv) (_ []runner, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("demo server %s: %w", d.name, err)
 		}
+		hs.ForceOn(a.force)
 		undo = append(undo, func() { closeUnstarted(hs) })
 		a.book.mcpServers[d.name] = mcpconfig.Server{
 			Name:      d.name,

@@ -5,7 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/toolmesh/toolmesh/internal/app"
 )
@@ -69,6 +72,26 @@ func run(ctx context.Context, cfg app.Config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The first signal (ctx) starts a graceful stop; a second one while it drains stops at once.
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-done:
+			return
+		}
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(sig)
+		logger.Info("stopping: finishing calls in flight (up to --drain-timeout); signal again to stop at once", "drain_timeout", cfg.DrainTimeout)
+		select {
+		case <-sig:
+			logger.Warn("second signal: stopping at once")
+			a.ForceStop()
+		case <-done:
+		}
+	}()
 	return a.Run(ctx, func() {
 		fmt.Fprintln(stdout, "toolmesh is running:")
 		for _, e := range a.Endpoints {

@@ -56,7 +56,11 @@ type GRPC struct {
 	lis    net.Listener
 	logger *slog.Logger
 	drain  time.Duration
+	force  <-chan struct{}
 }
+
+// ForceOn makes a drain end at once when force is closed (a second stop signal).
+func (g *GRPC) ForceOn(force <-chan struct{}) { g.force = force }
 
 // NewGRPC binds addr at once, so a port in use fails at start-up rather than later.
 // drain bounds how long Run waits for in-flight calls once its context ends.
@@ -124,6 +128,10 @@ func (g *GRPC) Run(ctx context.Context) error {
 	case <-done:
 	case <-time.After(g.drain):
 		g.logger.Warn("grpc drain deadline passed, forcing stop", "addr", g.Addr(), "drain", g.drain)
+		g.Server.Stop()
+		<-done
+	case <-g.force:
+		g.logger.Warn("stopping at once: calls in flight are cut", "addr", g.Addr())
 		g.Server.Stop()
 		<-done
 	}

@@ -16,7 +16,11 @@ type HTTP struct {
 	lis    net.Listener
 	logger *slog.Logger
 	drain  time.Duration
+	force  <-chan struct{}
 }
+
+// ForceOn makes a drain end at once when force is closed (a second stop signal).
+func (h *HTTP) ForceOn(force <-chan struct{}) { h.force = force }
 
 // NewHTTP binds addr at once; h serves every request.
 func NewHTTP(addr string, h http.Handler, logger *slog.Logger, drain time.Duration) (*HTTP, error) {
@@ -47,6 +51,13 @@ func (h *HTTP) Run(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.drain)
 	defer cancel()
+	go func() {
+		select {
+		case <-h.force:
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
 	if err := h.srv.Shutdown(sctx); err != nil {
 		h.logger.Warn("http drain deadline passed, closing connections", "addr", h.Addr(), "err", err)
 		_ = h.srv.Close()

@@ -79,6 +79,8 @@ func (s *Service) WatchTools(_ *toolmeshv1.WatchToolsRequest, stream grpc.Server
 			return status.FromContextError(ctx.Err()).Err()
 		case <-s.stopped:
 			return status.Error(codes.Unavailable, "executor stopped")
+		case <-s.draining:
+			return status.Error(codes.Unavailable, "executor stopping")
 		case ev := <-sub.ch:
 			if ev.GetRevision() <= last {
 				continue

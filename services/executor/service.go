@@ -37,8 +37,11 @@ type Service struct {
 	names    []string
 	started  atomic.Bool
 	stopped  chan struct{} // closed when Run returns
-	tel      *telemetry.Service
-	ins      *instruments
+	// draining is closed by Drain: watch streams end so a drain waits only for calls.
+	draining  chan struct{}
+	drainOnce sync.Once
+	tel       *telemetry.Service
+	ins       *instruments
 }
 
 // New builds the executor; Run connects the servers.
@@ -56,6 +59,7 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		cat:      newCatalog(),
 		sessions: make(map[string]*session, len(cfg.Servers)),
 		stopped:  make(chan struct{}),
+		draining: make(chan struct{}),
 		tel:      tel,
 		ins:      newInstruments(tel),
 	}
@@ -104,6 +108,11 @@ func (s *Service) Run(ctx context.Context) error {
 	s.log.Info("executor stopped")
 	return nil
 }
+
+// Drain ends every WatchTools stream (their subscribers resubscribe, to another executor when
+// there is one) while calls in flight go on: the server is about to stop, and a watch never
+// ends by itself.
+func (s *Service) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
 // Register registers the gRPC ExecutorService.
 func (s *Service) Register(g grpc.ServiceRegistrar) {
