@@ -19,11 +19,12 @@ const usage = `toolmesh: MCP tool calling for open LLMs.
 Usage:
   toolmesh up [flags]                         every service in one process, plus the demo MCP servers
   toolmesh serve --target=api,executor [flags] chosen services (microservices mode; "all" for every one)
-  toolmesh mcp NAME [--transport T] [--addr A]  run a shipped MCP server (calculator, converter)
+  toolmesh mcp NAME [--transport T] [--addr A]  run a shipped MCP server (calculator, converter, sqlite)
   toolmesh tools [--server S]                 list the tools of the running mesh
   toolmesh tools search "TEXT" [-k N]         the top-k tools for TEXT
   toolmesh call SERVER.TOOL '{"arg":1}'       call one tool
   toolmesh query "TEXT" [-k N] [--server S]   answer TEXT using the tools: steps on stderr, answer on stdout
+  toolmesh version [--json]                   the version, commit, Go version and protocol versions
 
 Client commands read --api (env TOOLMESH_API, default http://127.0.0.1:7700) and --token
 (env TOOLMESH_TOKEN). Run "toolmesh COMMAND -h" for a command's flags.
@@ -49,6 +50,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = runCall(ctx, rest, stdout, stderr)
 	case "query":
 		err = runQuery(ctx, rest, stdout, stderr)
+	case "version", "--version":
+		err = runVersion(rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -98,3 +101,34 @@ func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 type slogLevel struct{ Level slog.Level }
 
 func (l *slogLevel) Set(s string) error { return l.Level.UnmarshalText([]byte(s)) }
+
+// newFlagSet is a command's flag set; usage is printed, with the flags, for -h.
+func newFlagSet(name string, stderr io.Writer, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), strings.TrimRight(usage, "\n")+"\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags runs parse (fs.Parse, or a config load that parses fs) so that -h prints the usage
+// and a bad flag is one line naming it and where to look, not the flag package's error, its
+// "Usage of" and the error again.
+func parseFlags(fs *flag.FlagSet, parse func() error) error {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := parse()
+	fs.SetOutput(out)
+	fs.Usage = usage
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	}
+	return usageError("toolmesh %s: %v (see 'toolmesh %s -h')", fs.Name(), err, fs.Name())
+}

@@ -3,11 +3,14 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/toolmesh/toolmesh/mcpservers"
 	"go.uber.org/goleak"
 )
 
@@ -23,7 +26,16 @@ func fakeAPI(t *testing.T) *httptest.Server {
 			_, _ = w.Write([]byte(`{"code":16,"message":"missing or bad token","details":[]}`))
 			return
 		}
+		var body struct{ Arguments map[string]any }
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || fmt.Sprint(body.Arguments) != "map[a:2 b:3]" {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = fmt.Fprintf(w, `{"code":3,"message":"arguments %v","details":[]}`, body.Arguments)
+			return
+		}
 		_, _ = w.Write([]byte(`{"content":[{"type":"text","text":"5"}],"is_error":false}`))
+	})
+	mux.HandleFunc("POST /v1/tools/everything/get-tiny-image:call", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"content":[{"type":"image","data":"iVBORw0KGgo=","mime_type":"image/png"}],"is_error":false}`))
 	})
 	mux.HandleFunc("POST /v1/tools/calculator/divide:call", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"content":[{"type":"text","text":"division by zero"}],"is_error":true}`))
@@ -52,6 +64,13 @@ func TestClientCommands(t *testing.T) {
 		{"tool error exits 1", []string{"call", "calculator.divide", `{"a":1,"b":0}`}, 1, "", "division by zero"},
 		{"not SERVER.TOOL", []string{"call", "add", `{}`}, 2, "", `"add" is not SERVER.TOOL`},
 		{"arguments not JSON", []string{"call", "calculator.add", `{a:2}`}, 2, "", "arguments must be a JSON object"},
+		{"arguments as NAME=VALUE", []string{"call", "calculator.add", "a=2", "b=3"}, 0, "5\n", ""},
+		{"a word that is no argument", []string{"call", "calculator.add", "a", "b"}, 2, "", `argument "a" is neither a JSON object nor NAME=VALUE`},
+		{"no tool named", []string{"call"}, 2, "", "name the tool, as SERVER.TOOL"},
+		{"image keeps its type", []string{"call", "everything.get-tiny-image"}, 0, "[image image/png, 8 bytes]", ""},
+		{"bad flag said once", []string{"tools", "--nope"}, 2, "", "toolmesh tools: flag provided but not defined: -nope (see 'toolmesh tools -h')\n"},
+		{"version", []string{"version"}, 0, "mcp      2026-07-28", ""},
+		{"--version", []string{"--version", "--json"}, 0, `"api": "toolmesh.v1"`, ""},
 		{"bad token", []string{"call", "calculator.add", `{}`, "--token", "wrong"}, 1, "", "missing or bad token (HTTP 401)"},
 		{"tools lists ids and first lines", []string{"tools"}, 0, "calculator.add  Add two numbers.\n", ""},
 		{"api down", []string{"tools", "--api", "http://127.0.0.1:1"}, 1, "", "cannot reach the toolmesh api at http://127.0.0.1:1"},
@@ -73,6 +92,21 @@ func TestClientCommands(t *testing.T) {
 			if !strings.Contains(stderr.String(), tc.wantStderr) {
 				t.Errorf("stderr = %q, want it to contain %q", stderr.String(), tc.wantStderr)
 			}
+			if strings.Contains(stderr.String(), "Usage of") {
+				t.Errorf("stderr has the flag package's raw usage: %q", stderr.String())
+			}
+			if tc.wantStderr != "" && strings.Count(stderr.String(), strings.TrimSpace(tc.wantStderr)) > 1 {
+				t.Errorf("stderr says it more than once: %q", stderr.String())
+			}
 		})
+	}
+}
+
+// TestUsageNamesEveryServer: the help lists every shipped MCP server.
+func TestUsageNamesEveryServer(t *testing.T) {
+	for _, name := range mcpservers.Names() {
+		if !strings.Contains(usage, name) {
+			t.Errorf("usage does not name the shipped server %q", name)
+		}
 	}
 }

@@ -158,12 +158,11 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(args) > 0 && args[0] == "search" {
 		return runToolsSearch(ctx, args[1:], stdout, stderr)
 	}
-	fs := flag.NewFlagSet("tools", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("tools", stderr, "Usage: toolmesh tools [--server S] [flags]\n       toolmesh tools search \"TEXT\" [-k N] [flags]\n\nLists the tools of the running mesh.")
 	var c client
 	c.register(fs)
 	server := fs.String("server", "", "only this server's tools")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, func() error { return fs.Parse(args) }); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -194,8 +193,7 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 func runToolsSearch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("tools search", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("tools search", stderr, "Usage: toolmesh tools search \"TEXT\" [-k N] [flags]\n\nThe top-k tools of the running mesh for TEXT.")
 	var c client
 	c.register(fs)
 	k := fs.Int("k", 4, "how many tools (1-50)")
@@ -233,21 +231,18 @@ func runToolsSearch(ctx context.Context, args []string, stdout, stderr io.Writer
 }
 
 func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("call", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("call", stderr, "Usage: toolmesh call SERVER.TOOL ['{\"arg\":value}' | NAME=VALUE ...] [flags]\n\n"+
+		"Calls one tool. Arguments are one JSON object, or NAME=VALUE words whose VALUE is read as JSON\n"+
+		"when it is (2, true, [1]) and as a string otherwise: toolmesh call calculator.add a=2 b=3")
 	var c client
 	c.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: toolmesh call SERVER.TOOL ['{\"arg\":value}'] [flags]\n\nFlags:")
-		fs.PrintDefaults()
-	}
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) < 1 || len(pos) > 2 {
+	if len(pos) < 1 {
 		fs.Usage()
-		return exitError{code: 2}
+		return usageError("toolmesh call: name the tool, as SERVER.TOOL")
 	}
 	server, name, ok := toolid.Split(pos[0])
 	switch {
@@ -256,13 +251,9 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case !ok:
 		return usageError("toolmesh call: server %q must match %s", server, toolid.ServerRule)
 	}
-	arguments := map[string]any{}
-	if len(pos) == 2 {
-		dec := json.NewDecoder(strings.NewReader(pos[1]))
-		dec.UseNumber()
-		if err := dec.Decode(&arguments); err != nil {
-			return usageError("toolmesh call: arguments must be a JSON object: %v", err)
-		}
+	arguments, err := callArguments(pos[1:])
+	if err != nil {
+		return usageError("toolmesh call: %v", err)
 	}
 	c.init()
 	path := "/v1/tools/" + url.PathEscape(server) + "/" + url.PathEscape(name) + ":call"
@@ -272,9 +263,10 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	var out struct {
 		Content []struct {
-			Type, Text, MimeType string
-			Data                 []byte
-			URI                  string
+			Type, Text string
+			MimeType   string `json:"mime_type"`
+			Data       []byte
+			URI        string
 		}
 		IsError bool `json:"is_error"`
 	}
@@ -312,7 +304,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, func() error { return fs.Parse(args) }); err != nil {
 			return nil, err
 		}
 		if fs.NArg() == 0 {
@@ -364,4 +356,43 @@ func writeJSON(w io.Writer, data []byte) error {
 	buf.WriteByte('\n')
 	_, err := w.Write(buf.Bytes())
 	return err
+}
+
+// callArguments reads a call's arguments: one JSON object ('{"a":2,"b":3}'), or NAME=VALUE
+// words (a=2 b=3), where a VALUE that is JSON (2, true, "x", [1]) is taken as such and anything
+// else as a string.
+func callArguments(words []string) (map[string]any, error) {
+	arguments := map[string]any{}
+	if len(words) == 0 {
+		return arguments, nil
+	}
+	if strings.HasPrefix(strings.TrimSpace(words[0]), "{") {
+		if len(words) > 1 {
+			return nil, fmt.Errorf("give the arguments as one JSON object or as NAME=VALUE words, not both (extra %q)", words[1])
+		}
+		dec := json.NewDecoder(strings.NewReader(words[0]))
+		dec.UseNumber()
+		if err := dec.Decode(&arguments); err != nil {
+			return nil, fmt.Errorf("arguments must be a JSON object: %v", err)
+		}
+		return arguments, nil
+	}
+	for _, w := range words {
+		name, raw, ok := strings.Cut(w, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("argument %q is neither a JSON object nor NAME=VALUE (e.g. '{\"a\":2,\"b\":3}' or a=2 b=3)", w)
+		}
+		if _, dup := arguments[name]; dup {
+			return nil, fmt.Errorf("argument %q is given twice", name)
+		}
+		var v any = raw
+		dec := json.NewDecoder(strings.NewReader(raw))
+		dec.UseNumber()
+		var parsed any
+		if err := dec.Decode(&parsed); err == nil && !dec.More() {
+			v = parsed
+		}
+		arguments[name] = v
+	}
+	return arguments, nil
 }

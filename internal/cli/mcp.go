@@ -31,14 +31,14 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		fs.PrintDefaults()
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, func() error { return fs.Parse(args) }); err != nil {
 			return err
 		}
 		fs.Usage()
-		return exitError{code: 2}
+		return usageError("toolmesh mcp: name the server to run: %s", strings.Join(mcpservers.Names(), ", "))
 	}
 	name := args[0]
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, func() error { return fs.Parse(args[1:]) }); err != nil {
 		return err
 	}
 	newServer, ok := mcpservers.Lookup(name)

@@ -69,11 +69,7 @@ Flags:
 	}
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		// The flag package has already printed the problem and the usage.
-		return exitError{code: 2}
+		return err
 	}
 	if len(pos) != 1 || strings.TrimSpace(pos[0]) == "" {
 		return usageError(`usage: toolmesh query "TEXT" [-k N] [--max-iterations N] [--server S] [--timeout D]`)

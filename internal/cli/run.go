@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,16 +13,11 @@ import (
 )
 
 func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("up", stderr, "Usage: toolmesh up [flags]\n\nRuns every service in one process, plus the demo MCP servers, on loopback.")
 	var cfg app.Config
 	cfg.RegisterFlags(fs)
 	cfg.RegisterDemoFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: toolmesh up [flags]\n\nRuns every service in one process, plus the demo MCP servers, on loopback.\n\nFlags:")
-		fs.PrintDefaults()
-	}
-	if err := cfg.Load(fs, args); err != nil {
+	if err := parseFlags(fs, func() error { return cfg.Load(fs, args) }); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -37,16 +31,11 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("serve", stderr, "Usage: toolmesh serve --target=api,executor [flags]\n\nRuns the chosen services (microservices mode).")
 	var cfg app.Config
 	cfg.RegisterFlags(fs)
 	target := fs.String("target", "", "comma-separated targets to run: "+strings.Join(app.ServeTargets(), ", ")+", or all")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: toolmesh serve --target=api,executor [flags]\n\nRuns the chosen services (microservices mode).\n\nFlags:")
-		fs.PrintDefaults()
-	}
-	if err := cfg.Load(fs, args); err != nil {
+	if err := parseFlags(fs, func() error { return cfg.Load(fs, args) }); err != nil {
 		return err
 	}
 	if *target == "" {
