@@ -51,7 +51,7 @@ func FuzzConfigLoad(f *testing.F) {
 			}
 			return
 		}
-		c.Targets = []string{"all"}
+		c.Targets = ServeTargets()
 		_ = c.Validate()
 	})
 }
