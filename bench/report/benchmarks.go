@@ -33,6 +33,8 @@ var benchmarks = []benchmark{
 		builds: []string{"./bench/load"}, run: runLoad},
 	{name: "console", issue: "9 console", title: "Web console first load (issue 9)",
 		tests: []string{"./internal/app"}, run: runConsole},
+	{name: "replicas", issue: "20 replicas", title: "Replicas sharing the load (issues 17, 20)",
+		builds: []string{"./bench/replicas"}, run: runReplicas},
 }
 
 // pick is the quick or the full variant.
@@ -298,6 +300,21 @@ func runLoad(ctx context.Context, r *runner, s *section) {
 		args: r.pick([]string{"-duration", "60s", "-rate", "200", "-settle", "95s"},
 			[]string{"-duration", "2s", "-rate", "20", "-warmup", "200ms"}),
 	}, "load.json", loadRows)
+}
+
+func runReplicas(ctx context.Context, r *runner, s *section) {
+	s.Intro = []string{
+		"Two executors, two retrievers, one inference and two apis, each its own `toolmesh serve` " +
+			"process, the callers given every replica's address (`ipv4:A,B`, standing in for a headless " +
+			"Service's DNS name). Closed-loop clients send tool calls, direct queries and searches through " +
+			"both apis; then executor 1 gets SIGTERM mid-load (it drains and exits) and is started again. " +
+			"Calls per executor are read from each executor's /metrics. Targets: both executors take a " +
+			"share; no request fails that was sent before the drain began, and none after it beyond 1 s.",
+	}
+	runFigures(ctx, r, s, spec{
+		shown: "go run ./bench/replicas", bin: r.program("./bench/replicas"), timeout: r.timeout(4 * time.Minute),
+		args: r.pick([]string{"-phase", "10s", "-workers", "8"}, []string{"-phase", "2s", "-workers", "4"}),
+	}, "replicas.json", replicasRows)
 }
 
 func runConsole(ctx context.Context, r *runner, s *section) {

@@ -391,3 +391,20 @@ func consoleRows(c consoleFigures) []row {
 	}
 	return rows
 }
+
+func replicasRows(f figures.Replicas) []row {
+	issue := "20 replicas"
+	total := f.Executor1 + f.Executor2
+	share := 0.0
+	if total > 0 {
+		share = float64(min(f.Executor1, f.Executor2)) / float64(total)
+	}
+	return []row{
+		{issue, "tool calls per executor, both running", fmt.Sprintf("%d / %d", f.Executor1, f.Executor2), "—", math.NaN(),
+			"each ≥ 20 %", judge(total > 0 && share >= 0.2)},
+		{issue, "failed requests of the run (a drain and a restart of executor 1 in it)", fmt.Sprintf("%d of %d", f.Failed, f.Requests), "—", math.NaN(),
+			"none before the drain; after it within 1 s", judge(f.Failed == f.FailedAfterStop && (f.FailedAfterStop == 0 || f.WindowMs <= 1000))},
+		{issue, "executor 1: SIGTERM to exit; restart to its first call", fmt.Sprintf("%.0f ms; %.0f ms", f.DrainExitMs, f.RejoinMs), "—", math.NaN(),
+			"—", info},
+	}
+}

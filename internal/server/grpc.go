@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -45,8 +46,16 @@ func DialOptions() []grpc.DialOption {
 		// A name that resolves to several executors or retrievers spreads calls over all of
 		// them instead of pinning every call to the first.
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
+		// "ipv4:ADDR,ADDR" lists replicas by address (resolver.go).
+		grpc.WithResolvers(addressList{scheme: "ipv4"}, addressList{scheme: "ipv6"}),
+		// A replica that restarts rejoins within seconds, not grpc-go's default of up to 2 min.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnectBackoff, MinConnectTimeout: 5 * time.Second}),
 	}
 }
+
+// reconnectBackoff is how often a client tries a replica that went away again: from 200 ms,
+// up to every 3 s.
+var reconnectBackoff = backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second}
 
 // GRPC is one gRPC listener with grpc.health.v1 and reflection registered.
 type GRPC struct {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/secret"
+	"github.com/toolmesh/toolmesh/internal/server"
 )
 
 // Config is the api target's configuration.
@@ -66,20 +67,20 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // Validate reports the first bad value, naming its flag.
 func (c *Config) Validate() error {
 	for _, a := range []struct{ flag, v string }{
-		{"api.http-addr", c.HTTPAddr}, {"api.grpc-addr", c.GRPCAddr}, {"api.executor-addr", c.ExecutorAddr},
+		{"api.http-addr", c.HTTPAddr}, {"api.grpc-addr", c.GRPCAddr},
 	} {
 		if _, _, err := net.SplitHostPort(a.v); err != nil {
 			return fmt.Errorf("%s: %q is not host:port: %w", a.flag, a.v, err)
 		}
 	}
 	for _, a := range []struct{ flag, v string }{
-		{"api.retriever-addr", c.RetrieverAddr}, {"api.inference-addr", c.InferenceAddr},
+		{"api.executor-addr", c.ExecutorAddr}, {"api.retriever-addr", c.RetrieverAddr}, {"api.inference-addr", c.InferenceAddr},
 	} {
-		if a.v == "" {
+		if a.v == "" && a.flag != "api.executor-addr" {
 			continue
 		}
-		if _, _, err := net.SplitHostPort(a.v); err != nil {
-			return fmt.Errorf("%s: %q is not host:port: %w", a.flag, a.v, err)
+		if err := server.CheckTarget(a.v); err != nil {
+			return fmt.Errorf("%s: %q: %w", a.flag, a.v, err)
 		}
 	}
 	if c.CallTimeout <= 0 || c.RPCTimeout <= 0 {

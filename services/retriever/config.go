@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/toolmesh/toolmesh/internal/secret"
+	"github.com/toolmesh/toolmesh/internal/server"
 )
 
 // Config is the retriever target's configuration.
@@ -78,12 +79,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 // Validate reports the first bad value, naming its flag.
 func (c *Config) Validate() error {
-	for _, a := range []struct{ flag, v string }{
-		{"retriever.grpc-addr", c.GRPCAddr}, {"retriever.executor-addr", c.ExecutorAddr},
-	} {
-		if _, _, err := net.SplitHostPort(a.v); err != nil {
-			return fmt.Errorf("%s: %q is not host:port: %w", a.flag, a.v, err)
-		}
+	if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
+		return fmt.Errorf("retriever.grpc-addr: %q is not host:port: %w", c.GRPCAddr, err)
+	}
+	if err := server.CheckTarget(c.ExecutorAddr); err != nil {
+		return fmt.Errorf("retriever.executor-addr: %q: %w", c.ExecutorAddr, err)
 	}
 	switch c.Store {
 	case "memory":

@@ -169,6 +169,17 @@ func (l *Loop) Find(mode, via string, clients int) (LoopRow, bool) {
 	return LoopRow{}, false
 }
 
+// Replicas is bench/replicas: how calls spread over two executors, and what a drain and a
+// restart of one of them cost.
+type Replicas struct {
+	Executor1, Executor2 int     // tools/call per executor while both ran
+	Requests, Failed     int     // every request of the run, and the failed ones
+	FailedAfterStop      int     // failed requests sent after executor 1 began to drain
+	WindowMs             float64 // from the stop to the last failed request
+	DrainExitMs          float64 // SIGTERM to exit of executor 1
+	RejoinMs             float64 // restart of executor 1 to its first call
+}
+
 // Load is bench/load: the whole mix ("all") and each kind, and the process before and after.
 type Load struct {
 	Rate             float64   `json:"rate_per_sec"`
