@@ -83,6 +83,9 @@ func FetcherFromEnv(logger *slog.Logger) *Fetcher {
 	return &Fetcher{Endpoint: os.Getenv(EnvEndpoint), Token: os.Getenv(EnvToken), Logger: logger}
 }
 
+// Hub is the base URL requests go to.
+func (f *Fetcher) Hub() string { return f.endpoint() }
+
 func (f *Fetcher) endpoint() string {
 	if f.Endpoint == "" {
 		return DefaultEndpoint
