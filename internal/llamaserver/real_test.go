@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,20 +15,19 @@ import (
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
 	"github.com/toolmesh/toolmesh/internal/llamaserver"
+	"github.com/toolmesh/toolmesh/internal/testbackend"
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // superviseReal runs a supervisor of the real llama-server named by TOOLMESH_LLAMA_SERVER
-// (from ./scripts/llamaserver) on the tiny random-weight model; it skips without one.
+// (from ./scripts/llamaserver) on the tiny random-weight model; it skips without one
+// (fails when TOOLMESH_LLAMA_REQUIRED=1).
 func superviseReal(t *testing.T, cfg llamaserver.Config) *running {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts llama-server; skipped with -short")
 	}
-	bin := os.Getenv(llamatest.EnvServer)
-	if bin == "" {
-		t.Skip(llamatest.SkipReason)
-	}
+	bin := testbackend.Llama.Need(t)[0]
 	model := filepath.Join(t.TempDir(), "tiny.gguf")
 	if err := llamatest.WriteTinyModelFile(model, llamatest.TinyModel{}); err != nil {
 		t.Fatal(err)
