@@ -46,7 +46,10 @@ func newBackend(cfg Config, logger *slog.Logger) (backend, error) {
 		}
 		switch {
 		case binErr != nil:
-			b.why = binErr.Error()
+			b.why = "llama-server is not on PATH"
+			if cfg.Server.Bin != "" {
+				b.why = "llama-server not found at " + cfg.Server.Bin
+			}
 		case !pulled:
 			b.why = fmt.Sprintf("%s is not pulled into %s", model.Default, cache.Dir)
 		}
@@ -80,7 +83,7 @@ func (b backend) describe() string {
 	case b.sup != nil:
 		return fmt.Sprintf("%s on llama-server %s, run by toolmesh", b.name, b.sup.Bin())
 	case b.why != "":
-		return fmt.Sprintf("no model yet: %s; looking at %s; to fix: %s", b.why, b.url, b.fix())
+		return fmt.Sprintf("no model yet: %s; to fix: %s", b.why, b.fix())
 	}
 	return "llama-server " + b.url
 }
@@ -91,7 +94,7 @@ func (b backend) fix() string {
 		switch {
 		case b.why == "":
 			return fmt.Sprintf("start llama-server at %s (e.g. `llama-server -m MODEL.gguf --host 127.0.0.1 --port 8080 -c 4096`), or let toolmesh run it: `%s`", b.url, upDefault)
-		case strings.Contains(b.why, "not found"):
+		case strings.Contains(b.why, "llama-server"):
 			return fmt.Sprintf("%s; then `%s`", llamaserver.InstallHint, upDefault)
 		}
 		return fmt.Sprintf("`%s`: it downloads the model once, verifies it and runs llama-server with it (for serve: --inference.llm.model=%s)", upDefault, model.Default)

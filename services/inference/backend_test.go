@@ -80,7 +80,7 @@ func TestBackendChoice(t *testing.T) {
 		cfg := defaultConfig(t)
 		pullDefault(t, cfg.Server.ModelsDir)
 		b, err := newBackend(cfg, nil)
-		if err != nil || b.sup != nil || !strings.Contains(b.why, "llama-server not found") {
+		if err != nil || b.sup != nil || !strings.Contains(b.why, "llama-server is not on PATH") {
 			t.Fatalf("backend %+v, %v; want the fallback because llama-server is missing", b, err)
 		}
 		if fix := b.fix(); !strings.Contains(fix, "brew install llama.cpp") || !strings.Contains(fix, upDefault) {
