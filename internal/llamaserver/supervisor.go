@@ -92,7 +92,7 @@ func (c Config) withDefaults() Config {
 var ErrNotFound = errors.New("llama-server not found")
 
 // InstallHint says how to get llama-server.
-const InstallHint = "install llama.cpp's llama-server (macOS/Linux: brew install llama.cpp; Debian/Ubuntu: apt install llama.cpp-tools; " +
+const InstallHint = "install llama.cpp's llama-server (macOS/Linux: brew install llama.cpp; Debian testing: apt install llama.cpp-tools; " +
 	"or a release from https://github.com/ggml-org/llama.cpp/releases)"
 
 // LookPath resolves bin (default llama-server) as exec.LookPath does; the error matches

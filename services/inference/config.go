@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"strings"
 
 	"github.com/toolmesh/toolmesh/internal/llamaserver"
 	"github.com/toolmesh/toolmesh/internal/model"
@@ -61,7 +60,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ChatModel, "inference.chat.model", "", "model name sent to the OpenAI-compatible server")
 	c.LLM.RegisterFlags(fs, "inference.llm.")
 	fs.StringVar(&c.Model, "inference.llm.model", "", "model toolmesh runs with its own llama-server when --inference.llm.url is empty: "+
-		strings.Join(model.Names(), ", ")+", hf://OWNER/REPO/FILE@REVISION[#sha256:HEX] or a .gguf file, pulled (and verified) if missing; "+
+		"a known name ("+model.Default+"), hf://OWNER/REPO/FILE@REVISION[#sha256:HEX] or a .gguf file, pulled (and verified) if missing; "+
 		"empty: "+model.Default+" if it is pulled and llama-server is found, else "+FallbackURL+". With --inference.llm.url it only names the model in logs")
 	c.Server.RegisterFlags(fs, "inference.llm.", "auto")
 	fs.IntVar(&c.Slots, "inference.llm.slots", 1, "questions the llama-server toolmesh runs decodes at once (-np); each slot has --inference.llm.ctx-size tokens")
