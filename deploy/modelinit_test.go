@@ -53,11 +53,9 @@ func TestComposeModelInit(t *testing.T) {
 				t.Fatalf("%s loads %q, not a file of the models volume", pair.server, loads)
 			}
 
-			hub := hubtest.New(t)
+			hub := hubtest.NewFromEnv(t)
 			sum := hub.File(k.Repo, k.Revision, k.File, []byte("GGUF stand-in for "+k.Name), true)
 			dir := t.TempDir()
-			t.Setenv(model.EnvEndpoint, hub.URL)
-			t.Setenv(model.EnvToken, "")
 			args := slices.Clone(cmd)
 			args[slices.Index(args, "/models")] = dir
 			var stdout, stderr bytes.Buffer

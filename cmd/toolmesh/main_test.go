@@ -121,19 +121,23 @@ func TestUpBlackBox(t *testing.T) {
 		}
 	})
 
-	t.Run("stops on SIGINT", func(t *testing.T) {
-		if err := up.cmd.Process.Signal(syscall.SIGINT); err != nil {
-			t.Fatal(err)
+	t.Run("stops on SIGINT", func(t *testing.T) { up.interrupt(t, 15*time.Second) })
+}
+
+// interrupt sends SIGINT and expects a clean exit within d.
+func (p *upProcess) interrupt(t *testing.T, d time.Duration) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+		if p.err != nil {
+			t.Errorf("toolmesh up exited with %v after SIGINT, want 0", p.err)
 		}
-		select {
-		case <-up.done:
-			if up.err != nil {
-				t.Errorf("toolmesh up exited with %v after SIGINT, want 0", up.err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Fatal("toolmesh up did not stop within 15s of SIGINT")
-		}
-	})
+	case <-time.After(d):
+		t.Fatalf("toolmesh up did not stop within %s of SIGINT", d)
+	}
 }
 
 func buildBinary(t *testing.T) string {

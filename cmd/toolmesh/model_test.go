@@ -115,16 +115,11 @@ func TestUpRunsTheModel(t *testing.T) {
 	if filepath.Base(server) != "llama-server" {
 		t.Skipf("%s=%s is not named llama-server, so it cannot be found on PATH", llamatest.EnvServer, server)
 	}
-	var tiny bytes.Buffer
-	if err := llamatest.WriteTinyModel(&tiny, llamatest.TinyModel{}); err != nil {
-		t.Fatal(err)
-	}
+	tiny := llamatest.TinyModelBytes(t, llamatest.TinyModel{})
 	const commit = "0123456789abcdef0123456789abcdef01234567"
-	hub := hubtest.New(t)
-	hub.File("acme/tiny-gguf", commit, "tiny.gguf", tiny.Bytes(), true)
+	hub := hubtest.NewFromEnv(t)
+	hub.File("acme/tiny-gguf", commit, "tiny.gguf", tiny, true)
 	models := t.TempDir()
-	t.Setenv(model.EnvEndpoint, hub.URL)
-	t.Setenv(model.EnvToken, "")
 	t.Setenv(model.EnvDir, models)
 	t.Setenv("PATH", filepath.Dir(server)+string(os.PathListSeparator)+os.Getenv("PATH"))
 
@@ -138,7 +133,7 @@ func TestUpRunsTheModel(t *testing.T) {
 		return ""
 	})
 	cached := model.Cache{Dir: models}.FilePath("acme/tiny-gguf", commit, "tiny.gguf")
-	if got, err := os.ReadFile(cached); err != nil || !bytes.Equal(got, tiny.Bytes()) {
+	if got, err := os.ReadFile(cached); err != nil || !bytes.Equal(got, tiny) {
 		t.Fatalf("the model was not pulled into %s: %v", cached, err)
 	}
 	children := childPIDs(t, up.cmd.Process.Pid)
@@ -165,17 +160,7 @@ func TestUpRunsTheModel(t *testing.T) {
 	})
 	askTwoPlusThree(t, bin, base)
 
-	if err := up.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-up.done:
-		if up.err != nil {
-			t.Errorf("toolmesh up exited with %v after SIGINT, want 0", up.err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("toolmesh up did not stop within 30s of SIGINT")
-	}
+	up.interrupt(t, 30*time.Second)
 	for _, pid := range []int{first, second} {
 		if processAlive(pid) {
 			t.Errorf("llama-server %d still runs after toolmesh up stopped", pid)

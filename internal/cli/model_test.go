@@ -13,14 +13,12 @@ import (
 
 // TestModelCommands pulls from the hub double through HF_ENDPOINT, then lists and removes.
 func TestModelCommands(t *testing.T) {
-	hub := hubtest.New(t)
+	hub := hubtest.NewFromEnv(t)
 	const commit = "0123456789abcdef0123456789abcdef01234567"
 	data := bytes.Repeat([]byte("GGUF tiny model "), 20_000)
 	sum := hub.File("acme/tiny", commit, "tiny.gguf", data, true)
 	ref := "hf://acme/tiny/tiny.gguf@" + commit
 	dir := t.TempDir()
-	t.Setenv(model.EnvEndpoint, hub.URL)
-	t.Setenv(model.EnvToken, "")
 	t.Setenv(model.EnvDir, dir)
 
 	run := func(args ...string) (int, string, string) {

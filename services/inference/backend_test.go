@@ -1,7 +1,6 @@
 package inference
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"os"
@@ -125,15 +124,9 @@ func TestManagedModel(t *testing.T) {
 		t.Skip("starts llama-server; skipped with -short")
 	}
 	bin := testbackend.Llama.Need(t)[0]
-	var tiny bytes.Buffer
-	if err := llamatest.WriteTinyModel(&tiny, llamatest.TinyModel{}); err != nil {
-		t.Fatal(err)
-	}
 	const commit = "0123456789abcdef0123456789abcdef01234567"
-	hub := hubtest.New(t)
-	hub.File("acme/tiny", commit, "tiny.gguf", tiny.Bytes(), true)
-	t.Setenv(model.EnvEndpoint, hub.URL)
-	t.Setenv(model.EnvToken, "")
+	hub := hubtest.NewFromEnv(t)
+	hub.File("acme/tiny", commit, "tiny.gguf", llamatest.TinyModelBytes(t, llamatest.TinyModel{}), true)
 
 	cfg := defaultConfig(t)
 	cfg.Model = "hf://acme/tiny/tiny.gguf@" + commit

@@ -1,7 +1,6 @@
 package retriever
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"strings"
@@ -54,15 +53,9 @@ func embedModelConfig(t *testing.T) Config {
 		t.Skip("starts llama-server; skipped with -short")
 	}
 	bin := testbackend.Llama.Need(t)[0]
-	var tiny bytes.Buffer
-	if err := llamatest.WriteTinyModel(&tiny, llamatest.TinyModel{}); err != nil {
-		t.Fatal(err)
-	}
 	const commit = "0123456789abcdef0123456789abcdef01234567"
-	hub := hubtest.New(t)
-	hub.File("acme/tiny-embed", commit, "tiny-embed.gguf", tiny.Bytes(), true)
-	t.Setenv(model.EnvEndpoint, hub.URL)
-	t.Setenv(model.EnvToken, "")
+	hub := hubtest.NewFromEnv(t)
+	hub.File("acme/tiny-embed", commit, "tiny-embed.gguf", llamatest.TinyModelBytes(t, llamatest.TinyModel{}), true)
 	var cfg Config
 	cfg.RegisterFlags(flag.NewFlagSet("t", flag.ContinueOnError))
 	cfg.GRPCAddr, cfg.ResyncBackoffMax = "127.0.0.1:0", 200*time.Millisecond

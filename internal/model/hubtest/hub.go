@@ -32,6 +32,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/toolmesh/toolmesh/internal/model"
 )
 
 // Hub is a running hub double: URL is the endpoint (HF_ENDPOINT), CDNURL the separate server
@@ -80,6 +82,15 @@ func New(t testing.TB) *Hub {
 	h.cdn = httptest.NewServer(http.HandlerFunc(h.serveCDN))
 	h.URL, h.CDNURL = h.hub.URL, h.cdn.URL
 	t.Cleanup(func() { h.hub.Close(); h.cdn.Close() })
+	return h
+}
+
+// NewFromEnv is New, with HF_ENDPOINT naming the double and HF_TOKEN cleared for the rest of
+// the test, so that code reading the environment (and the processes it starts) use it.
+func NewFromEnv(t testing.TB) *Hub {
+	h := New(t)
+	t.Setenv(model.EnvEndpoint, h.URL)
+	t.Setenv(model.EnvToken, "")
 	return h
 }
 
