@@ -100,20 +100,14 @@ func askTwoPlusThree(t *testing.T, bin, base string) {
 	}
 }
 
-// TestUpRunsTheModel is the issue's check with the real llama-server (TOOLMESH_LLAMA_SERVER,
-// put on PATH as llama-server) and the tiny GGUF served by the hub double through HF_ENDPOINT:
+// TestUpRunsTheModel is the issue's check with the real llama-server (llamatest.ServerBin, put
+// on PATH) and the tiny GGUF served by the hub double through HF_ENDPOINT:
 // `toolmesh up --model hf://...` pulls it, starts llama-server, becomes ready and answers; a
 // kill -9 of llama-server is repaired and the next question works; Ctrl-C leaves no llama-server.
 func TestUpRunsTheModel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary with llama-server; skipped with -short")
-	}
-	server := os.Getenv(llamatest.EnvServer)
-	if server == "" {
-		t.Skip(llamatest.SkipReason)
-	}
+	server := llamatest.ServerBin(t)
 	if filepath.Base(server) != "llama-server" {
-		t.Skipf("%s=%s is not named llama-server, so it cannot be found on PATH", llamatest.EnvServer, server)
+		t.Skipf("the llama-server installed is %s, not named llama-server, so it cannot be found on PATH", server)
 	}
 	tiny := llamatest.TinyModelBytes(t, llamatest.TinyModel{})
 	const commit = "0123456789abcdef0123456789abcdef01234567"

@@ -15,19 +15,14 @@ import (
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
 	"github.com/toolmesh/toolmesh/internal/llamaserver"
-	"github.com/toolmesh/toolmesh/internal/testbackend"
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
-// superviseReal runs a supervisor of the real llama-server named by TOOLMESH_LLAMA_SERVER
-// (from ./scripts/llamaserver) on the tiny random-weight model; it skips without one
-// (fails when TOOLMESH_LLAMA_REQUIRED=1).
+// superviseReal runs a supervisor of the real llama-server (llamatest.ServerBin) on the tiny
+// random-weight model.
 func superviseReal(t *testing.T, cfg llamaserver.Config) *running {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts llama-server; skipped with -short")
-	}
-	bin := testbackend.Llama.Need(t)[0]
+	bin := llamatest.ServerBin(t)
 	model := filepath.Join(t.TempDir(), "tiny.gguf")
 	if err := llamatest.WriteTinyModelFile(model, llamatest.TinyModel{}); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 	"github.com/toolmesh/toolmesh/internal/eventually"
 	"github.com/toolmesh/toolmesh/internal/model"
 	"github.com/toolmesh/toolmesh/internal/model/hubtest"
-	"github.com/toolmesh/toolmesh/internal/testbackend"
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
@@ -120,10 +119,7 @@ func TestBackendChoice(t *testing.T) {
 // TestManagedModel pulls the tiny model from the hub double (HF_ENDPOINT), runs the real
 // llama-server on it and answers a Generate; it skips without TOOLMESH_LLAMA_SERVER.
 func TestManagedModel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts llama-server; skipped with -short")
-	}
-	bin := testbackend.Llama.Need(t)[0]
+	bin := llamatest.ServerBin(t)
 	const commit = "0123456789abcdef0123456789abcdef01234567"
 	hub := hubtest.NewFromEnv(t)
 	hub.File("acme/tiny", commit, "tiny.gguf", llamatest.TinyModelBytes(t, llamatest.TinyModel{}), true)

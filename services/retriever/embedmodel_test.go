@@ -11,7 +11,6 @@ import (
 	"github.com/toolmesh/toolmesh/internal/eventually"
 	"github.com/toolmesh/toolmesh/internal/model"
 	"github.com/toolmesh/toolmesh/internal/model/hubtest"
-	"github.com/toolmesh/toolmesh/internal/testbackend"
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 	"github.com/toolmesh/toolmesh/services/retriever/store/qdrant/qdranttest"
 )
@@ -49,10 +48,7 @@ func TestEmbedModelRefConfig(t *testing.T) {
 // the hub double through HF_ENDPOINT and runs on the real llama-server; it skips without one.
 func embedModelConfig(t *testing.T) Config {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts llama-server; skipped with -short")
-	}
-	bin := testbackend.Llama.Need(t)[0]
+	bin := llamatest.ServerBin(t)
 	const commit = "0123456789abcdef0123456789abcdef01234567"
 	hub := hubtest.NewFromEnv(t)
 	hub.File("acme/tiny-embed", commit, "tiny-embed.gguf", llamatest.TinyModelBytes(t, llamatest.TinyModel{}), true)
