@@ -95,6 +95,10 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 	return s, nil
 }
 
+// Close releases the client and the llama-server's listener when Run was never called (Run
+// releases them itself).
+func (s *Service) Close() { _ = s.closer() }
+
 // Backend says where the model is: a llama-server the user runs, one toolmesh runs, or none
 // yet and what to do about it.
 func (s *Service) Backend() string {
