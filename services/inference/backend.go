@@ -3,6 +3,7 @@ package inference
 import (
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 
 	"github.com/toolmesh/toolmesh/internal/llamaserver"
@@ -93,7 +94,12 @@ func (b backend) fix() string {
 	if b.sup == nil {
 		switch {
 		case b.why == "":
-			return fmt.Sprintf("start llama-server at %s (e.g. `llama-server -m MODEL.gguf --host 127.0.0.1 --port 8080 -c 4096`), or let toolmesh run it: `%s`", b.url, upDefault)
+			host, port := "127.0.0.1", "8080"
+			if u, err := url.Parse(b.url); err == nil && u.Port() != "" {
+				host, port = u.Hostname(), u.Port()
+			}
+			return fmt.Sprintf("start llama-server at %s (e.g. `llama-server -m MODEL.gguf --host %s --port %s -c 4096`), or let toolmesh run it: `%s`",
+				b.url, host, port, upDefault)
 		case strings.Contains(b.why, "llama-server"):
 			return fmt.Sprintf("%s; then `%s`", llamaserver.InstallHint, upDefault)
 		}
