@@ -84,15 +84,11 @@ func isTerminal(w io.Writer) bool {
 }
 
 func runModelPull(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("model pull", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("model pull", stderr, "Usage: toolmesh model pull [NAME|REF] [flags]\n\nDownloads a model (default "+model.Default+
+		") into the cache, verifies its SHA-256, and prints its path.")
 	var m modelFlags
 	m.register(fs)
 	every := fs.Duration("progress-every", 10*time.Second, "how often progress is logged when stderr is not a terminal")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: toolmesh model pull [NAME|REF] [flags]\n\nDownloads a model (default %s) into the cache, verifies its SHA-256, and prints its path.\n\nFlags:\n", model.Default)
-		fs.PrintDefaults()
-	}
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -139,12 +135,11 @@ func runModelPull(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 func runModelList(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("model ls", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("model ls", stderr, "Usage: toolmesh model ls [flags]\n\nLists the models pulled, and the known ones that are not.")
 	var m modelFlags
 	m.register(fs)
 	asJSON := fs.Bool("json", false, "print the pulled models as JSON")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, func() error { return fs.Parse(args) }); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -199,8 +194,7 @@ func runModelList(args []string, stdout, stderr io.Writer) error {
 }
 
 func runModelRemove(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("model rm", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("model rm", stderr, "Usage: toolmesh model rm NAME|REF [flags]\n\nDeletes a pulled model (every commit pulled by that name, for a branch).")
 	var m modelFlags
 	m.register(fs)
 	pos, err := parseInterspersed(fs, args)
