@@ -1,11 +1,9 @@
 package deploy
 
 import (
-	"bufio"
 	"flag"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,7 +19,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const (
 	composeFile    = "compose.yaml"
 	cpuOverride    = "deploy/compose.cpu.yaml"
-	modelEnv       = "deploy/model/gorilla.env"
 	toolmeshConfig = "deploy/toolmesh.yaml"
 	mcpConfig      = "deploy/mcp.json"
 )
@@ -93,31 +90,4 @@ func splitAddr(t *testing.T, what, addr string) (host, port string) {
 		t.Fatalf("%s: %q is not host:port: %v", what, addr, err)
 	}
 	return host, port
-}
-
-// readEnvFile reads KEY=VALUE lines (comments and blank lines skipped), like compose's env_file.
-func readEnvFile(t *testing.T, path string) map[string]string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	out := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if !ok {
-			t.Fatalf("%s: %q is not KEY=VALUE", path, line)
-		}
-		out[k] = v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }

@@ -23,6 +23,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/goleak"
+
+	"github.com/toolmesh/toolmesh/internal/model"
 )
 
 // TestUpBlackBox builds the binary, runs `toolmesh up` on free ports and checks what a user
@@ -119,19 +121,23 @@ func TestUpBlackBox(t *testing.T) {
 		}
 	})
 
-	t.Run("stops on SIGINT", func(t *testing.T) {
-		if err := up.cmd.Process.Signal(syscall.SIGINT); err != nil {
-			t.Fatal(err)
+	t.Run("stops on SIGINT", func(t *testing.T) { up.interrupt(t, 15*time.Second) })
+}
+
+// interrupt sends SIGINT and expects a clean exit within d.
+func (p *upProcess) interrupt(t *testing.T, d time.Duration) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+		if p.err != nil {
+			t.Errorf("toolmesh up exited with %v after SIGINT, want 0", p.err)
 		}
-		select {
-		case <-up.done:
-			if up.err != nil {
-				t.Errorf("toolmesh up exited with %v after SIGINT, want 0", up.err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Fatal("toolmesh up did not stop within 15s of SIGINT")
-		}
-	})
+	case <-time.After(d):
+		t.Fatalf("toolmesh up did not stop within %s of SIGINT", d)
+	}
 }
 
 func buildBinary(t *testing.T) string {
@@ -159,6 +165,10 @@ func startUp(t *testing.T, bin string, extra ...string) (*upProcess, string) {
 		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
 		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0"}, extra...)
 	up := exec.Command(bin, args...)
+	if os.Getenv(model.EnvDir) == "" {
+		// A model pulled on this machine must not turn a test's `up` into one that starts it.
+		up.Env = append(os.Environ(), model.EnvDir+"="+t.TempDir())
+	}
 	stdout, err := up.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -331,7 +331,7 @@ func initInference(a *App, env targetEnv) ([]runner, error) {
 	runners, err := a.serveGRPC(env, cfg.GRPCAddr, svc, env.tel.GRPCServerOptions()...)
 	if err == nil {
 		last := &a.Endpoints[len(a.Endpoints)-1]
-		last.Addr += " (llama-server " + cfg.LLM.URL + ")"
+		last.Addr += " (" + svc.Backend() + ")"
 	}
 	return runners, err
 }

@@ -72,6 +72,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // RegisterDemoFlags adds the flags of the demo MCP servers that only `up` runs.
 func (c *Config) RegisterDemoFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Inference.LLM.URL, "llm-url", c.Inference.LLM.URL, "llama-server running Gorilla OpenFunctions v2 (same as --inference.llm.url)")
+	fs.StringVar(&c.Inference.Model, "model", c.Inference.Model, "model to run with llama-server: a known name, hf://OWNER/REPO/FILE@REVISION or a .gguf file, pulled if missing (same as --inference.llm.model)")
 	fs.BoolVar(&c.Demo.Enabled, "demo", true, "run the shipped calculator, converter and sqlite (demo database) MCP servers and connect them")
 	fs.StringVar(&c.Demo.CalculatorAddr, "demo.calculator-addr", "127.0.0.1:7801", "calculator MCP server address (SSE at /sse, streamable HTTP at /mcp)")
 	fs.StringVar(&c.Demo.ConverterAddr, "demo.converter-addr", "127.0.0.1:7802", "converter MCP server address (SSE at /sse, streamable HTTP at /mcp)")
@@ -79,7 +80,7 @@ func (c *Config) RegisterDemoFlags(fs *flag.FlagSet) {
 }
 
 // flagAliases maps short flags to the flag they set, so a file never overrides either.
-var flagAliases = map[string]string{"llm-url": "inference.llm.url"}
+var flagAliases = map[string]string{"llm-url": "inference.llm.url", "model": "inference.llm.model"}
 
 // Load parses args into fs and overlays the YAML file, keeping command-line flags on top.
 func (c *Config) Load(fs *flag.FlagSet, args []string) error {

@@ -20,6 +20,7 @@ Usage:
   toolmesh up [flags]                         every service in one process, plus the demo MCP servers
   toolmesh serve --target=api,executor [flags] chosen services (microservices mode; "all" for every one)
   toolmesh mcp NAME [--transport T] [--addr A]  run a shipped MCP server (calculator, converter, sqlite)
+  toolmesh model pull|ls|rm [NAME]            download (verified), list or delete the models toolmesh runs
   toolmesh tools [--server S]                 list the tools of the running mesh
   toolmesh tools search "TEXT" [-k N]         the top-k tools for TEXT
   toolmesh call SERVER.TOOL '{"arg":1}'       call one tool
@@ -44,6 +45,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = runServe(ctx, rest, stdout, stderr)
 	case "mcp":
 		err = runMCP(ctx, rest, stdin, stdout, stderr)
+	case "model":
+		err = runModel(ctx, rest, stdout, stderr)
 	case "tools":
 		err = runTools(ctx, rest, stdout, stderr)
 	case "call":

@@ -49,9 +49,10 @@ const (
 // to the client going away.
 var errQueryDeadline = errors.New("query deadline")
 
-// startHint tells a user without a model what to do; it is part of every "no backend" error.
-const startHint = "start one, e.g. `llama-server -m gorilla-openfunctions-v2-q4_K_M.gguf --host 127.0.0.1 --port 8080 -c 4096`, " +
-	"and run `toolmesh up --llm-url http://127.0.0.1:8080`; tool search and direct calls like @calculator.add({\"a\":2,\"b\":3}) work without one"
+// startHint tells a user without a model what to do, when the inference service does not say
+// more precisely (it is unreachable, or not configured).
+const startHint = "run `toolmesh up --model gorilla-openfunctions-v2` (it downloads the model once and runs llama-server with it), " +
+	"or start llama-server yourself and pass --llm-url; tool search and direct calls like @calculator.add({\"a\":2,\"b\":3}) work without one"
 
 type agentHandler struct {
 	toolmeshv1.UnimplementedAgentServiceServer
@@ -523,11 +524,17 @@ func (r *runner) inferenceError(ctx context.Context, err error) error {
 	if st.Code() != codes.Unavailable {
 		return err
 	}
-	tried := ""
+	tried, fix := "", startHint
 	sctx, cancel := context.WithTimeout(ctx, r.h.cfg.RPCTimeout)
 	defer cancel()
-	if ms, err := r.h.inference.GetModelStatus(sctx, &toolmeshv1.GetModelStatusRequest{}); err == nil && ms.GetBackendUrl() != "" {
-		tried = " at " + ms.GetBackendUrl()
+	if ms, err := r.h.inference.GetModelStatus(sctx, &toolmeshv1.GetModelStatusRequest{}); err == nil {
+		if ms.GetBackendUrl() != "" {
+			tried = " at " + ms.GetBackendUrl()
+		}
+		if ms.GetFix() != "" {
+			// The inference service knows what is missing (the model, llama-server itself).
+			fix = "to fix: " + ms.GetFix() + "; tool search and direct calls like @calculator.add({\"a\":2,\"b\":3}) work meanwhile"
+		}
 	}
 	switch errreason.Of(err) {
 	case errreason.NotReady:
@@ -536,7 +543,7 @@ func (r *runner) inferenceError(ctx context.Context, err error) error {
 		// It answers, so "start one" would mislead: something else may be listening there.
 		return status.Errorf(codes.Unavailable, "the model backend%s answered something that is not a model server's answer (%s); check that --llm-url points at llama-server or an OpenAI-compatible server and not at a proxy's error page or another service", tried, st.Message())
 	}
-	return status.Errorf(codes.Unavailable, "no model to answer with: the model backend%s does not answer (%s); %s", tried, st.Message(), startHint)
+	return status.Errorf(codes.Unavailable, "no model to answer with: the model backend%s does not answer (%s); %s", tried, st.Message(), fix)
 }
 
 // retrievalQuery is the question, and from the second step on the question plus the start of

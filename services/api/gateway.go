@@ -155,6 +155,9 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 			model["ready"], model["backend_url"], model["model"] = st.GetReady(), st.GetBackendUrl(), st.GetModel()
 			if !st.GetReady() {
 				model["error"] = st.GetMessage() + "; questions get 503 until it answers (tool search and direct calls work)"
+				if st.GetFix() != "" {
+					model["fix"] = st.GetFix()
+				}
 			}
 		}
 		body["inference"] = model

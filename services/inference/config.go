@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/toolmesh/toolmesh/internal/llamaserver"
+	"github.com/toolmesh/toolmesh/internal/model"
 	"github.com/toolmesh/toolmesh/internal/secret"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
@@ -20,11 +22,26 @@ type Config struct {
 	ChatURL   string
 	ChatModel string
 	// LLM is the llama-server that runs Gorilla OpenFunctions v2. Its APIKey, also the chat
-	// backend's, is a secret (Secrets).
+	// backend's, is a secret (Secrets). An empty URL means toolmesh runs llama-server itself
+	// (see Model).
 	LLM llama.Config
+	// Model is the model toolmesh runs with its own llama-server when LLM.URL is empty: a
+	// registry name, an hf:// reference or a .gguf file, pulled when missing. Empty means the
+	// default model if it is already pulled and llama-server is found, else FallbackURL.
+	// With LLM.URL set it only names the model in logs and spans.
+	Model string
+	// Server is how that llama-server is run.
+	Server llamaserver.Flags
+	// Slots is its -np (questions decoded at once); CtxSize the context of each slot, so -c
+	// is Slots × CtxSize.
+	Slots, CtxSize int
 	// MaxTools bounds the candidates of one request; the retriever's k is at most 50.
 	MaxTools int
 }
+
+// FallbackURL is where inference looks for a llama-server when none is named and toolmesh
+// does not run one.
+const FallbackURL = "http://127.0.0.1:8080"
 
 const envLLMAPIKey = "TOOLMESH_LLM_API_KEY"
 
@@ -42,6 +59,21 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ChatURL, "inference.chat.url", "", "OpenAI-compatible server for --inference.backend=openai (key from env "+envLLMAPIKey+")")
 	fs.StringVar(&c.ChatModel, "inference.chat.model", "", "model name sent to the OpenAI-compatible server")
 	c.LLM.RegisterFlags(fs, "inference.llm.")
+	fs.StringVar(&c.Model, "inference.llm.model", "", "model toolmesh runs with its own llama-server when --inference.llm.url is empty: "+
+		"a known name ("+model.Default+"), hf://OWNER/REPO/FILE@REVISION[#sha256:HEX] or a .gguf file, pulled (and verified) if missing; "+
+		"empty: "+model.Default+" if it is pulled and llama-server is found, else "+FallbackURL+". With --inference.llm.url it only names the model in logs")
+	c.Server.RegisterFlags(fs, "inference.llm.", "auto")
+	fs.IntVar(&c.Slots, "inference.llm.slots", 1, "questions the llama-server toolmesh runs decodes at once (-np); each slot has --inference.llm.ctx-size tokens")
+	fs.IntVar(&c.CtxSize, "inference.llm.ctx-size", 4096, "context of each slot of the llama-server toolmesh runs (Gorilla OpenFunctions v2 was trained with 4096)")
+}
+
+// modelRef is the model Model names, the default model when it is empty.
+func (c *Config) modelRef() (model.Ref, error) {
+	name := c.Model
+	if name == "" {
+		name = model.Default
+	}
+	return model.ParseRef(name)
 }
 
 // Validate reports the first bad value, naming its flag.
@@ -62,7 +94,20 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("inference.backend: %q is not gorilla or openai", c.Backend)
 	}
-	if err := c.LLM.Validate(); err != nil {
+	llm := c.LLM
+	if llm.URL == "" {
+		llm.URL = FallbackURL // toolmesh runs llama-server, or looks there
+		if _, err := c.modelRef(); err != nil {
+			return fmt.Errorf("inference.llm.model: %w", err)
+		}
+		if c.Slots < 1 || c.CtxSize < 1 {
+			return errors.New("inference.llm.slots and inference.llm.ctx-size: must be at least 1")
+		}
+		if err := c.Server.Validate("inference.llm."); err != nil {
+			return err
+		}
+	}
+	if err := llm.Validate(); err != nil {
 		return fmt.Errorf("inference.llm: %w", err)
 	}
 	return nil

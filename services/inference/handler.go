@@ -163,12 +163,15 @@ func (s *Service) GetModelStatus(ctx context.Context, _ *toolmeshv1.GetModelStat
 	}
 	out := &toolmeshv1.GetModelStatusResponse{BackendUrl: s.cfg.LLM.URL, Model: s.cfg.LLM.Model}
 	if err := s.llm.Health(ctx); err != nil {
-		out.Message = err.Error()
+		out.Message, out.Fix = err.Error(), s.backend.fix()
+		if s.backend.why != "" {
+			out.Message = s.backend.why + "; " + out.Message
+		}
 		return out, nil
 	}
 	p, err := s.contextSize(ctx)
 	if err != nil {
-		out.Message = err.Error()
+		out.Message, out.Fix = err.Error(), s.backend.fix()
 		return out, nil
 	}
 	out.Ready, out.ContextSize = true, int32(p.NCtx)

@@ -44,6 +44,7 @@ type Service struct {
 	closer func() error
 
 	catalogs *catalogs
+	backend  backend // where the llama-server is; its sup is nil unless toolmesh runs it
 
 	mu    sync.Mutex
 	props *llama.Props // cached after the first success; the server's context does not change
@@ -68,13 +69,43 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		s.chat = tracedChat{chatBackend: c, g: newGenAI(tel, "openai", cfg.ChatModel, cfg.ChatURL)}
 		return s, nil
 	}
+	b, err := newBackend(cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	cfg.LLM.URL, cfg.LLM.Model = b.url, b.name
 	hc, closeHC := httpClient(tel)
 	c, err := llama.New(cfg.LLM, hc, logger)
 	if err != nil {
+		if b.sup != nil {
+			_ = b.sup.Close()
+		}
 		return nil, fmt.Errorf("llama-server client: %w", err)
 	}
 	llm := tracedLLM{completer: c, g: newGenAI(tel, "llama.cpp", cfg.LLM.Model, cfg.LLM.URL)}
-	return newService(cfg, llm, func() error { closeHC(); return c.Close() }, logger), nil
+	closer := func() error {
+		closeHC()
+		if b.sup != nil {
+			_ = b.sup.Close() // releases its listener if Run never ran
+		}
+		return c.Close()
+	}
+	s := newService(cfg, llm, closer, logger)
+	s.backend = b
+	return s, nil
+}
+
+// Close releases the client and the llama-server's listener when Run was never called (Run
+// releases them itself).
+func (s *Service) Close() { _ = s.closer() }
+
+// Backend says where the model is: a llama-server the user runs, one toolmesh runs, or none
+// yet and what to do about it.
+func (s *Service) Backend() string {
+	if s.chat != nil {
+		return "OpenAI-compatible server " + s.cfg.ChatURL
+	}
+	return s.backend.describe()
 }
 
 // httpClient is the HTTP client of the model backends: pooled for the concurrency the api
@@ -89,7 +120,8 @@ func newService(cfg Config, llm completer, closer func() error, logger *slog.Log
 	if closer == nil {
 		closer = func() error { return nil }
 	}
-	return &Service{cfg: cfg, log: logger, llm: llm, closer: closer, catalogs: newCatalogs(256)}
+	return &Service{cfg: cfg, log: logger, llm: llm, closer: closer, catalogs: newCatalogs(256),
+		backend: backend{url: cfg.LLM.URL, name: cfg.LLM.Model}}
 }
 
 // Register adds the InferenceService.
@@ -97,16 +129,27 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 	toolmeshv1.RegisterInferenceServiceServer(g, s)
 }
 
-// Run says once whether the llama-server answers, then waits for ctx and closes the client.
+// Run runs the llama-server toolmesh manages, if any, or says once whether the one it was
+// given answers; then it waits for ctx, stops the llama-server and closes the client.
 func (s *Service) Run(ctx context.Context) error {
 	defer func() { _ = s.closer() }()
 	if s.llm == nil {
 		<-ctx.Done()
 		return nil
 	}
+	if sup := s.backend.sup; sup != nil {
+		s.log.Info("running llama-server for the model", "model", s.backend.ref.String(), "llama_server", sup.Bin(), "url", sup.URL())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = sup.Run(ctx) }()
+		<-done
+		return nil
+	}
 	if err := s.llm.Health(ctx); err != nil && ctx.Err() == nil {
-		s.log.Warn("llama-server is not ready; questions fail until it is", "url", s.cfg.LLM.URL, "err", err,
-			"hint", "start one with: llama-server --host 127.0.0.1 --port 8080 -c 4096 -m gorilla-openfunctions-v2-q4_K_M.gguf")
+		attrs := []any{"url", s.cfg.LLM.URL, "err", err, "fix", s.backend.fix()}
+		if s.backend.why != "" {
+			attrs = append(attrs, "why", s.backend.why)
+		}
+		s.log.Warn("llama-server is not ready; questions fail until it is", attrs...)
 	}
 	<-ctx.Done()
 	return nil

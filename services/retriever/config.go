@@ -7,6 +7,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/toolmesh/toolmesh/internal/llamaserver"
+	"github.com/toolmesh/toolmesh/internal/model"
 	"github.com/toolmesh/toolmesh/internal/secret"
 	"github.com/toolmesh/toolmesh/internal/server"
 )
@@ -27,6 +29,11 @@ type Config struct {
 	EmbedModel     string
 	EmbedBatchSize int
 	EmbedTimeout   time.Duration
+	// EmbedModelRef, when set, is an embedding model toolmesh runs itself on a llama-server
+	// with --embedding (pulled if missing), in place of EmbedURL; it turns the http embedder
+	// on and names the index (EmbedModel is then not used).
+	EmbedModelRef string
+	EmbedServer   llamaserver.Flags
 
 	// EmbedAPIKey and QdrantAPIKey are secrets (Secrets).
 	EmbedAPIKey  string
@@ -69,6 +76,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.EmbedModel, "retriever.embed.model", "all-MiniLM-L6-v2", "embedding model name sent to the server and used in index names")
 	fs.IntVar(&c.EmbedBatchSize, "retriever.embed.batch-size", 32, "texts per embeddings request")
 	fs.DurationVar(&c.EmbedTimeout, "retriever.embed.timeout", 30*time.Second, "timeout of one embeddings request")
+	fs.StringVar(&c.EmbedModelRef, "retriever.embed.model-ref", "", "embedding model toolmesh runs itself with llama-server --embedding, for dense search fused with lexical: "+
+		model.DefaultEmbedding+", hf://OWNER/REPO/FILE@REVISION[#sha256:HEX] or a .gguf file, pulled (and verified) if missing; "+
+		"turns on the http embedder in place of --retriever.embed.url, and names the index")
+	c.EmbedServer.RegisterFlags(fs, "retriever.embed.", "0")
 	fs.StringVar(&c.QdrantAddr, "retriever.qdrant.addr", "127.0.0.1:6334", "Qdrant gRPC address (API key from env "+envQdrantAPIKey+")")
 	fs.StringVar(&c.QdrantCollection, "retriever.qdrant.collection", "toolmesh_tools", "Qdrant collection name prefix; the embedder's model and dimension are appended")
 	fs.BoolVar(&c.QdrantTLS, "retriever.qdrant.tls", false, "use TLS to Qdrant")
@@ -100,9 +111,23 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("retriever.store: %q is not memory or qdrant", c.Store)
 	}
+	if c.EmbedModelRef != "" {
+		if _, err := model.ParseRef(c.EmbedModelRef); err != nil {
+			return fmt.Errorf("retriever.embed.model-ref: %w", err)
+		}
+		if c.EmbedURL != "" {
+			return errors.New("retriever.embed.model-ref and retriever.embed.url: give one (toolmesh runs the model, or you run the server), not both")
+		}
+		if err := c.EmbedServer.Validate("retriever.embed."); err != nil {
+			return err
+		}
+	}
 	switch c.Embedder {
 	case "lexical":
 	case "http":
+		if c.EmbedModelRef != "" {
+			break
+		}
 		if c.EmbedURL == "" {
 			return errors.New("retriever.embed.url: required when retriever.embedder is http")
 		}

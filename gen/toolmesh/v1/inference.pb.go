@@ -444,12 +444,15 @@ func (*GetModelStatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type GetModelStatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ready         bool                   `protobuf:"varint,1,opt,name=ready,proto3" json:"ready,omitempty"`
-	BackendUrl    string                 `protobuf:"bytes,2,opt,name=backend_url,json=backendUrl,proto3" json:"backend_url,omitempty"`
-	Model         string                 `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
-	ContextSize   int32                  `protobuf:"varint,4,opt,name=context_size,json=contextSize,proto3" json:"context_size,omitempty"`
-	Message       string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Ready       bool                   `protobuf:"varint,1,opt,name=ready,proto3" json:"ready,omitempty"`
+	BackendUrl  string                 `protobuf:"bytes,2,opt,name=backend_url,json=backendUrl,proto3" json:"backend_url,omitempty"`
+	Model       string                 `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	ContextSize int32                  `protobuf:"varint,4,opt,name=context_size,json=contextSize,proto3" json:"context_size,omitempty"`
+	Message     string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	// fix is the one command that makes the model answer, when it does not (ready is false and
+	// waiting will not help), e.g. "toolmesh up --model gorilla-openfunctions-v2".
+	Fix           string `protobuf:"bytes,6,opt,name=fix,proto3" json:"fix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -515,6 +518,13 @@ func (x *GetModelStatusResponse) GetContextSize() int32 {
 func (x *GetModelStatusResponse) GetMessage() string {
 	if x != nil {
 		return x.Message
+	}
+	return ""
+}
+
+func (x *GetModelStatusResponse) GetFix() string {
+	if x != nil {
+		return x.Fix
 	}
 	return ""
 }
@@ -648,14 +658,15 @@ const file_toolmesh_v1_inference_proto_rawDesc = "" +
 	"\x05delta\x18\x01 \x01(\tR\x05delta\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12(\n" +
 	"\x05usage\x18\x03 \x01(\v2\x12.toolmesh.v1.UsageR\x05usage\"\x17\n" +
-	"\x15GetModelStatusRequest\"\xa2\x01\n" +
+	"\x15GetModelStatusRequest\"\xb4\x01\n" +
 	"\x16GetModelStatusResponse\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\bR\x05ready\x12\x1f\n" +
 	"\vbackend_url\x18\x02 \x01(\tR\n" +
 	"backendUrl\x12\x14\n" +
 	"\x05model\x18\x03 \x01(\tR\x05model\x12!\n" +
 	"\fcontext_size\x18\x04 \x01(\x05R\vcontextSize\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"\xd9\x01\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12\x10\n" +
+	"\x03fix\x18\x06 \x01(\tR\x03fix\"\xd9\x01\n" +
 	"\x0eToolCallRecord\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x125\n" +
 	"\targuments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\targuments\x12\x16\n" +

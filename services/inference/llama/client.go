@@ -79,11 +79,11 @@ type Sampling struct {
 }
 
 // RegisterFlags binds the config to flags named prefix+"url" and so on (prefix e.g.
-// "inference.llama.") and sets their defaults. The API key is not a flag (flags show in ps
+// "inference.llama.") and sets their defaults; the URL's default is what c holds. Model is
+// not a flag here: the caller names the model. The API key is not a flag (flags show in ps
 // and logs): the caller reads it from the environment.
 func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
-	fs.StringVar(&c.URL, prefix+"url", "http://127.0.0.1:8080", "llama-server base URL")
-	fs.StringVar(&c.Model, prefix+"model", "gorilla-openfunctions-v2", "model name used in logs and spans")
+	fs.StringVar(&c.URL, prefix+"url", c.URL, "base URL of a llama-server you run yourself, e.g. http://127.0.0.1:8080")
 	fs.DurationVar(&c.Timeout, prefix+"timeout", DefaultTimeout, "timeout of one llama-server request (a whole completion)")
 	fs.DurationVar(&c.IdleTimeout, prefix+"idle-timeout", DefaultIdleTimeout, "longest wait for the first byte of an answer or between two streamed events")
 	fs.DurationVar(&c.HealthTimeout, prefix+"health-timeout", DefaultHealthTimeout, "timeout of one /health probe")

@@ -2,6 +2,7 @@ package llamatest
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"testing"
 )
 
 // GGUF value types (ggml/include/gguf.h enum gguf_type).
@@ -99,6 +101,16 @@ func TinyVocab() (tokens []string, types []int32) {
 
 // ByteToken is the id of the byte token <0xXX> in TinyVocab.
 func ByteToken(b byte) int { return 3 + int(b) }
+
+// TinyModelBytes is the GGUF file of m, for tests that serve it (e.g. from a hub double).
+func TinyModelBytes(t testing.TB, m TinyModel) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := WriteTinyModel(&b, m); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
 
 // WriteTinyModelFile writes m as a GGUF file at path.
 func WriteTinyModelFile(path string, m TinyModel) error {

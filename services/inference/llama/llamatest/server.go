@@ -18,6 +18,17 @@ import (
 	"github.com/toolmesh/toolmesh/internal/testbackend"
 )
 
+// ServerBin is the llama-server scripts/llamaserver installed (testbackend.Llama), for tests
+// that start it themselves: it skips the test with -short, and when none is installed (fails it
+// when TOOLMESH_LLAMA_REQUIRED=1).
+func ServerBin(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts llama-server; skipped with -short")
+	}
+	return testbackend.Llama.Need(t)[0]
+}
+
 // ServerOptions configures a real llama-server started by StartServer.
 type ServerOptions struct {
 	// CtxSize is -c (default 4096).

@@ -1,0 +1,226 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/toolmesh/toolmesh/internal/model"
+)
+
+const modelUsage = `Usage:
+  toolmesh model pull [NAME|REF]   download a model (default %s), verify its SHA-256, print its path
+  toolmesh model ls                list the models pulled, and the known ones that are not
+  toolmesh model rm NAME|REF       delete a pulled model
+
+NAME is a known model: %s.
+REF is hf://OWNER/REPO/FILE@REVISION, optionally followed by #sha256:HEX.
+Models live in --models-dir (env %s; default: the user's cache folder + toolmesh/models).
+The hub is %s unless %s names another; %s, when set, is sent to it
+(never to the CDN it redirects to). Run "toolmesh model COMMAND -h" for a command's flags.
+`
+
+func printModelUsage(w io.Writer) {
+	fmt.Fprintf(w, modelUsage, model.Default, strings.Join(model.Names(), ", "), model.EnvDir,
+		model.DefaultEndpoint, model.EnvEndpoint, model.EnvToken)
+}
+
+func runModel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		printModelUsage(stderr)
+		return exitError{code: 2}
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "pull":
+		return runModelPull(ctx, rest, stdout, stderr)
+	case "ls", "list":
+		return runModelList(rest, stdout, stderr)
+	case "rm", "remove":
+		return runModelRemove(rest, stdout, stderr)
+	case "help", "-h", "--help":
+		printModelUsage(stdout)
+		return nil
+	default:
+		return usageError("toolmesh model: unknown command %q; choose pull, ls or rm", cmd)
+	}
+}
+
+// modelFlags are the flags every model command has.
+type modelFlags struct {
+	dir string
+}
+
+func (m *modelFlags) register(fs *flag.FlagSet) {
+	def, err := model.DefaultDir()
+	if err != nil {
+		def = ""
+	}
+	fs.StringVar(&m.dir, "models-dir", def, "folder of the model cache (env "+model.EnvDir+")")
+}
+
+func (m *modelFlags) cache() (model.Cache, error) {
+	if m.dir == "" {
+		return model.Cache{}, usageError("toolmesh model: no models folder: set --models-dir or %s", model.EnvDir)
+	}
+	return model.Cache{Dir: m.dir}, nil
+}
+
+// isTerminal reports whether w is a terminal, where progress is redrawn in place.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func runModelPull(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("model pull", stderr, "Usage: toolmesh model pull [NAME|REF] [flags]\n\nDownloads a model (default "+model.Default+
+		") into the cache, verifies its SHA-256, and prints its path.")
+	var m modelFlags
+	m.register(fs)
+	every := fs.Duration("progress-every", 10*time.Second, "how often progress is logged when stderr is not a terminal")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		return usageError("toolmesh model pull: one model at a time, got %d", len(pos))
+	}
+	name := model.Default
+	if len(pos) == 1 {
+		name = pos[0]
+	}
+	ref, err := model.ParseRef(name)
+	if err != nil {
+		return usageError("toolmesh model pull: %v", err)
+	}
+	if ref.Local() {
+		return usageError("toolmesh model pull: %s is a local file: nothing to pull (give it to --model as it is)", ref.Path)
+	}
+	c, err := m.cache()
+	if err != nil {
+		return err
+	}
+	logger := newLogger(stderr, slog.LevelInfo, "text")
+	f := model.FetcherFromEnv(logger)
+	if isTerminal(stderr) {
+		f.Progress = model.TerminalProgress(stderr)
+	} else {
+		f.Progress = model.LogProgress(logger, *every)
+	}
+	if e, ok, err := c.Lookup(ref); err == nil && ok {
+		logger.Info("model already pulled", "model", ref.String(), "sha256", e.SHA256)
+		fmt.Fprintln(stdout, e.Path)
+		return nil
+	}
+	logger.Info("pulling model", "model", ref.String(), "repo", ref.Repo, "file", ref.File, "revision", ref.Revision,
+		"hub", f.Hub(), "into", c.Dir)
+	e, err := f.Pull(ctx, c, ref)
+	if err != nil {
+		return err
+	}
+	logger.Info("model verified", "model", ref.String(), "commit", e.Commit, "sha256", e.SHA256, "against", e.Verified, "bytes", e.Size)
+	fmt.Fprintln(stdout, e.Path)
+	return nil
+}
+
+func runModelList(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("model ls", stderr, "Usage: toolmesh model ls [flags]\n\nLists the models pulled, and the known ones that are not.")
+	var m modelFlags
+	m.register(fs)
+	asJSON := fs.Bool("json", false, "print the pulled models as JSON")
+	if err := parseFlags(fs, func() error { return fs.Parse(args) }); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError("toolmesh model ls: unexpected argument %q", fs.Arg(0))
+	}
+	c, err := m.cache()
+	if err != nil {
+		return err
+	}
+	entries, err := c.List()
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		type row struct {
+			model.Entry
+			Ref  string `json:"ref"`
+			Path string `json:"path"`
+		}
+		rows := make([]row, len(entries))
+		for i, e := range entries {
+			rows[i] = row{Entry: e, Ref: e.Ref.String(), Path: e.Path}
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	pulled := map[string]bool{}
+	if len(entries) > 0 {
+		fmt.Fprintln(tw, "MODEL\tSIZE\tSHA256\tCHECKED AGAINST\tPATH")
+	}
+	for _, e := range entries {
+		name := e.Ref.String()
+		if e.Name != "" {
+			pulled[e.Name] = true
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, model.Bytes(e.Size), e.SHA256[:min(12, len(e.SHA256))], e.Verified, e.Path)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(entries) == 0 {
+		fmt.Fprintf(stdout, "No models pulled into %s yet.\n", c.Dir)
+	}
+	for _, k := range model.Registry() {
+		if !pulled[k.Name] {
+			fmt.Fprintf(stdout, "Not pulled: %s (%s): toolmesh model pull %s\n", k.Name, k.About, k.Name)
+		}
+	}
+	return nil
+}
+
+func runModelRemove(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("model rm", stderr, "Usage: toolmesh model rm NAME|REF [flags]\n\nDeletes a pulled model (every commit pulled by that name, for a branch).")
+	var m modelFlags
+	m.register(fs)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError("usage: toolmesh model rm NAME|REF")
+	}
+	ref, err := model.ParseRef(pos[0])
+	if err != nil {
+		return usageError("toolmesh model rm: %v", err)
+	}
+	c, err := m.cache()
+	if err != nil {
+		return err
+	}
+	removed, err := c.Remove(ref)
+	for _, p := range removed {
+		fmt.Fprintf(stdout, "removed %s\n", p)
+	}
+	if err != nil {
+		return err
+	}
+	if len(removed) == 0 {
+		return errors.New(ref.String() + " is not pulled in " + c.Dir)
+	}
+	return nil
+}
