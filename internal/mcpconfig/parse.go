@@ -179,6 +179,9 @@ func parseEntry(name string, raw any, lookup func(string) (string, bool)) (Serve
 	s.Timeout = e.duration("timeout")
 	s.MaxConcurrency = e.integer("maxConcurrency")
 	s.ProtocolVersion, _ = e.str("protocolVersion", false)
+	s.AllowedTools = e.strSlice("allowedTools")
+	s.ExcludedTools = e.strSlice("excludedTools")
+	s.AllowDestructive = e.boolean("allowDestructive")
 	if len(e.errs) > 0 {
 		return Server{}, false, errors.Join(e.errs...)
 	}
