@@ -19,6 +19,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -315,21 +316,47 @@ func (p *Policy) ListsServer(c Caller, server string) bool {
 	return sc == nil || sc.list.hasServer(server)
 }
 
-// CallServers returns the servers whose tools c may call and true, or false when c's scope
-// does not bound the servers (no scope, or a server pattern with a wildcard). The agent loop
-// searches only these servers, so that a narrow scope still gets its tools offered.
-func (p *Policy) CallServers(c Caller) ([]string, bool) {
+// Servers returns the servers whose tools c may act on with a (Call, List or Search) and true,
+// or false when c's scope does not bound the servers (no scope, or a server pattern with a
+// wildcard). A search asks only these servers, so that a narrow scope still gets k results;
+// the agent loop searches the servers c may call.
+func (p *Policy) Servers(c Caller, a Action) ([]string, bool) {
 	if p == nil {
 		p = empty
 	}
-	sc, d := p.scopeOf(c, Call, "")
+	sc, d := p.scopeOf(c, a, "")
 	if d != nil {
 		return []string{}, true
 	}
 	if sc == nil {
 		return nil, false
 	}
+	switch a {
+	case List:
+		return sc.list.serverNames()
+	case Search:
+		return sc.search.serverNames()
+	}
 	return sc.call.serverNames()
+}
+
+// Within narrows a request's servers (none: all) to those c may act on with a. It returns the
+// servers to ask, none meaning all, and false when no server is left.
+func (p *Policy) Within(c Caller, a Action, requested []string) ([]string, bool) {
+	allowed, bounded := p.Servers(c, a)
+	switch {
+	case !bounded:
+		return requested, true
+	case len(requested) == 0:
+		return allowed, len(allowed) > 0
+	}
+	out := make([]string, 0, len(requested))
+	for _, s := range requested {
+		if slices.Contains(allowed, s) {
+			out = append(out, s)
+		}
+	}
+	return out, len(out) > 0
 }
 
 // Destructive reports whether a tool with these annotations may be destructive, as the MCP

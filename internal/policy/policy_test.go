@@ -172,7 +172,7 @@ func TestWithoutScopes(t *testing.T) {
 	if p.Exists("notes", "secret_dump") || !p.Exists("notes", "read_page") || !p.Exists("other", "secret_dump") {
 		t.Error("Exists does not follow notes' excludedTools alone")
 	}
-	if _, ok := p.CallServers(Caller{}); ok {
+	if _, ok := p.Servers(Caller{}, Call); ok {
 		t.Error("CallServers bounds the servers without a scope")
 	}
 	var nilPolicy *Policy
@@ -195,12 +195,12 @@ func TestScopedWithoutEntry(t *testing.T) {
 			t.Errorf("%+v lists calculator without a scope", c)
 		}
 	}
-	if servers, ok := p.CallServers(Caller{Token: "ci"}); !ok || len(servers) != 0 {
+	if servers, ok := p.Servers(Caller{Token: "ci"}, Call); !ok || len(servers) != 0 {
 		t.Errorf("CallServers without a scope = %v, %v; want none, bounded", servers, ok)
 	}
 }
 
-func TestCallServers(t *testing.T) {
+func TestServers(t *testing.T) {
 	p, err := New(testConfig(t), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -215,9 +215,27 @@ func TestCallServers(t *testing.T) {
 		{"globby", "", false},
 	}
 	for _, tc := range cases {
-		got, ok := p.CallServers(Caller{Token: tc.token})
+		got, ok := p.Servers(Caller{Token: tc.token}, Call)
 		if strings.Join(got, " ") != tc.want || ok != tc.ok {
 			t.Errorf("%s: %v, %v; want %q, %v", tc.token, got, ok, tc.want, tc.ok)
+		}
+	}
+	within := []struct {
+		token     string
+		requested []string
+		want      string
+		ok        bool
+	}{
+		{"root", []string{"sqlite"}, "sqlite", true},
+		{"root", nil, "", true},
+		{"calc", nil, "calculator converter", true},
+		{"calc", []string{"sqlite", "calculator"}, "calculator", true},
+		{"calc", []string{"sqlite"}, "", false},
+	}
+	for _, tc := range within {
+		got, ok := p.Within(Caller{Token: tc.token}, Call, tc.requested)
+		if strings.Join(got, " ") != tc.want || ok != tc.ok {
+			t.Errorf("Within(%s, %v) = %v, %v; want %q, %v", tc.token, tc.requested, got, ok, tc.want, tc.ok)
 		}
 	}
 }
