@@ -41,7 +41,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.Float64Var(&c.RateLimit, prefix+"rate-limit", 0, "requests per second allowed to each API token (0 = no limit)")
 	fs.IntVar(&c.RateBurst, prefix+"rate-burst", 0, "requests an API token may make at once above its rate (0 = the rate rounded up)")
 	fs.IntVar(&c.MaxInFlight, prefix+"max-in-flight", DefaultMaxInFlight,
-		"requests one API token may have in flight at once; more are refused with 429 (0 = no limit). A question holds its slot for up to its timeout, so this bounds how much of the model and the MCP servers one client can hold")
+		"requests one API token may have in flight at once; more are refused with 429 (0 = no limit; without tokens there is none). A question holds its slot for up to its timeout, so this bounds how much of the model and the MCP servers one client can hold")
 }
 
 // DefaultMaxInFlight is half the executor's default per-server concurrency (16): one token
