@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
@@ -57,12 +58,6 @@ const (
 	RuleQuery         Rule = "query"            // the token may not ask questions
 	RuleDestructive   Rule = "allowDestructive" // the tool may be destructive and its server does not opt in
 	RuleOffered       Rule = "offered"          // the model called a tool it was not offered
-)
-
-// Reason and Domain are the google.rpc.ErrorInfo a denial's status carries.
-const (
-	Reason = "POLICY_DENIED"
-	Domain = "toolmesh"
 )
 
 // Caller is who asks and within what bound.
@@ -450,7 +445,7 @@ func denyScope(c Caller, a Action, id, where string, set *idSet) *Denial {
 }
 
 // Denial is a refusal. As an error it is a gRPC PermissionDenied status (HTTP 403) with a
-// google.rpc.ErrorInfo (reason POLICY_DENIED; metadata action, tool, rule).
+// google.rpc.ErrorInfo (errreason.PolicyDenied; metadata action, tool, rule).
 type Denial struct {
 	Action Action
 	Tool   string // the tool id; "" for a question
@@ -473,7 +468,7 @@ func (d *Denial) GRPCStatus() *status.Status {
 	if d.Tool != "" {
 		md["tool"] = d.Tool
 	}
-	if ds, err := st.WithDetails(&errdetails.ErrorInfo{Reason: Reason, Domain: Domain, Metadata: md}); err == nil {
+	if ds, err := st.WithDetails(&errdetails.ErrorInfo{Reason: errreason.PolicyDenied, Domain: errreason.Domain, Metadata: md}); err == nil {
 		return ds
 	}
 	return st

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -257,7 +258,7 @@ func TestDenialStatus(t *testing.T) {
 			info = ei
 		}
 	}
-	if info == nil || info.GetReason() != Reason || info.GetMetadata()["tool"] != "sqlite.list_tables" || info.GetMetadata()["rule"] != "scope" || info.GetMetadata()["action"] != "call" {
+	if info == nil || info.GetReason() != errreason.PolicyDenied || errreason.Of(err2) != errreason.PolicyDenied || info.GetMetadata()["tool"] != "sqlite.list_tables" || info.GetMetadata()["rule"] != "scope" || info.GetMetadata()["action"] != "call" {
 		t.Errorf("ErrorInfo = %v", info)
 	}
 	var back *Denial

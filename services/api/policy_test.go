@@ -18,7 +18,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
-	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/server"
 )
@@ -189,8 +188,8 @@ func TestToolOutputIsData(t *testing.T) {
 // token's scope does not cover with PermissionDenied naming the tool and the rule.
 func TestPolicyOverGRPC(t *testing.T) {
 	const tokenCalc, tokenOps = "calc-token-0123456789abcdef", "ops-token-0123456789abcdef"
-	t.Setenv(auth.EnvTokens, "calc:"+tokenCalc+",ops:"+tokenOps)
 	cfg := testConfig("", "")
+	cfg.Tokens = "calc:" + tokenCalc + ",ops:" + tokenOps
 	cfg.Policy = policy.Config{Tokens: map[string]policy.Scope{
 		"calc": {Call: []string{"calc"}},
 		"ops":  {Call: []string{"*"}, Query: true},
@@ -238,8 +237,8 @@ func TestPolicyTokensChecked(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(auth.EnvTokens, tc.env)
 			cfg := testConfig("127.0.0.1:1", "")
+			cfg.Tokens = tc.env
 			cfg.Policy = policy.Config{Tokens: map[string]policy.Scope{"ci": {Call: []string{"*"}}}}
 			svc, err := New(cfg, slog.New(slog.DiscardHandler), nil)
 			if err == nil {
