@@ -97,13 +97,14 @@ func policyConfig(t *testing.T, n *notes, extra string) string {
 	return path
 }
 
-// do sends a request with token (none when "") and returns the status and body.
+// do sends a request with token (none when "") and returns the status and body; a POST is
+// JSON.
 func do(t *testing.T, token, method, url, body string) (int, []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-	if body != "" {
+	if method == http.MethodPost {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if token != "" {

@@ -182,17 +182,7 @@ func (r queryResponse) calls() []string {
 
 func post(t *testing.T, url, body string) (int, []byte) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return do(t, "", http.MethodPost, url, body)
 }
 
 func query(t *testing.T, base, body string) queryResponse {
@@ -201,11 +191,7 @@ func query(t *testing.T, base, body string) queryResponse {
 	if code != http.StatusOK {
 		t.Fatalf("POST /v1/query %s: %d %s", body, code, b)
 	}
-	var r queryResponse
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatalf("%v: %s", err, b)
-	}
-	return r
+	return decodeQuery(t, b)
 }
 
 // outputOf reads the last <<output>> of a prompt, quotes removed.

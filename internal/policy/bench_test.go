@@ -56,6 +56,14 @@ func BenchmarkDecideCall(b *testing.B) {
 	benchDecisions(b, ids, func(id string) bool { return p.Call(c, id) == nil })
 }
 
+// BenchmarkDecideCallUnbounded is Call for requests without a servers list: most decisions
+// allow, so this is the cost of the common path.
+func BenchmarkDecideCallUnbounded(b *testing.B) {
+	p, c, ids := benchPolicy(b)
+	c.Servers = nil
+	benchDecisions(b, ids, func(id string) bool { return p.Call(c, id) == nil })
+}
+
 // BenchmarkDecideOffer is Offer, as the agent loop asks for each retrieved tool.
 func BenchmarkDecideOffer(b *testing.B) {
 	p, c, ids := benchPolicy(b)

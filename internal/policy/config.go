@@ -76,7 +76,7 @@ func ParseYAML(raw any) (Config, error) {
 	var c Config
 	top, ok := raw.(map[string]any)
 	if !ok {
-		return c, fmt.Errorf("policy: want a map with keys default and tokens, not %s", typeName(raw))
+		return c, fmt.Errorf("policy: want a map with keys default and tokens, not %s", mcpconfig.TypeName(raw))
 	}
 	var errs []error
 	for _, k := range slices.Sorted(maps.Keys(top)) {
@@ -91,7 +91,7 @@ func ParseYAML(raw any) (Config, error) {
 		case "tokens":
 			m, ok := top[k].(map[string]any)
 			if !ok {
-				errs = append(errs, fmt.Errorf("policy.tokens: want a map of token name to scope, not %s", typeName(top[k])))
+				errs = append(errs, fmt.Errorf("policy.tokens: want a map of token name to scope, not %s", mcpconfig.TypeName(top[k])))
 				continue
 			}
 			c.Tokens = make(map[string]Scope, len(m))
@@ -122,7 +122,7 @@ func parseScope(where string, raw any) (Scope, error) {
 	var s Scope
 	m, ok := raw.(map[string]any)
 	if !ok {
-		return s, fmt.Errorf("%s: want a map with keys call, list, search and query, not %s", where, typeName(raw))
+		return s, fmt.Errorf("%s: want a map with keys call, list, search and query, not %s", where, mcpconfig.TypeName(raw))
 	}
 	var errs []error
 	for _, k := range slices.Sorted(maps.Keys(m)) {
@@ -145,7 +145,7 @@ func parseScope(where string, raw any) (Scope, error) {
 		case "query":
 			b, ok := m[k].(bool)
 			if !ok {
-				errs = append(errs, fmt.Errorf("%s: want true or false, not %s", field, typeName(m[k])))
+				errs = append(errs, fmt.Errorf("%s: want true or false, not %s", field, mcpconfig.TypeName(m[k])))
 				continue
 			}
 			s.Query = b
@@ -168,14 +168,14 @@ func parsePatterns(field string, raw any) ([]string, error) {
 	case nil:
 		return []string{}, nil
 	default:
-		return nil, fmt.Errorf("%s: want a list of tool patterns like [\"calculator\", \"sqlite.list_*\"], not %s", field, typeName(raw))
+		return nil, fmt.Errorf("%s: want a list of tool patterns like [\"calculator\", \"sqlite.list_*\"], not %s", field, mcpconfig.TypeName(raw))
 	}
 	out := make([]string, 0, len(items))
 	var errs []error
 	for i, it := range items {
 		p, ok := it.(string)
 		if !ok {
-			errs = append(errs, fmt.Errorf("%s[%d]: want a string, not %s", field, i, typeName(it)))
+			errs = append(errs, fmt.Errorf("%s[%d]: want a string, not %s", field, i, mcpconfig.TypeName(it)))
 			continue
 		}
 		if msg := checkIDPattern(p); msg != "" {
@@ -234,22 +234,4 @@ func validTokenName(s string) bool {
 		}
 	}
 	return true
-}
-
-func typeName(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case []any:
-		return "a list"
-	case map[string]any:
-		return "a map"
-	case int, int64, float64, uint64:
-		return "a number"
-	}
-	return fmt.Sprintf("%T", v)
 }

@@ -200,8 +200,8 @@ func (p *Policy) Call(c Caller, id string) *Denial {
 	if d != nil || sc == nil {
 		return d
 	}
-	if !sc.call.has(server, name, id) {
-		return denyScope(c, Call, id, sc.where+".call", sc.call)
+	if set, where := sc.of(Call); !set.has(server, name, id) {
+		return denyScope(c, Call, id, where, set)
 	}
 	return nil
 }
@@ -227,14 +227,22 @@ func (p *Policy) see(c Caller, a Action, id string) *Denial {
 	if d != nil || sc == nil {
 		return d
 	}
-	set, key := sc.list, ".list"
-	if a == Search {
-		set, key = sc.search, ".search"
-	}
+	set, where := sc.of(a)
 	if !set.has(server, name, id) {
-		return denyScope(c, a, id, sc.where+key, set)
+		return denyScope(c, a, id, where, set)
 	}
 	return nil
+}
+
+// of is the scope's list for a (Call, List or Search) and its config key, for messages.
+func (sc *scope) of(a Action) (*idSet, string) {
+	switch a {
+	case List:
+		return sc.list, sc.where + ".list"
+	case Search:
+		return sc.search, sc.where + ".search"
+	}
+	return sc.call, sc.where + ".call"
 }
 
 // Offer decides whether the model may be offered t while answering c's question: c must be
@@ -289,12 +297,8 @@ func (p *Policy) may(c Caller, a Action) *Denial {
 	if d != nil || sc == nil {
 		return d
 	}
-	set, key := sc.list, ".list"
-	if a == Search {
-		set, key = sc.search, ".search"
-	}
-	if set.empty() {
-		return &Denial{Action: a, Rule: RuleScope, Reason: fmt.Sprintf("%s may %s no tools (%s%s is empty)", who(c), a, sc.where, key)}
+	if set, where := sc.of(a); set.empty() {
+		return &Denial{Action: a, Rule: RuleScope, Reason: fmt.Sprintf("%s may %s no tools (%s is empty)", who(c), a, where)}
 	}
 	return nil
 }
@@ -326,13 +330,8 @@ func (p *Policy) Servers(c Caller, a Action) ([]string, bool) {
 	if sc == nil {
 		return nil, false
 	}
-	switch a {
-	case List:
-		return sc.list.serverNames()
-	case Search:
-		return sc.search.serverNames()
-	}
-	return sc.call.serverNames()
+	set, _ := sc.of(a)
+	return set.serverNames()
 }
 
 // Within narrows a request's servers (none: all) to those c may act on with a. It returns the
