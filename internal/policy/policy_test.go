@@ -3,9 +3,15 @@ package policy
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -295,5 +301,75 @@ func TestParseErrors(t *testing.T) {
 	_, err := New(Config{Servers: map[string]ServerRules{"s": {ExcludedTools: []string{"a b"}}}}, nil)
 	if err == nil || !strings.Contains(err.Error(), `mcpServers.s.excludedTools[0]: "a b" has a space`) {
 		t.Errorf("bad excludedTools: %v", err)
+	}
+}
+
+// TestRecord: a denial is counted by action and rule only, and marked on the span with the tool.
+func TestRecord(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+
+	p, err := New(testConfig(t), mp.Meter("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, span := tp.Tracer("test").Start(context.Background(), "request")
+	for _, id := range []string{"sqlite.list_tables", "sqlite.query_database"} {
+		p.Record(ctx, p.Call(Caller{Token: "calc"}, id))
+	}
+	p.Record(ctx, p.Offer(Caller{Token: "root"}, tool("notes.delete_note", nil, nil)))
+	span.End()
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "toolmesh.policy.denials" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				if dp.Attributes.Len() != 2 {
+					t.Errorf("labels %v; want action and rule only", dp.Attributes.ToSlice())
+				}
+				a, _ := dp.Attributes.Value("toolmesh.policy.action")
+				r, _ := dp.Attributes.Value("toolmesh.policy.rule")
+				got[a.AsString()+"/"+r.AsString()] += dp.Value
+			}
+		}
+	}
+	if want := map[string]int64{"call/scope": 2, "offer/allowDestructive": 1}; !maps.Equal(got, want) {
+		t.Errorf("toolmesh.policy.denials = %v; want %v", got, want)
+	}
+
+	ended := spans.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans", len(ended))
+	}
+	var tools []string
+	for _, ev := range ended[0].Events() {
+		for _, kv := range ev.Attributes {
+			if kv.Key == "gen_ai.tool.name" && ev.Name == "toolmesh.policy.denied" {
+				tools = append(tools, kv.Value.AsString())
+			}
+		}
+	}
+	if !slices.Equal(tools, []string{"sqlite.list_tables", "sqlite.query_database", "notes.delete_note"}) {
+		t.Errorf("span events name %v", tools)
+	}
+	var rule string
+	for _, kv := range ended[0].Attributes() {
+		if kv.Key == "toolmesh.policy.denied_rule" {
+			rule = kv.Value.AsString()
+		}
+	}
+	if rule != "scope" {
+		t.Errorf("toolmesh.policy.denied_rule = %q; want scope (a withheld offer does not set it)", rule)
 	}
 }
