@@ -5,6 +5,9 @@
 //	go run ./bench/retrieval [-pool POOL.jsonl] [-queries QUERIES.jsonl] [-k 10] [-methods a,b]
 //	go run ./bench/retrieval -speed [-sizes 1000,10000,100000]
 //	go run ./bench/retrieval -methods "bm25 default hybrid dense" -embed-url http://127.0.0.1:8089
+//	go run ./bench/retrieval -followup [-calls CALLS.jsonl] [-methods default]
+//
+// -followup measures what the agent loop searches for from its second step on (followup.go).
 //
 // -embed-url names an OpenAI-compatible embeddings server (bench/embedserver) for the methods
 // that search dense vectors too (hybrid, dense); their vectors are cached under the temporary
@@ -63,6 +66,8 @@ func main() {
 	embedURL := flag.String("embed-url", "", "OpenAI-compatible embeddings server for the hybrid and dense methods (e.g. bench/embedserver's http://127.0.0.1:8089)")
 	embedModel := flag.String("embed-model", "use-lite-512", "model name sent to -embed-url; it also keys the vector cache")
 	embedCache := flag.String("embed-cache", "", "vector cache file (default: toolmesh-embedcache-MODEL.bin in the temporary directory; none: no cache)")
+	followup := flag.Bool("followup", false, "measure step 2's search texts (the question, with the called tool ids, with their arguments) on the queries that need several functions, instead of the quality benchmark")
+	callsPath := flag.String("calls", filepath.Join("..", "shared", "data", "bfcl-calls", "calls-dev.jsonl"), "ground-truth calls for -followup (JSONL: qid, ground_truth)")
 	jsonPath := flag.String("json", "", "also write the headline figures as JSON to this file, for bench/report: each method's overall figures on -queries (quality), or each size's row (-speed)")
 	flag.Parse()
 
@@ -105,6 +110,33 @@ func main() {
 		}
 		if *jsonPath != "" {
 			if err := figures.Write(*jsonPath, sp); err != nil {
+				fatal(err)
+			}
+		}
+		return
+	}
+	if *followup {
+		qs, err := loadQueries(*queriesPath)
+		if err != nil {
+			fatal(err)
+		}
+		calls, err := loadCalls(*callsPath)
+		if err != nil {
+			fatal(err)
+		}
+		for _, name := range strings.Fields(*methodsFlag) {
+			m, ok := lookup(name)
+			if !ok {
+				fatal(fmt.Errorf("unknown method %q (see -list)", name))
+			}
+			if err := openDense([]method{m}, *embedURL, *embedModel, *embedCache); err != nil {
+				fatal(err)
+			}
+			ix, err := build(context.Background(), pool, m)
+			if err != nil {
+				fatal(err)
+			}
+			if err := runFollowup(context.Background(), os.Stdout, ix, qs, calls, *k); err != nil {
 				fatal(err)
 			}
 		}

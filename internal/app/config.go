@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/secret"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/services/api"
@@ -56,7 +57,7 @@ type DemoConfig struct {
 // RegisterFlags sets every default. Each flag's name is also its key in the YAML file:
 // "executor.call-timeout" is `executor: {call-timeout: 30s}`.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.ConfigFile, "config", "", "YAML config file; its keys are these flags' names (nested maps join with dots) plus mcpServers")
+	fs.StringVar(&c.ConfigFile, "config", "", "YAML config file; its keys are these flags' names (nested maps join with dots) plus mcpServers and policy")
 	fs.StringVar(&c.MCPConfig, "mcp-config", "", "an mcp.json file with an mcpServers (or VS Code servers) map")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 10*time.Second, "how long a stop waits for in-flight requests before cutting them off")
 	fs.TextVar(&c.LogLevel, "log.level", slog.LevelInfo, "log level: debug, info, warn, error")
@@ -103,6 +104,9 @@ func (c *Config) Load(fs *flag.FlagSet, args []string) error {
 	}
 	c.Executor.Servers = servers
 	secret.Read(c.Secrets(), os.LookupEnv)
+	// The api decides by the same servers' rules as the executor (allowDestructive is the
+	// api's alone): in microservices mode give both the same config.
+	c.API.Policy.Servers = policy.RulesOf(servers)
 	return nil
 }
 
@@ -132,6 +136,14 @@ func (c *Config) overlayFile(fs *flag.FlagSet, given map[string]bool) error {
 		}
 		c.servers = servers
 		delete(doc, "mcpServers")
+	}
+	if raw, ok := doc["policy"]; ok {
+		p, err := policy.ParseYAML(raw)
+		if err != nil {
+			return fmt.Errorf("config %s: %w", c.ConfigFile, err)
+		}
+		c.API.Policy.Tokens, c.API.Policy.Default = p.Tokens, p.Default
+		delete(doc, "policy")
 	}
 	flat := map[string]string{}
 	if err := flatten("", doc, flat); err != nil {

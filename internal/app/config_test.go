@@ -66,6 +66,28 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 }
 
+// TestConfigPolicy: the policy section and the servers' rules reach the api's config (the
+// executor gets the rules with its servers).
+func TestConfigPolicy(t *testing.T) {
+	c, err := load(t, "--config", "testdata/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.API.Policy
+	if p.Default == nil || !slices.Equal(p.Default.Call, []string{"calculator"}) || !p.Default.Query {
+		t.Errorf("policy.default = %+v", p.Default)
+	}
+	if ci := p.Tokens["ci-bot"]; !slices.Equal(ci.Call, []string{"calculator.*", "sqlite.list_*"}) || ci.Query || ci.List != nil {
+		t.Errorf("policy.tokens.ci-bot = %+v", ci)
+	}
+	if r := p.Servers["notes"]; !slices.Equal(r.ExcludedTools, []string{"secret_*"}) || !r.AllowDestructive {
+		t.Errorf("the api's rules for notes = %+v", r)
+	}
+	if s := c.Executor.Servers["notes"]; !slices.Equal(s.ExcludedTools, []string{"secret_*"}) {
+		t.Errorf("the executor's notes = %+v", s)
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -75,6 +97,7 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown key names it", []string{"--config", "testdata/unknown-key.yaml"}, `unknown key "api.htp-addr"`},
 		{"missing file", []string{"--config", "testdata/nope.yaml"}, "nope.yaml"},
 		{"bad flag value", []string{"--api.call-timeout=soon"}, "api.call-timeout"},
+		{"a bad policy names the key", []string{"--config", "testdata/bad-policy.yaml"}, "policy.tokens.ci-bot.cal: unknown key; want call, list, search or query"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -258,7 +258,9 @@ type slowTools struct {
 func (s *slowTools) serve(t *testing.T, l net.Listener) *httptest.Server {
 	t.Helper()
 	m := server.NewMCPServer("dyn", "0.1.0", server.WithToolCapabilities(true))
-	m.AddTool(mcp.NewTool("slow_echo", mcp.WithDescription("Echo a message back, slowly."), mcp.WithString("message", mcp.Required())),
+	// Read-only, so that the model is offered it (mcp-go marks a tool destructive by default).
+	m.AddTool(mcp.NewTool("slow_echo", mcp.WithDescription("Echo a message back, slowly."), mcp.WithString("message", mcp.Required()),
+		mcp.WithReadOnlyHintAnnotation(true)),
 		func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			if s.slow.Load() {
 				select {

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,7 +61,6 @@ func bigTool(i int) mcp.Tool {
 // serveBigTools serves the big server's tools over streamable HTTP until the test ends.
 func serveBigTools(t *testing.T) string {
 	t.Helper()
-	m := mcpserver.NewMCPServer("big", "0.1.0", mcpserver.WithToolCapabilities(false))
 	echo := func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return mcp.NewToolResultText(r.Params.Name), nil
 	}
@@ -71,20 +68,7 @@ func serveBigTools(t *testing.T) string {
 	for i := range tools {
 		tools[i] = mcpserver.ServerTool{Tool: bigTool(i), Handler: echo}
 	}
-	m.AddTools(tools...)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewUnstartedServer(mcpserver.NewStreamableHTTPServer(m))
-	hs.Listener.Close()
-	hs.Listener = l
-	hs.Start()
-	t.Cleanup(func() {
-		hs.CloseClientConnections()
-		hs.Close()
-	})
-	return "http://" + l.Addr().String() + "/mcp"
+	return serveTools(t, "big", tools)
 }
 
 // get fetches url and returns the status and body.

@@ -34,7 +34,12 @@
 //
 // With a rate limit, each token has its own bucket of RateLimit requests per second and
 // RateBurst at once. A call over it is HTTP 429 with Retry-After / codes.ResourceExhausted
-// with a "retry-after" header, both in whole seconds and at least 1.
+// with a "retry-after" header, both in whole seconds and at least 1. Guard.Charge takes more
+// from the caller's bucket: the api charges each tool call a query makes, so the limit bounds
+// work and not only requests.
+//
+// With MaxInFlight, a token may have at most that many requests running at once (a streamed
+// question holds its slot until it ends); one more is refused the same way, with a wait of 1 s.
 //
 // # Wiring
 //
@@ -42,7 +47,7 @@
 //
 //	// api.Config
 //	Auth auth.Config
-//	// api.Config.RegisterFlags: --api.tokens-file, --api.rate-limit, --api.rate-burst
+//	// api.Config.RegisterFlags: --api.tokens-file, --api.rate-limit, --api.rate-burst, --api.max-in-flight
 //	c.Auth.RegisterFlags(fs, "api.")
 //	// api.Config.Validate
 //	if err := c.Auth.Validate(); err != nil { return err }

@@ -38,11 +38,12 @@ func (g *Guard) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		if !g.Enabled() || strings.HasPrefix(info.FullMethod, healthPrefix) {
 			return next(ctx, req)
 		}
-		name, d := g.admitGRPC(ctx, info.FullMethod)
+		i, name, d := g.admitGRPC(ctx, info.FullMethod)
 		if d != nil {
 			_ = grpc.SetHeader(ctx, d.header())
 			return nil, status.Error(d.code, d.message)
 		}
+		defer g.leave(i)
 		return next(withName(ctx, name), req)
 	}
 }
@@ -53,18 +54,19 @@ func (g *Guard) StreamInterceptor() grpc.StreamServerInterceptor {
 		if !g.Enabled() || strings.HasPrefix(info.FullMethod, healthPrefix) {
 			return next(srv, ss)
 		}
-		name, d := g.admitGRPC(ss.Context(), info.FullMethod)
+		i, name, d := g.admitGRPC(ss.Context(), info.FullMethod)
 		if d != nil {
 			_ = ss.SetHeader(d.header())
 			return status.Error(d.code, d.message)
 		}
+		defer g.leave(i)
 		return next(srv, &namedStream{ServerStream: ss, ctx: withName(ss.Context(), name)})
 	}
 }
 
-func (g *Guard) admitGRPC(ctx context.Context, method string) (string, *denial) {
+func (g *Guard) admitGRPC(ctx context.Context, method string) (int, string, *denial) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	name, d := g.admit(md.Get("authorization"))
+	i, name, d := g.admit(md.Get("authorization"))
 	if d != nil {
 		attrs := []any{"method", method}
 		if p, ok := peer.FromContext(ctx); ok {
@@ -77,7 +79,7 @@ func (g *Guard) admitGRPC(ctx context.Context, method string) (string, *denial) 
 		}
 		g.logDenial(ctx, d, attrs...)
 	}
-	return name, d
+	return i, name, d
 }
 
 // header is the response header metadata of a refused call: what the HTTP response would

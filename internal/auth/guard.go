@@ -10,10 +10,13 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Config says where the tokens file is and how fast each token may call. The tokens
@@ -24,6 +27,8 @@ type Config struct {
 	RateLimit float64
 	// RateBurst is how many requests a token may make at once; 0 means RateLimit rounded up.
 	RateBurst int
+	// MaxInFlight is how many requests one token may have in flight at once; 0 means no limit.
+	MaxInFlight int
 
 	prefix string // of the flag names, so Validate can name the flag
 }
@@ -35,7 +40,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.StringVar(&c.TokensFile, prefix+"tokens-file", "", "file of API tokens, one NAME:TOKEN (or bare TOKEN) a line; $"+EnvTokens+" adds comma-separated ones; no tokens turns auth off")
 	fs.Float64Var(&c.RateLimit, prefix+"rate-limit", 0, "requests per second allowed to each API token (0 = no limit)")
 	fs.IntVar(&c.RateBurst, prefix+"rate-burst", 0, "requests an API token may make at once above its rate (0 = the rate rounded up)")
+	fs.IntVar(&c.MaxInFlight, prefix+"max-in-flight", DefaultMaxInFlight,
+		"requests one API token may have in flight at once; more are refused with 429 (0 = no limit; without tokens there is none). A question holds its slot for up to its timeout, so this bounds how much of the model and the MCP servers one client can hold")
 }
+
+// DefaultMaxInFlight is half the executor's default per-server concurrency (16): one token
+// cannot fill an MCP server's slots, and a console (a few streams at once) and a script still fit.
+const DefaultMaxInFlight = 8
 
 // Validate reports the first bad value, naming its flag.
 func (c *Config) Validate() error {
@@ -44,6 +55,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RateBurst < 0 {
 		return fmt.Errorf("%srate-burst: %d is negative", c.prefix, c.RateBurst)
+	}
+	if c.MaxInFlight < 0 {
+		return fmt.Errorf("%smax-in-flight: %d is negative", c.prefix, c.MaxInFlight)
 	}
 	return nil
 }
@@ -54,7 +68,12 @@ type Guard struct {
 	tokens []Token
 	// limiters[i] limits tokens[i]; nil when there is no rate limit.
 	limiters []*rate.Limiter
-	logger   *slog.Logger
+	// inFlight[i] counts tokens[i]'s requests in flight; nil when there is no limit.
+	inFlight    []atomic.Int32
+	maxInFlight int32
+	// index finds a token's position by its name, for Charge.
+	index  map[string]int
+	logger *slog.Logger
 	// now is the clock the limiters read; tests stop it.
 	now func() time.Time
 }
@@ -77,10 +96,17 @@ func New(cfg Config, env string, logger *slog.Logger) (*Guard, error) {
 		return g, nil
 	}
 	names := make([]string, len(tokens))
+	g.index = make(map[string]int, len(tokens))
 	for i, t := range tokens {
 		names[i] = t.Name
+		g.index[t.Name] = i
 	}
 	attrs := []any{"tokens", len(tokens), "names", names}
+	if cfg.MaxInFlight > 0 {
+		g.inFlight = make([]atomic.Int32, len(tokens))
+		g.maxInFlight = int32(min(cfg.MaxInFlight, math.MaxInt32))
+		attrs = append(attrs, "max_in_flight", cfg.MaxInFlight)
+	}
 	if cfg.RateLimit > 0 {
 		burst := cfg.RateBurst
 		if burst == 0 {
@@ -98,6 +124,18 @@ func New(cfg Config, env string, logger *slog.Logger) (*Guard, error) {
 
 // Enabled reports whether tokens are configured, that is whether calls are checked at all.
 func (g *Guard) Enabled() bool { return g != nil && len(g.tokens) > 0 }
+
+// Names lists the configured tokens' names, in the order they were loaded.
+func (g *Guard) Names() []string {
+	if g == nil {
+		return nil
+	}
+	out := make([]string, len(g.tokens))
+	for i, t := range g.tokens {
+		out[i] = t.Name
+	}
+	return out
+}
 
 type nameKey struct{}
 
@@ -122,34 +160,88 @@ type denial struct {
 
 func (d *denial) Error() string { return d.message }
 
-// admit checks the Authorization values of one call and takes one request from the token's
-// rate limit. It returns the token's name, or why the call is refused.
-func (g *Guard) admit(values []string) (string, *denial) {
+// admit checks the Authorization values of one call, takes a slot of the token's requests in
+// flight and one request from its rate limit. It returns the token's index and name, or why the
+// call is refused; an admitted call must be followed by leave(i) once it has ended.
+func (g *Guard) admit(values []string) (int, string, *denial) {
 	secret, err := bearer(values)
 	if err != nil {
-		return "", &denial{code: codes.Unauthenticated, message: err.Error()}
+		return -1, "", &denial{code: codes.Unauthenticated, message: err.Error()}
 	}
 	i := g.lookup(secret)
 	if i < 0 {
-		return "", &denial{code: codes.Unauthenticated, message: "unknown token"}
+		return -1, "", &denial{code: codes.Unauthenticated, message: "unknown token"}
 	}
 	name := g.tokens[i].Name
-	if g.limiters == nil {
-		return name, nil
+	if g.inFlight != nil {
+		if g.inFlight[i].Add(1) > g.maxInFlight {
+			g.inFlight[i].Add(-1)
+			// Nothing says when a slot frees up; a second is a polite first wait.
+			return -1, name, &denial{code: codes.ResourceExhausted, name: name, retry: 1,
+				message: fmt.Sprintf("too many requests in flight for %s: at most %d at once", name, g.maxInFlight)}
+		}
 	}
+	if d := g.take(i, 1, "rate limit exceeded for %[1]s: retry after %[2]ds"); d != nil {
+		g.leave(i)
+		return -1, name, d
+	}
+	return i, name, nil
+}
+
+// leave frees the slot admit took for token i; i < 0 is no slot.
+func (g *Guard) leave(i int) {
+	if i >= 0 && g.inFlight != nil {
+		g.inFlight[i].Add(-1)
+	}
+}
+
+// take reserves n requests of token i's rate limit, or returns the denial with format's
+// message (%[1]s the name, %[2]d the seconds to wait).
+func (g *Guard) take(i, n int, format string) *denial {
+	if g.limiters == nil {
+		return nil
+	}
+	name := g.tokens[i].Name
 	// Reserve and cancel rather than Allow, because the reservation says how long to wait.
 	now := time.Now()
 	if g.now != nil {
 		now = g.now()
 	}
-	r := g.limiters[i].ReserveN(now, 1)
+	lim := g.limiters[i]
+	if n > lim.Burst() {
+		// Never possible: waiting does not help.
+		return &denial{code: codes.ResourceExhausted, name: name, retry: int(math.Ceil(float64(n) / float64(lim.Limit()))),
+			message: fmt.Sprintf("rate limit of %s: %d requests at once are more than its burst of %d", name, n, lim.Burst())}
+	}
+	r := lim.ReserveN(now, n)
 	if d := r.DelayFrom(now); d > 0 {
 		r.CancelAt(now)
 		secs := max(1, int(math.Ceil(d.Seconds())))
-		return name, &denial{code: codes.ResourceExhausted, name: name, retry: secs,
-			message: fmt.Sprintf("rate limit exceeded for %s: retry after %ds", name, secs)}
+		return &denial{code: codes.ResourceExhausted, name: name, retry: secs, message: fmt.Sprintf(format, name, secs)}
 	}
-	return name, nil
+	return nil
+}
+
+// Charge takes n more requests from the rate limit of the token that authenticated ctx. The
+// api charges each tool call a query makes this way, so that the rate limit bounds work, not
+// only requests: one request that makes 16 calls costs 17. Over the limit it returns a
+// ResourceExhausted status and sets the call's "retry-after" header, as a refused request gets;
+// without tokens, a rate limit or a token in ctx it returns nil.
+func (g *Guard) Charge(ctx context.Context, n int) error {
+	if !g.Enabled() || g.limiters == nil || n <= 0 {
+		return nil
+	}
+	i, ok := g.index[Name(ctx)]
+	if !ok {
+		return nil
+	}
+	d := g.take(i, n, "rate limit exceeded for %[1]s by the tool calls of this request: retry after %[2]ds")
+	if d == nil {
+		return nil
+	}
+	_ = grpc.SetHeader(ctx, d.header())
+	g.logDenial(ctx, d, "calls", n)
+	return status.Error(d.code, d.message)
 }
 
 // bearer returns the token of the one "Bearer TOKEN" value; its errors say what is wrong with

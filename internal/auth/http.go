@@ -27,12 +27,13 @@ func (g *Guard) HTTP(next http.Handler, skip func(*http.Request) bool) http.Hand
 			next.ServeHTTP(w, r)
 			return
 		}
-		name, d := g.admit(r.Header.Values("Authorization"))
+		i, name, d := g.admit(r.Header.Values("Authorization"))
 		if d != nil {
 			g.logDenial(r.Context(), d, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
 			writeDenial(w, d)
 			return
 		}
+		defer g.leave(i)
 		next.ServeHTTP(w, r.WithContext(withName(r.Context(), name)))
 	})
 }

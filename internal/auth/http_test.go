@@ -134,11 +134,11 @@ func TestRetryAfterAtLeastOne(t *testing.T) {
 	g, _ := newGuard(t, Config{RateLimit: 1000, RateBurst: 1}, "")
 	stopped := time.Now()
 	g.now = func() time.Time { return stopped } // the 1 ms refill never comes
-	_, d := g.admit([]string{"Bearer " + tokenCI})
+	_, _, d := g.admit([]string{"Bearer " + tokenCI})
 	if d != nil {
 		t.Fatalf("first call refused: %v", d)
 	}
-	_, d = g.admit([]string{"Bearer " + tokenCI})
+	_, _, d = g.admit([]string{"Bearer " + tokenCI})
 	if d == nil {
 		t.Fatal("second call at the same instant admitted with a burst of 1")
 	}

@@ -30,6 +30,9 @@ const (
 	// BackendUnreadable: UNAVAILABLE because the backend answered something that is not its
 	// protocol (a proxy's error page, another service on its port).
 	BackendUnreadable = "BACKEND_UNREADABLE"
+	// PolicyDenied: PERMISSION_DENIED because internal/policy refused the call; the ErrorInfo's
+	// metadata says the action, the tool and the rule.
+	PolicyDenied = "POLICY_DENIED"
 )
 
 // Status is a status of code and msg carrying reason.

@@ -152,6 +152,14 @@ func TestParseErrors(t *testing.T) {
 			[]string{`mcp server "calc": maxConcurrency: must be an integer, not a string`}},
 		{"bad protocolVersion", `{"mcpServers":{"calc":{"url":"http://h/","protocolVersion":"latest"}}}`,
 			[]string{`mcp server "calc": protocolVersion: must be an MCP protocol version`}},
+		{"excludedTools not a list", `{"mcpServers":{"calc":{"url":"http://h/","excludedTools":"divide"}}}`,
+			[]string{`mcp server "calc": excludedTools: must be a list of strings, not a string`}},
+		{"empty allowedTools pattern", `{"mcpServers":{"calc":{"url":"http://h/","allowedTools":["add",""]}}}`,
+			[]string{`mcp server "calc": allowedTools[1]: must not be empty`}},
+		{"excludedTools pattern with a space", `{"mcpServers":{"calc":{"url":"http://h/","excludedTools":["a b"]}}}`,
+			[]string{`mcp server "calc": excludedTools[0]: "a b" has a space or control character`}},
+		{"allowDestructive wrong type", `{"mcpServers":{"calc":{"url":"http://h/","allowDestructive":"yes"}}}`,
+			[]string{`mcp server "calc": allowDestructive: must be true or false, not a string`}},
 		{"protocolVersion wrong type", `{"mcpServers":{"calc":{"url":"http://h/","protocolVersion":20250618}}}`,
 			[]string{`mcp server "calc": protocolVersion: must be a string, not a number`}},
 		{"url wrong type", `{"mcpServers":{"calc":{"url":7801}}}`,
@@ -381,6 +389,9 @@ mcpServers:
     url: http://127.0.0.1:7801/sse
     timeout: 2.5
     maxConcurrency: 8
+    allowedTools: ["*"]
+    excludedTools: [divide, "sq*"]
+    allowDestructive: true
   github:
     type: http
     url: https://api.example.com/mcp
@@ -405,7 +416,8 @@ mcpServers:
 	}
 	want := map[string]Server{
 		"calculator": {Name: "calculator", Transport: TransportSSE, URL: "http://127.0.0.1:7801/sse",
-			Timeout: 2500 * time.Millisecond, MaxConcurrency: 8},
+			Timeout: 2500 * time.Millisecond, MaxConcurrency: 8,
+			AllowedTools: []string{"*"}, ExcludedTools: []string{"divide", "sq*"}, AllowDestructive: true},
 		"github": {Name: "github", Transport: TransportStreamableHTTP, URL: "https://api.example.com/mcp",
 			Headers: map[string]string{"Authorization": "Bearer " + secretToken}},
 		"files": {Name: "files", Transport: TransportStdio, Command: "npx",

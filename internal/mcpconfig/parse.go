@@ -179,6 +179,9 @@ func parseEntry(name string, raw any, lookup func(string) (string, bool)) (Serve
 	s.Timeout = e.duration("timeout")
 	s.MaxConcurrency = e.integer("maxConcurrency")
 	s.ProtocolVersion, _ = e.str("protocolVersion", false)
+	s.AllowedTools = e.strSlice("allowedTools")
+	s.ExcludedTools = e.strSlice("excludedTools")
+	s.AllowDestructive = e.boolean("allowDestructive")
 	if len(e.errs) > 0 {
 		return Server{}, false, errors.Join(e.errs...)
 	}
@@ -221,7 +224,7 @@ func (e *entry) str(key string, expandVars bool) (string, bool) {
 	}
 	v, ok := raw.(string)
 	if !ok {
-		e.fail(key, "must be a string, not %s", typeName(raw))
+		e.fail(key, "must be a string, not %s", TypeName(raw))
 		return "", false
 	}
 	if expandVars {
@@ -237,7 +240,7 @@ func (e *entry) boolean(key string) bool {
 	}
 	v, ok := raw.(bool)
 	if !ok {
-		e.fail(key, "must be true or false, not %s", typeName(raw))
+		e.fail(key, "must be true or false, not %s", TypeName(raw))
 	}
 	return v
 }
@@ -249,7 +252,7 @@ func (e *entry) strSlice(key string) []string {
 	}
 	list, ok := raw.([]any)
 	if !ok {
-		e.fail(key, "must be a list of strings, not %s", typeName(raw))
+		e.fail(key, "must be a list of strings, not %s", TypeName(raw))
 		return nil
 	}
 	out := make([]string, 0, len(list))
@@ -257,7 +260,7 @@ func (e *entry) strSlice(key string) []string {
 		field := fmt.Sprintf("%s[%d]", key, i)
 		v, ok := item.(string)
 		if !ok {
-			e.fail(field, "must be a string, not %s", typeName(item))
+			e.fail(field, "must be a string, not %s", TypeName(item))
 			continue
 		}
 		out = append(out, e.expand(field, v))
@@ -273,7 +276,7 @@ func (e *entry) strMap(key string) map[string]string {
 	}
 	m, ok := asObject(raw)
 	if !ok {
-		e.fail(key, "must be an object of strings, not %s", typeName(raw))
+		e.fail(key, "must be an object of strings, not %s", TypeName(raw))
 		return nil
 	}
 	out := make(map[string]string, len(m))
@@ -281,7 +284,7 @@ func (e *entry) strMap(key string) map[string]string {
 		field := key + "." + k
 		v, ok := m[k].(string)
 		if !ok {
-			e.fail(field, "must be a string, not %s", typeName(m[k]))
+			e.fail(field, "must be a string, not %s", TypeName(m[k]))
 			continue
 		}
 		out[k] = e.expand(field, v)
@@ -306,7 +309,7 @@ func (e *entry) duration(key string) time.Duration {
 	} else {
 		f, ok := number(raw)
 		if !ok {
-			e.fail(key, `must be a duration like "30s" or a number of seconds, not %s`, typeName(raw))
+			e.fail(key, `must be a duration like "30s" or a number of seconds, not %s`, TypeName(raw))
 			return 0
 		}
 		if math.IsNaN(f) || f > float64(math.MaxInt64)/float64(time.Second) {
@@ -329,7 +332,7 @@ func (e *entry) integer(key string) int {
 	}
 	f, ok := number(raw)
 	if !ok || f != math.Trunc(f) || math.Abs(f) > math.MaxInt32 {
-		e.fail(key, "must be an integer, not %s", typeName(raw))
+		e.fail(key, "must be an integer, not %s", TypeName(raw))
 		return 0
 	}
 	return int(f)
@@ -374,7 +377,9 @@ func asObject(raw any) (map[string]any, bool) {
 	return nil, false
 }
 
-func typeName(raw any) string {
+// TypeName names the type of a value decoded from JSON or YAML, for errors ("must be a list of
+// strings, not a string").
+func TypeName(raw any) string {
 	switch raw.(type) {
 	case nil:
 		return "null"

@@ -47,6 +47,16 @@ type Server struct {
 	MaxConcurrency int
 	// ProtocolVersion pins the MCP protocol version to negotiate; empty means the newest.
 	ProtocolVersion string
+
+	// AllowedTools and ExcludedTools are globs ('*', '?') over the server's tool names, under
+	// the names mcphost gives them: when AllowedTools is set only the tools it matches exist
+	// for toolmesh, and the tools ExcludedTools matches never do (it wins). internal/policy
+	// applies them.
+	AllowedTools  []string
+	ExcludedTools []string
+	// AllowDestructive lets the model be offered this server's tools whose annotations do not
+	// say they are read-only or non-destructive; without it only apps call them, directly.
+	AllowDestructive bool
 }
 
 // IsRemote reports whether t is a network transport (sse or streamable-http).
@@ -163,7 +173,31 @@ func (s Server) Validate() error {
 	if s.ProtocolVersion != "" && !protocolVersionPattern.MatchString(s.ProtocolVersion) {
 		add("protocolVersion", "must be an MCP protocol version like \"2025-06-18\"")
 	}
+	for _, l := range []struct {
+		key string
+		ps  []string
+	}{{"allowedTools", s.AllowedTools}, {"excludedTools", s.ExcludedTools}} {
+		for i, p := range l.ps {
+			if msg := checkToolGlob(p); msg != "" {
+				add(fmt.Sprintf("%s[%d]", l.key, i), "%s", msg)
+			}
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// checkToolGlob returns why p cannot match a tool name, or "": tool names are non-empty and
+// hold no spaces or control characters.
+func checkToolGlob(p string) string {
+	if p == "" {
+		return "must not be empty"
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] <= ' ' || p[i] == 0x7f {
+			return fmt.Sprintf("%q has a space or control character, which no tool name holds", p)
+		}
+	}
+	return ""
 }
 
 // checkURL returns why raw is not an absolute http(s) URL, or "". It never echoes raw:
@@ -225,27 +259,33 @@ func (s Server) Endpoint() string {
 
 // redacted is the printable view of a Server: no header values, env values or args.
 type redacted struct {
-	Name            string   `json:"name"`
-	Transport       string   `json:"transport"`
-	Endpoint        string   `json:"endpoint"`
-	HeaderNames     []string `json:"header_names,omitempty"`
-	EnvKeys         []string `json:"env_keys,omitempty"`
-	Args            int      `json:"args,omitempty"`
-	Timeout         string   `json:"timeout,omitempty"`
-	MaxConcurrency  int      `json:"max_concurrency,omitempty"`
-	ProtocolVersion string   `json:"protocol_version,omitempty"`
+	Name             string   `json:"name"`
+	Transport        string   `json:"transport"`
+	Endpoint         string   `json:"endpoint"`
+	HeaderNames      []string `json:"header_names,omitempty"`
+	EnvKeys          []string `json:"env_keys,omitempty"`
+	Args             int      `json:"args,omitempty"`
+	Timeout          string   `json:"timeout,omitempty"`
+	MaxConcurrency   int      `json:"max_concurrency,omitempty"`
+	ProtocolVersion  string   `json:"protocol_version,omitempty"`
+	AllowedTools     []string `json:"allowed_tools,omitempty"`
+	ExcludedTools    []string `json:"excluded_tools,omitempty"`
+	AllowDestructive bool     `json:"allow_destructive,omitempty"`
 }
 
 func (s Server) redacted() redacted {
 	r := redacted{
-		Name:            s.Name,
-		Transport:       string(s.Transport),
-		Endpoint:        s.Endpoint(),
-		HeaderNames:     slices.Sorted(maps.Keys(s.Headers)),
-		EnvKeys:         slices.Sorted(maps.Keys(s.Env)),
-		Args:            len(s.Args),
-		MaxConcurrency:  s.MaxConcurrency,
-		ProtocolVersion: s.ProtocolVersion,
+		Name:             s.Name,
+		Transport:        string(s.Transport),
+		Endpoint:         s.Endpoint(),
+		HeaderNames:      slices.Sorted(maps.Keys(s.Headers)),
+		EnvKeys:          slices.Sorted(maps.Keys(s.Env)),
+		Args:             len(s.Args),
+		MaxConcurrency:   s.MaxConcurrency,
+		ProtocolVersion:  s.ProtocolVersion,
+		AllowedTools:     s.AllowedTools,
+		ExcludedTools:    s.ExcludedTools,
+		AllowDestructive: s.AllowDestructive,
 	}
 	if s.Timeout != 0 {
 		r.Timeout = s.Timeout.String()
@@ -275,6 +315,15 @@ func (s Server) String() string {
 	}
 	if r.ProtocolVersion != "" {
 		fmt.Fprintf(&b, " protocolVersion=%s", r.ProtocolVersion)
+	}
+	if len(r.AllowedTools) > 0 {
+		fmt.Fprintf(&b, " allowedTools=%s", strings.Join(r.AllowedTools, ","))
+	}
+	if len(r.ExcludedTools) > 0 {
+		fmt.Fprintf(&b, " excludedTools=%s", strings.Join(r.ExcludedTools, ","))
+	}
+	if r.AllowDestructive {
+		b.WriteString(" allowDestructive")
 	}
 	return b.String()
 }
@@ -307,6 +356,15 @@ func (s Server) LogValue() slog.Value {
 	}
 	if r.ProtocolVersion != "" {
 		attrs = append(attrs, slog.String("protocol_version", r.ProtocolVersion))
+	}
+	if len(r.AllowedTools) > 0 {
+		attrs = append(attrs, slog.Any("allowed_tools", r.AllowedTools))
+	}
+	if len(r.ExcludedTools) > 0 {
+		attrs = append(attrs, slog.Any("excluded_tools", r.ExcludedTools))
+	}
+	if r.AllowDestructive {
+		attrs = append(attrs, slog.Bool("allow_destructive", true))
 	}
 	return slog.GroupValue(attrs...)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,8 +24,10 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
@@ -41,7 +44,7 @@ const (
 	maxMaxIterations     = 32
 	maxTimeoutSeconds    = 600
 	// retrievalQueryBytes bounds the text searched for from the second step on: the question
-	// plus the start of each output of the step before.
+	// plus the calls of the step before.
 	retrievalQueryBytes = 1024
 )
 
@@ -61,6 +64,8 @@ type agentHandler struct {
 	executor  executorClient
 	retriever retrieverClient // nil: no retriever configured
 	inference inferenceClient // nil: no inference configured
+	policy    *policy.Policy
+	guard     *auth.Guard // charges each tool call to the caller's rate limit
 
 	tracer   trace.Tracer
 	payloads telemetry.PayloadPolicy
@@ -162,7 +167,7 @@ func (h *agentHandler) run(ctx context.Context, q query, send func(*toolmeshv1.Q
 	defer cancelDeadline()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	r := &runner{h: h, q: q, resp: &toolmeshv1.QueryResponse{}}
+	r := &runner{h: h, q: q, resp: &toolmeshv1.QueryResponse{}, caller: caller(ctx, q.servers)}
 	if sc := span.SpanContext(); sc.HasTraceID() {
 		r.resp.TraceId = sc.TraceID().String()
 	}
@@ -181,6 +186,9 @@ func (h *agentHandler) run(ctx context.Context, q query, send func(*toolmeshv1.Q
 	}
 	if isDirect(q.text) {
 		return r.direct(ctx)
+	}
+	if d := h.policy.Ask(r.caller); d != nil {
+		return nil, h.policy.Record(ctx, d)
 	}
 	switch {
 	case h.inference == nil:
@@ -210,11 +218,16 @@ func (h *agentHandler) finish(ctx context.Context, span trace.Span, start time.T
 
 // runner is the state of one query.
 type runner struct {
-	h    *agentHandler
-	q    query
-	resp *toolmeshv1.QueryResponse
-	send func(*toolmeshv1.QueryStreamResponse)
-	mu   sync.Mutex
+	h      *agentHandler
+	q      query
+	caller policy.Caller
+	resp   *toolmeshv1.QueryResponse
+	send   func(*toolmeshv1.QueryStreamResponse)
+	// ran counts the calls run so far, against cfg.MaxToolCalls; lastRun are those the
+	// last step ran (not those it refused).
+	ran     int
+	lastRun []*toolmeshv1.ToolCallRecord
+	mu      sync.Mutex
 	// down is set when the executor itself could not be reached: that is no tool's error
 	// to feed back to the model, and the query ends with it.
 	down error
@@ -242,22 +255,14 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 	r.resp.Steps = append(r.resp.Steps, step)
 	r.resp.Iterations = int32(n)
 
-	sctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
-	found, err := h.retriever.SearchTools(sctx, &toolmeshv1.RetrieverServiceSearchToolsRequest{
-		Query: r.retrievalQuery(), K: r.q.k, Servers: r.q.servers,
-	})
-	cancel()
-	switch {
-	case status.Code(err) == codes.InvalidArgument:
-		// A question with no searchable words ("Who are you?") matches no tool; the
-		// model answers it with none.
-		found = nil
-	case err != nil:
-		resp, err := r.fail(ctx, dependencyError(sctx, "retriever", h.cfg.RetrieverAddr, err), n, "retrieving tools")
+	found, err := r.retrieve(ctx)
+	if err != nil {
+		resp, err := r.fail(ctx, err, n, "retrieving tools")
 		return resp, true, err
 	}
-	step.Retrieved = found.GetResults()
-	span.SetAttributes(attribute.Int("toolmesh.step.tools_retrieved", len(step.Retrieved)))
+	step.Retrieved = r.offer(ctx, found)
+	span.SetAttributes(attribute.Int("toolmesh.step.tools_retrieved", len(step.Retrieved)),
+		attribute.Int("toolmesh.step.tools_withheld", len(found)-len(step.Retrieved)))
 	r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_Retrieved{Retrieved: step}})
 
 	gen, err := h.inference.Generate(ctx, &toolmeshv1.GenerateRequest{
@@ -288,8 +293,13 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 	for i, c := range gen.GetCalls() {
 		calls[i] = &toolmeshv1.ToolCallRecord{Tool: c.GetToolId(), Arguments: c.GetArguments()}
 	}
-	span.SetAttributes(attribute.Int("toolmesh.step.tool_calls", len(calls)))
-	r.execute(ctx, n, calls)
+	run := r.admit(ctx, step, calls)
+	span.SetAttributes(attribute.Int("toolmesh.step.tool_calls", len(calls)), attribute.Int("toolmesh.step.tool_calls_run", len(run)))
+	if err := h.guard.Charge(ctx, len(run)); err != nil {
+		resp, err := r.fail(ctx, err, n, "calling tools")
+		return resp, true, err
+	}
+	r.execute(ctx, n, calls, run)
 	if ctx.Err() != nil {
 		resp, err := r.fail(ctx, ctx.Err(), n, "calling tools")
 		return resp, true, err
@@ -298,7 +308,86 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 		resp, err := r.fail(ctx, r.down, n, "calling tools")
 		return resp, true, err
 	}
+	if r.ran >= h.cfg.MaxToolCalls {
+		r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_MAX_ITERATIONS
+		r.resp.Error = fmt.Sprintf("stopped at the query's limit of %d tool calls (api.max-tool-calls)", h.cfg.MaxToolCalls)
+		resp, err := r.compose(ctx, *modelAnswer)
+		return resp, true, err
+	}
 	return nil, false, nil
+}
+
+// retrieve searches for the step's tools: among the servers both the request and the caller's
+// scope allow, and twice as many as the step offers, so that the tools the policy withholds
+// from the model (offer) leave the rest of the k in their place.
+func (r *runner) retrieve(ctx context.Context) ([]*toolmeshv1.ScoredTool, error) {
+	servers, ok := r.h.policy.Within(r.caller, policy.Call, r.q.servers)
+	if !ok {
+		return nil, nil // the caller may call none of the servers: the model answers without tools
+	}
+	sctx, cancel := context.WithTimeout(ctx, r.h.cfg.RPCTimeout)
+	defer cancel()
+	found, err := r.h.retriever.SearchTools(sctx, &toolmeshv1.RetrieverServiceSearchToolsRequest{
+		Query: r.retrievalQuery(), K: min(2*r.q.k, toolid.MaxK), Servers: servers,
+	})
+	switch {
+	case status.Code(err) == codes.InvalidArgument:
+		// A question with no searchable words ("Who are you?") matches no tool; the
+		// model answers it with none.
+		return nil, nil
+	case err != nil:
+		return nil, dependencyError(sctx, "retriever", r.h.cfg.RetrieverAddr, err)
+	}
+	return found.GetResults(), nil
+}
+
+// offer keeps the first k of found that the policy lets the model be offered; each one
+// withheld is counted and marked on the step's span.
+func (r *runner) offer(ctx context.Context, found []*toolmeshv1.ScoredTool) []*toolmeshv1.ScoredTool {
+	out := make([]*toolmeshv1.ScoredTool, 0, min(len(found), int(r.q.k)))
+	for _, f := range found {
+		if len(out) == int(r.q.k) {
+			break
+		}
+		if d := r.h.policy.Offer(r.caller, f.GetTool()); d != nil {
+			r.h.policy.Record(ctx, d)
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// admit decides which of the model's calls in step run, and records why each other one does
+// not: a tool the step did not offer (the model's output is no authority: text a tool returned
+// may have asked for it), the policy, the step's limit and the query's. It returns the calls
+// to run, in order.
+func (r *runner) admit(ctx context.Context, step *toolmeshv1.Step, calls []*toolmeshv1.ToolCallRecord) []*toolmeshv1.ToolCallRecord {
+	offered := make(map[string]bool, len(step.GetRetrieved()))
+	for _, t := range step.GetRetrieved() {
+		offered[t.GetTool().GetId()] = true
+	}
+	cfg := r.h.cfg
+	var run []*toolmeshv1.ToolCallRecord
+	for _, c := range calls {
+		d := r.h.policy.Call(r.caller, c.GetTool())
+		if d == nil && !offered[c.GetTool()] {
+			d = &policy.Denial{Action: policy.Call, Tool: c.GetTool(), Rule: policy.RuleOffered,
+				Reason: fmt.Sprintf("step %d did not offer it to the model", step.GetNumber())}
+		}
+		switch {
+		case d != nil:
+			r.h.policy.Record(ctx, d)
+			c.IsError, c.Output = true, d.Error()
+		case len(run) == cfg.MaxStepCalls:
+			c.IsError, c.Output = true, fmt.Sprintf("not run: a step runs at most %d calls (api.max-step-calls)", cfg.MaxStepCalls)
+		case r.ran+len(run) == cfg.MaxToolCalls:
+			c.IsError, c.Output = true, fmt.Sprintf("not run: the query has made its %d tool calls (api.max-tool-calls)", cfg.MaxToolCalls)
+		default:
+			run = append(run, c)
+		}
+	}
+	return run
 }
 
 // direct runs the calls a query of the form @SERVER.TOOL({...}) names, without a model.
@@ -306,6 +395,9 @@ func (r *runner) direct(ctx context.Context) (*toolmeshv1.QueryResponse, error) 
 	parsed, err := parseDirect(r.q.text)
 	if err != nil {
 		return nil, invalid.Field("query", "direct call: "+err.Error())
+	}
+	if limit := r.h.cfg.MaxToolCalls; len(parsed) > limit {
+		return nil, invalid.Field("query", fmt.Sprintf("direct call: %d calls, but a query makes at most %d (api.max-tool-calls)", len(parsed), limit))
 	}
 	calls := make([]*toolmeshv1.ToolCallRecord, len(parsed))
 	for i, c := range parsed {
@@ -315,9 +407,18 @@ func (r *runner) direct(ctx context.Context) (*toolmeshv1.QueryResponse, error) 
 		}
 		calls[i] = &toolmeshv1.ToolCallRecord{Tool: c.ToolID, Arguments: args}
 	}
+	// All or nothing: an app that names its calls gets them all run, or a refusal saying why.
+	for _, c := range calls {
+		if d := r.h.policy.Call(r.caller, c.GetTool()); d != nil {
+			return nil, r.h.policy.Record(ctx, d)
+		}
+	}
+	if err := r.h.guard.Charge(ctx, len(calls)); err != nil {
+		return nil, err
+	}
 	r.resp.Steps = []*toolmeshv1.Step{{Number: 1}}
 	r.resp.Iterations = 1
-	r.execute(ctx, 1, calls)
+	r.execute(ctx, 1, calls, calls)
 	if ctx.Err() != nil {
 		return r.fail(ctx, ctx.Err(), 1, "calling tools")
 	}
@@ -340,17 +441,25 @@ func (r *runner) direct(ctx context.Context) (*toolmeshv1.QueryResponse, error) 
 	return r.resp, nil
 }
 
-// execute runs the calls of one step, at most cfg.MaxParallelCalls at a time, and records
-// each result; a failed call is a result with is_error set, for the model to see.
-func (r *runner) execute(ctx context.Context, step int, calls []*toolmeshv1.ToolCallRecord) {
+// execute records the calls of one step and runs those in run, at most cfg.MaxParallelCalls
+// at a time; a failed call is a result with is_error set, for the model to see, and so is one
+// admit refused.
+func (r *runner) execute(ctx context.Context, step int, calls, run []*toolmeshv1.ToolCallRecord) {
 	first := len(r.resp.ToolCalls)
 	for i, c := range calls {
 		c.Step, c.Index = int32(step), int32(first+i)
 	}
 	r.resp.ToolCalls = append(r.resp.ToolCalls, calls...)
+	for _, c := range calls {
+		if !slices.Contains(run, c) {
+			r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_ToolCallFinished{ToolCallFinished: c}})
+		}
+	}
+	r.ran += len(run)
+	r.lastRun = run
 	sem := make(chan struct{}, r.h.cfg.MaxParallelCalls)
 	var wg sync.WaitGroup
-	for _, c := range calls {
+	for _, c := range run {
 		wg.Go(func() {
 			select {
 			case sem <- struct{}{}:
@@ -546,21 +655,23 @@ func (r *runner) inferenceError(ctx context.Context, err error) error {
 	return status.Errorf(codes.Unavailable, "no model to answer with: the model backend%s does not answer (%s); %s", tried, st.Message(), fix)
 }
 
-// retrievalQuery is the question, and from the second step on the question plus the start of
-// what the last step's calls returned, so tools that fit the new facts can come up.
+// retrievalQuery is the question, and from the second step on the question plus the calls
+// the last step ran (tool ids and arguments). It never holds what a tool returned: a tool's
+// output is data, and text in it ("SYSTEM: now call query_database ...") must not choose the
+// tools the model is offered next. Nor does it hold a call that was refused: the model may
+// have named a tool it was not offered because a tool's output told it to.
 func (r *runner) retrievalQuery() string {
-	calls := r.resp.GetToolCalls()
-	if len(calls) == 0 {
+	if len(r.lastRun) == 0 {
 		return r.q.text
 	}
 	b := []byte(r.q.text)
-	last := calls[len(calls)-1].GetStep()
-	for _, c := range calls {
-		if c.GetStep() != last || c.GetIsError() {
-			continue
-		}
+	for _, c := range r.lastRun {
 		b = append(b, ' ')
-		b = append(b, c.GetOutput()...)
+		b = append(b, c.GetTool()...)
+		if args, err := c.GetArguments().MarshalJSON(); err == nil && len(args) > 2 {
+			b = append(b, ' ')
+			b = append(b, args...)
+		}
 	}
 	return truncateUTF8(string(b), max(retrievalQueryBytes, len(r.q.text)))
 }

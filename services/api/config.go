@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolmesh/toolmesh/internal/auth"
+	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/secret"
 	"github.com/toolmesh/toolmesh/internal/server"
 )
@@ -38,6 +39,13 @@ type Config struct {
 	Auth auth.Config
 	// Tokens are API tokens from the environment, a secret (Secrets), added to Auth's file.
 	Tokens string
+	// MaxToolCalls bounds the tool calls one query makes, over all its steps (a direct query's
+	// calls included); MaxStepCalls bounds those of one step the model asks for.
+	MaxToolCalls int
+	MaxStepCalls int
+	// Policy is who may list, search and call what (the config's `policy:` key and the
+	// mcpServers rules); it is YAML-only, set by the app.
+	Policy policy.Config
 }
 
 // Secrets are the values the api target reads from the environment.
@@ -45,6 +53,19 @@ func (c *Config) Secrets() []secret.Var {
 	return []secret.Var{{Env: auth.EnvTokens, Value: &c.Tokens,
 		Usage: "API tokens, comma-separated NAME:TOKEN (or bare TOKEN), added to those of --api.tokens-file"}}
 }
+
+// Defaults of the limits on work, with their reasons.
+const (
+	// DefaultMaxToolCalls: BFCL's multi-call cases need at most 4 calls and the demo's chained
+	// questions 2-3; 16 leaves room for a model that retries, while one request can no longer
+	// make hundreds (an 8 KiB direct query held 240).
+	DefaultMaxToolCalls = 16
+	// DefaultMaxStepCalls: Gorilla's parallel calls in one step number at most 4 in BFCL's
+	// parallel categories; twice that still runs in two rounds of api.max-parallel-calls.
+	DefaultMaxStepCalls = 8
+	// maxToolCallsLimit bounds the flags themselves.
+	maxToolCallsLimit = 1000
+)
 
 // RegisterFlags sets the defaults and binds them to flags prefixed "api.".
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -61,6 +82,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RPCTimeout, "api.rpc-timeout", 10*time.Second, "timeout of every other call from the api to a dependency")
 	fs.Int64Var(&c.MaxBodyBytes, "api.max-body-bytes", 1<<20, "largest REST request body accepted, in bytes")
 	fs.StringVar(&c.JaegerURL, "api.jaeger-url", "", "Jaeger UI base URL (e.g. http://127.0.0.1:16686); when set, the web console at /ui links each query to URL/trace/TRACE_ID")
+	fs.IntVar(&c.MaxToolCalls, "api.max-tool-calls", DefaultMaxToolCalls, "most tool calls one query makes over all its steps, a direct @SERVER.TOOL query's included (it is refused with more); each call also costs one request of the token's rate limit")
+	fs.IntVar(&c.MaxStepCalls, "api.max-step-calls", DefaultMaxStepCalls, "most calls of one model step that run; the model's further calls in that step are recorded as not run")
 	c.Auth.RegisterFlags(fs, "api.")
 }
 
@@ -91,6 +114,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxParallelCalls < 1 || c.MaxParallelCalls > 64 {
 		return fmt.Errorf("api.max-parallel-calls: %d must be between 1 and 64", c.MaxParallelCalls)
+	}
+	if c.MaxToolCalls < 1 || c.MaxToolCalls > maxToolCallsLimit {
+		return fmt.Errorf("api.max-tool-calls: %d must be between 1 and %d", c.MaxToolCalls, maxToolCallsLimit)
+	}
+	if c.MaxStepCalls < 1 || c.MaxStepCalls > maxToolCallsLimit {
+		return fmt.Errorf("api.max-step-calls: %d must be between 1 and %d", c.MaxStepCalls, maxToolCallsLimit)
 	}
 	if c.MaxOutputBytes < 256 {
 		return fmt.Errorf("api.max-output-bytes: %d is below the 256-byte minimum", c.MaxOutputBytes)

@@ -97,13 +97,13 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	body := map[string]any{}
 	ready := true
-	resp, err := s.tools.ListServers(r.Context(), &toolmeshv1.ListServersRequest{})
+	servers, err := s.tools.allServers(r.Context())
 	if err != nil {
 		ready = false
 		body["executor"] = err.Error()
 	}
 	var bad []notReady
-	for _, srv := range resp.GetServers() {
+	for _, srv := range servers {
 		if srv.GetState() != toolmeshv1.ServerState_SERVER_STATE_READY {
 			bad = append(bad, notReady{Name: srv.GetName(), State: srv.GetState().String(), Error: srv.GetLastError()})
 		}
@@ -113,9 +113,9 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 		sort.Slice(bad, func(i, j int) bool { return bad[i].Name < bad[j].Name })
 		body["servers_not_connected"] = bad
 	}
-	body["servers"] = len(resp.GetServers())
+	body["servers"] = len(servers)
 	served := int32(0)
-	for _, srv := range resp.GetServers() {
+	for _, srv := range servers {
 		served += srv.GetToolCount()
 	}
 	if s.tools.retriever != nil {

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
@@ -33,11 +36,21 @@ type toolHandler struct {
 	cfg       Config
 	executor  executorClient
 	retriever retrieverClient // nil when no retriever is configured
+	policy    *policy.Policy
+}
+
+// caller is who the request in ctx comes from, for the policy.
+func caller(ctx context.Context, servers []string) policy.Caller {
+	return policy.Caller{Token: auth.Name(ctx), Servers: servers}
 }
 
 func (h *toolHandler) ListTools(ctx context.Context, req *toolmeshv1.ListToolsRequest) (*toolmeshv1.ListToolsResponse, error) {
 	if req.GetServer() != "" && !toolid.ValidServer(req.GetServer()) {
 		return nil, invalid.Field("server", "must match "+toolid.ServerRule)
+	}
+	c := caller(ctx, nil)
+	if d := h.policy.MayList(c); d != nil {
+		return nil, h.policy.Record(ctx, d)
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
 	defer cancel()
@@ -45,17 +58,36 @@ func (h *toolHandler) ListTools(ctx context.Context, req *toolmeshv1.ListToolsRe
 	if err != nil {
 		return nil, dependencyError(ctx, "executor", h.cfg.ExecutorAddr, err)
 	}
-	return &toolmeshv1.ListToolsResponse{Tools: resp.GetTools()}, nil
+	// What a token may not list is left out, as if it did not exist; a refusal per tool would
+	// be noise (and would say what there is to be refused).
+	tools := resp.GetTools()
+	if h.policy.Scoped() {
+		tools = slices.DeleteFunc(slices.Clone(tools), func(t *toolmeshv1.Tool) bool { return h.policy.List(c, t.GetId()) != nil })
+	}
+	return &toolmeshv1.ListToolsResponse{Tools: tools}, nil
 }
 
 func (h *toolHandler) ListServers(ctx context.Context, _ *toolmeshv1.ListServersRequest) (*toolmeshv1.ListServersResponse, error) {
+	servers, err := h.allServers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if h.policy.Scoped() {
+		c := caller(ctx, nil)
+		servers = slices.DeleteFunc(slices.Clone(servers), func(s *toolmeshv1.Server) bool { return !h.policy.ListsServer(c, s.GetName()) })
+	}
+	return &toolmeshv1.ListServersResponse{Servers: servers}, nil
+}
+
+// allServers is every configured server, whoever asks: /readyz reports on all of them.
+func (h *toolHandler) allServers(ctx context.Context) ([]*toolmeshv1.Server, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
 	defer cancel()
 	resp, err := h.executor.ListServers(ctx, &toolmeshv1.ExecutorServiceListServersRequest{})
 	if err != nil {
 		return nil, dependencyError(ctx, "executor", h.cfg.ExecutorAddr, err)
 	}
-	return &toolmeshv1.ListServersResponse{Servers: resp.GetServers()}, nil
+	return resp.GetServers(), nil
 }
 
 func (h *toolHandler) CallTool(ctx context.Context, req *toolmeshv1.CallToolRequest) (*toolmeshv1.CallToolResponse, error) {
@@ -68,10 +100,14 @@ func (h *toolHandler) CallTool(ctx context.Context, req *toolmeshv1.CallToolRequ
 	if req.GetName() == "" {
 		return nil, invalid.Field("name", "is required")
 	}
+	id := toolid.Join(req.GetServer(), req.GetName())
+	if d := h.policy.Call(caller(ctx, nil), id); d != nil {
+		return nil, h.policy.Record(ctx, d)
+	}
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.CallTimeout)
 	defer cancel()
 	resp, err := h.executor.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{
-		ToolId:    toolid.Join(req.GetServer(), req.GetName()),
+		ToolId:    id,
 		Arguments: req.GetArguments(),
 	})
 	if err != nil {
@@ -97,17 +133,29 @@ func (h *toolHandler) SearchTools(ctx context.Context, req *toolmeshv1.SearchToo
 	if h.retriever == nil {
 		return nil, status.Error(codes.Unavailable, "tool search needs a retriever: none is configured (set --api.retriever-addr)")
 	}
+	c := caller(ctx, nil)
+	if d := h.policy.MaySearch(c); d != nil {
+		return nil, h.policy.Record(ctx, d)
+	}
 	k := req.GetK()
 	if k == 0 {
 		k = toolid.DefaultK
 	}
+	servers, ok := h.policy.Within(c, policy.Search, req.GetServer())
+	if !ok {
+		return &toolmeshv1.SearchToolsResponse{}, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
 	defer cancel()
-	resp, err := h.retriever.SearchTools(ctx, &toolmeshv1.RetrieverServiceSearchToolsRequest{Query: req.GetQ(), K: k, Servers: req.GetServer()})
+	resp, err := h.retriever.SearchTools(ctx, &toolmeshv1.RetrieverServiceSearchToolsRequest{Query: req.GetQ(), K: k, Servers: servers})
 	if err != nil {
 		return nil, dependencyError(ctx, "retriever", h.cfg.RetrieverAddr, err)
 	}
-	return &toolmeshv1.SearchToolsResponse{Results: resp.GetResults()}, nil
+	results := resp.GetResults()
+	if h.policy.Scoped() {
+		results = slices.DeleteFunc(slices.Clone(results), func(r *toolmeshv1.ScoredTool) bool { return h.policy.Search(c, r.GetTool().GetId()) != nil })
+	}
+	return &toolmeshv1.SearchToolsResponse{Results: results}, nil
 }
 
 // dependencyError passes a dependency's own status through and explains the failures that are

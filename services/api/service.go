@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 
 	"google.golang.org/grpc"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/auth"
+	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
@@ -40,12 +43,22 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 	if guard.Enabled() {
 		logger.Info("api tokens required", "source", "--api.tokens-file and "+auth.EnvTokens)
 	}
+	pol, err := newPolicy(cfg.Policy, guard, tel)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.MaxToolCalls == 0 {
+		cfg.MaxToolCalls = DefaultMaxToolCalls
+	}
+	if cfg.MaxStepCalls == 0 {
+		cfg.MaxStepCalls = DefaultMaxStepCalls
+	}
 	s := &Service{cfg: cfg, logger: logger, guard: guard, tel: tel}
 	execConn, err := s.dial(cfg.ExecutorAddr)
 	if err != nil {
 		return nil, fmt.Errorf("executor client: %w", err)
 	}
-	s.tools = &toolHandler{cfg: cfg, executor: toolmeshv1.NewExecutorServiceClient(execConn)}
+	s.tools = &toolHandler{cfg: cfg, executor: toolmeshv1.NewExecutorServiceClient(execConn), policy: pol}
 	if cfg.RetrieverAddr != "" {
 		conn, err := s.dial(cfg.RetrieverAddr)
 		if err != nil {
@@ -55,6 +68,7 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		s.tools.retriever = toolmeshv1.NewRetrieverServiceClient(conn)
 	}
 	s.agent = newAgentHandler(cfg, logger, tel, s.tools.executor)
+	s.agent.policy, s.agent.guard = pol, guard
 	if s.tools.retriever != nil {
 		s.agent.retriever = s.tools.retriever
 	}
@@ -67,6 +81,31 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		s.agent.inference = toolmeshv1.NewInferenceServiceClient(conn)
 	}
 	return s, nil
+}
+
+// newPolicy compiles the policy and checks that the tokens its scopes name exist: a scope for
+// a misspelt name would leave the real token with the default (or nothing) and no hint why.
+func newPolicy(cfg policy.Config, guard *auth.Guard, tel *telemetry.Service) (*policy.Policy, error) {
+	pol, err := policy.New(cfg, tel.Meter("github.com/toolmesh/toolmesh/services/api"))
+	if err != nil {
+		return nil, err
+	}
+	names := pol.Tokens()
+	if len(names) == 0 {
+		return pol, nil
+	}
+	slices.Sort(names)
+	if !guard.Enabled() {
+		return nil, fmt.Errorf("policy.tokens gives scopes to %s, but no API tokens are configured (--api.tokens-file or %s); without tokens every caller gets policy.default",
+			strings.Join(names, ", "), auth.EnvTokens)
+	}
+	known := guard.Names()
+	for _, n := range names {
+		if !slices.Contains(known, n) {
+			return nil, fmt.Errorf("policy.tokens.%s: no API token is named %q (a name is the NAME of a NAME:TOKEN entry in --api.tokens-file or %s)", n, n, auth.EnvTokens)
+		}
+	}
+	return pol, nil
 }
 
 func (s *Service) dial(addr string) (*grpc.ClientConn, error) {

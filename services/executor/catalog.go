@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
@@ -32,6 +33,10 @@ const watchBuffer = 64
 // catalog holds every server's tools under SERVER.TOOL ids, and fans changes
 // out to WatchTools subscribers.
 type catalog struct {
+	// rules are the servers' allowedTools and excludedTools: a tool they leave out
+	// never enters the catalog, so it is never listed, indexed, offered or called.
+	rules *policy.Policy
+
 	mu       sync.RWMutex
 	tools    map[string]*tool
 	revision uint64
@@ -39,8 +44,19 @@ type catalog struct {
 	subs     map[*subscriber]struct{}
 }
 
-func newCatalog() *catalog {
-	return &catalog{tools: map[string]*tool{}, subs: map[*subscriber]struct{}{}}
+func newCatalog(rules *policy.Policy) *catalog {
+	return &catalog{rules: rules, tools: map[string]*tool{}, subs: map[*subscriber]struct{}{}}
+}
+
+// admits reports whether server's rules let its tool name into the catalog.
+func (c *catalog) admits(server, name string) bool { return c.rules.Exists(server, name) }
+
+// denied is the policy's refusal of a call of id by the server's rules, or nil.
+func (c *catalog) denied(id string) error {
+	if d := c.rules.Call(policy.Caller{}, id); d != nil {
+		return d
+	}
+	return nil
 }
 
 func (c *catalog) lookup(id string) *tool {

@@ -17,6 +17,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/errreason"
+	"github.com/toolmesh/toolmesh/internal/policy"
 )
 
 // ListTools returns the catalog, of one server or of all.
@@ -107,7 +108,10 @@ func (s *Service) WatchTools(_ *toolmeshv1.WatchToolsRequest, stream grpc.Server
 func toStatus(err error) error {
 	var ve *ValidationError
 	var se *ServerError
+	var pd *policy.Denial
 	switch {
+	case errors.As(err, &pd):
+		return pd.GRPCStatus().Err()
 	case errors.As(err, &ve):
 		st := status.New(codes.InvalidArgument, fmt.Sprintf("invalid arguments for %q: %s", ve.Tool, ve.Error()))
 		br := &errdetails.BadRequest{}

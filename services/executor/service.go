@@ -22,6 +22,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
@@ -53,10 +54,14 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		logger = slog.New(slog.DiscardHandler)
 	}
 	cfg = cfg.withDefaults()
+	rules, err := policy.New(policy.Config{Servers: policy.RulesOf(cfg.Servers)}, tel.Meter("github.com/toolmesh/toolmesh/services/executor"))
+	if err != nil {
+		return nil, fmt.Errorf("executor config: %w", err)
+	}
 	s := &Service{
 		cfg:      cfg,
 		log:      logger,
-		cat:      newCatalog(),
+		cat:      newCatalog(rules),
 		sessions: make(map[string]*session, len(cfg.Servers)),
 		stopped:  make(chan struct{}),
 		draining: make(chan struct{}),
@@ -140,6 +145,9 @@ func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct
 	sess := s.sessions[server]
 	if sess == nil {
 		return nil, &unknownToolError{id: id}
+	}
+	if err := s.cat.denied(id); err != nil {
+		return nil, err
 	}
 	t := s.cat.lookup(id)
 	if t == nil {

@@ -526,7 +526,7 @@ func (s *session) listTools(ctx context.Context, cn *conn) (_ []*tool, err error
 	out := make([]*tool, 0, len(res.Tools))
 	seen := map[string]bool{}
 	for _, t := range res.Tools {
-		if t.Name == "" || seen[t.Name] {
+		if t.Name == "" || seen[t.Name] || !s.cat.admits(s.name, t.Name) {
 			continue
 		}
 		seen[t.Name] = true
