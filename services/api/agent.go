@@ -255,12 +255,19 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 	r.resp.Steps = append(r.resp.Steps, step)
 	r.resp.Iterations = int32(n)
 
-	found, err := r.retrieve(ctx)
+	k := r.q.k
+	found, err := r.retrieve(ctx, k)
+	if err == nil && len(found) == int(k) && len(r.offer(ctx, found, false)) < int(k) && k < toolid.MaxK {
+		// The policy withholds some of the k from the model: search for twice as many so the
+		// rest of the k take their place.
+		k = min(2*k, toolid.MaxK)
+		found, err = r.retrieve(ctx, k)
+	}
 	if err != nil {
 		resp, err := r.fail(ctx, err, n, "retrieving tools")
 		return resp, true, err
 	}
-	step.Retrieved = r.offer(ctx, found)
+	step.Retrieved = r.offer(ctx, found, true)
 	span.SetAttributes(attribute.Int("toolmesh.step.tools_retrieved", len(step.Retrieved)),
 		attribute.Int("toolmesh.step.tools_withheld", len(found)-len(step.Retrieved)))
 	r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_Retrieved{Retrieved: step}})
@@ -317,10 +324,9 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 	return nil, false, nil
 }
 
-// retrieve searches for the step's tools: among the servers both the request and the caller's
-// scope allow, and twice as many as the step offers, so that the tools the policy withholds
-// from the model (offer) leave the rest of the k in their place.
-func (r *runner) retrieve(ctx context.Context) ([]*toolmeshv1.ScoredTool, error) {
+// retrieve searches for k of the step's tools among the servers both the request and the
+// caller's scope allow.
+func (r *runner) retrieve(ctx context.Context, k int32) ([]*toolmeshv1.ScoredTool, error) {
 	servers, ok := r.h.policy.Within(r.caller, policy.Call, r.q.servers)
 	if !ok {
 		return nil, nil // the caller may call none of the servers: the model answers without tools
@@ -328,7 +334,7 @@ func (r *runner) retrieve(ctx context.Context) ([]*toolmeshv1.ScoredTool, error)
 	sctx, cancel := context.WithTimeout(ctx, r.h.cfg.RPCTimeout)
 	defer cancel()
 	found, err := r.h.retriever.SearchTools(sctx, &toolmeshv1.RetrieverServiceSearchToolsRequest{
-		Query: r.retrievalQuery(), K: min(2*r.q.k, toolid.MaxK), Servers: servers,
+		Query: r.retrievalQuery(), K: k, Servers: servers,
 	})
 	switch {
 	case status.Code(err) == codes.InvalidArgument:
@@ -341,16 +347,18 @@ func (r *runner) retrieve(ctx context.Context) ([]*toolmeshv1.ScoredTool, error)
 	return found.GetResults(), nil
 }
 
-// offer keeps the first k of found that the policy lets the model be offered; each one
-// withheld is counted and marked on the step's span.
-func (r *runner) offer(ctx context.Context, found []*toolmeshv1.ScoredTool) []*toolmeshv1.ScoredTool {
+// offer keeps the first k of found that the policy lets the model be offered; when record is
+// set, each one withheld is counted and marked on the step's span.
+func (r *runner) offer(ctx context.Context, found []*toolmeshv1.ScoredTool, record bool) []*toolmeshv1.ScoredTool {
 	out := make([]*toolmeshv1.ScoredTool, 0, min(len(found), int(r.q.k)))
 	for _, f := range found {
 		if len(out) == int(r.q.k) {
 			break
 		}
 		if d := r.h.policy.Offer(r.caller, f.GetTool()); d != nil {
-			r.h.policy.Record(ctx, d)
+			if record {
+				r.h.policy.Record(ctx, d)
+			}
 			continue
 		}
 		out = append(out, f)
