@@ -28,7 +28,8 @@ docs:
 # a few minutes).
 chart:
 	mkdir -p bin
-	cd deploy/helm/chartcheck && GOWORK=off go tool helm package --dependency-update --destination ../../../bin ../toolmesh
+	cd deploy/helm/chartcheck && GOWORK=off go tool helm package --dependency-update --destination ../../../bin ../toolmesh || \
+	  { echo "make chart: failed; fetching Qdrant's chart needs https://qdrant.github.io/qdrant-helm (see docs/operations/kubernetes.md)" >&2; exit 1; }
 
 # bench regenerates bench/RESULTS.md: every benchmark of the issues, one after another, each side
 # by side with its baseline (about 15-20 minutes: run it on a quiet machine). Chromium (console

@@ -57,7 +57,7 @@ spec:
       terminationGracePeriodSeconds: {{ include "toolmesh.gracePeriod" $ }}
       securityContext:
         {{- toYaml $.Values.podSecurityContext | nindent 8 }}
-      {{- include "toolmesh.scheduling" (list $ $component $v.scheduling) | nindent 6 }}
+      {{- include "toolmesh.scheduling" (list $ $component $v.scheduling) | trim | nindent 6 }}
       containers:
         - name: {{ $component }}
           image: {{ include "toolmesh.image" $ }}
@@ -87,13 +87,13 @@ spec:
             {{- if eq $component "api" }}
             {{- if $.Values.api.auth.existingSecret }}
             # One of the tokens, for the readiness probe's request to /readyz.
-            {{- include "toolmesh.secretEnv" (list "TOOLMESH_TOKEN" (dict "existingSecret" $.Values.api.auth.existingSecret "key" $.Values.api.auth.probeTokenKey)) | nindent 12 }}
+            {{- include "toolmesh.secretEnv" (list "TOOLMESH_TOKEN" (dict "existingSecret" $.Values.api.auth.existingSecret "key" $.Values.api.auth.probeTokenKey)) | trim | nindent 12 }}
             {{- end }}
             {{- else if eq $component "retriever" }}
-            {{- include "toolmesh.secretEnv" (list "TOOLMESH_QDRANT_API_KEY" $.Values.retriever.qdrant.apiKey) | nindent 12 }}
-            {{- include "toolmesh.secretEnv" (list "TOOLMESH_EMBED_API_KEY" $.Values.retriever.embeddings.apiKey) | nindent 12 }}
+            {{- include "toolmesh.secretEnv" (list "TOOLMESH_QDRANT_API_KEY" $.Values.retriever.qdrant.apiKey) | trim | nindent 12 }}
+            {{- include "toolmesh.secretEnv" (list "TOOLMESH_EMBED_API_KEY" $.Values.retriever.embeddings.apiKey) | trim | nindent 12 }}
             {{- else if eq $component "inference" }}
-            {{- include "toolmesh.secretEnv" (list "TOOLMESH_LLM_API_KEY" $.Values.inference.apiKey) | nindent 12 }}
+            {{- include "toolmesh.secretEnv" (list "TOOLMESH_LLM_API_KEY" $.Values.inference.apiKey) | trim | nindent 12 }}
             {{- end }}
             {{- with (ternary $v.env $v.extraEnv (eq $component "executor")) }}
             {{- toYaml . | nindent 12 }}
@@ -112,8 +112,8 @@ spec:
             - name: metrics
               containerPort: {{ $.Values.metrics.port }}
             {{- end }}
-          {{- include "toolmesh.probes" (list $ $component) | nindent 10 }}
-          {{- include "toolmesh.lifecycle" $ | nindent 10 }}
+          {{- include "toolmesh.probes" (list $ $component) | trim | nindent 10 }}
+          {{- include "toolmesh.lifecycle" $ | trim | nindent 10 }}
           resources:
             {{- toYaml $v.resources | nindent 12 }}
           securityContext:
