@@ -3,9 +3,10 @@ package deploy
 import (
 	"encoding/json"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 
@@ -50,7 +51,7 @@ func TestChartConfig(t *testing.T) {
 				t.Fatalf("%s: %v", file, err)
 			}
 			if len(s.Targets) != len(serveTargets) {
-				t.Fatalf("%s: targets %v, want %v", file, keys(s.Targets), serveTargets)
+				t.Fatalf("%s: targets %v, want %v", file, slices.Sorted(maps.Keys(s.Targets)), serveTargets)
 			}
 			root := t.TempDir()
 			local := func(p string) string {
@@ -107,13 +108,4 @@ func flagRegistered(name string) bool {
 	var cfg app.Config
 	cfg.RegisterFlags(fs)
 	return fs.Lookup(name) != nil
-}
-
-func keys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

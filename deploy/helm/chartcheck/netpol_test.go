@@ -1,6 +1,7 @@
 package chartcheck
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
@@ -125,7 +126,7 @@ func checkNetworkPolicies(t *testing.T, r *rendered) {
 		nsLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}}
 
 	// Who must be admitted on each component's serving port; everyone else must not be.
-	apiCallers := sortedKeys(pods)
+	apiCallers := slices.Sorted(maps.Keys(pods))
 	if apiFrom, _ := lookup(r.values, "networkPolicy", "apiFrom").([]any); len(apiFrom) > 0 {
 		// The cases that restrict the api admit the ingress-nginx namespace only.
 		apiCallers = []string{"ingress-controller"}
@@ -151,7 +152,7 @@ func checkNetworkPolicies(t *testing.T, r *rendered) {
 			continue // llama-server is not always rendered
 		}
 		var got []string
-		for _, name := range sortedKeys(pods) {
+		for _, name := range slices.Sorted(maps.Keys(pods)) {
 			from := pods[name]
 			if name == target {
 				continue // a pod talking to itself goes over loopback
@@ -180,7 +181,7 @@ func checkNetworkPolicies(t *testing.T, r *rendered) {
 			continue
 		}
 		var gotScrapers []string
-		for _, name := range sortedKeys(pods) {
+		for _, name := range slices.Sorted(maps.Keys(pods)) {
 			if admits(t, r.netpols, pods[name], to, 9464) {
 				gotScrapers = append(gotScrapers, name)
 			}
@@ -189,15 +190,6 @@ func checkNetworkPolicies(t *testing.T, r *rendered) {
 			t.Errorf("%s:9464 (metrics) admits %v, want %v", target, gotScrapers, scrapers)
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // TestNetworkPolicyEvaluator checks the evaluator itself on hand-written policies, so that a

@@ -2,18 +2,18 @@ package chartcheck
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
-	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common"
+	commonutil "helm.sh/helm/v4/pkg/chart/common/util"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
-	release "helm.sh/helm/v4/pkg/release/v1"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+	"helm.sh/helm/v4/pkg/engine"
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -106,38 +106,64 @@ func qdrantChartUsed(t *testing.T) string {
 	return "the Qdrant chart DOUBLE in testdata/qdrant-chart-double (set " + envQdrantChart + " to render the real one)"
 }
 
-// renderRelease renders the chart as `helm template` does (client-only dry run of an install).
-func renderRelease(t *testing.T, vals map[string]any) (*release.Release, error) {
+// renderRelease renders the chart as `helm template` does (Helm's client-only install: values
+// and dependencies processed, templates rendered, manifests sorted into install order, hooks
+// apart), with Helm's engine rather than its action package, which would bring kubectl,
+// registry and storage code into the build for nothing.
+func renderRelease(t *testing.T, vals map[string]any) (docs []manifest, notes string, err error) {
 	t.Helper()
-	cfg := action.NewConfiguration()
-	// Helm logs its progress through slog; the test output needs none of it.
-	cfg.SetLogger(slog.DiscardHandler)
-	install := action.NewInstall(cfg)
-	install.DryRunStrategy = action.DryRunClient
-	install.ReleaseName = releaseName
-	install.Namespace = namespace
-	install.Replace = true
+	ch := loadChart(t)
+	if err := chartutil.ProcessDependencies(ch, vals); err != nil {
+		return nil, "", fmt.Errorf("dependencies: %w", err)
+	}
 	kv, err := common.ParseKubeVersion(kubeVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
-	install.KubeVersion = kv
-	rel, err := install.Run(loadChart(t), vals)
+	caps := common.DefaultCapabilities.Copy()
+	caps.KubeVersion = *kv
+	if c := ch.Metadata.KubeVersion; c != "" && !chartutil.IsCompatibleRange(c, caps.KubeVersion.String()) {
+		return nil, "", fmt.Errorf("chart requires kubeVersion %s, incompatible with %s", c, caps.KubeVersion.Version)
+	}
+	opts := common.ReleaseOptions{Name: releaseName, Namespace: namespace, Revision: 1, IsInstall: true}
+	top, err := commonutil.ToRenderValuesWithSchemaValidation(ch, vals, opts, caps, false)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	r, ok := rel.(*release.Release)
-	if !ok {
-		t.Fatalf("install returned a %T, want *release.Release", rel)
+	files, err := engine.Render(ch, top)
+	if err != nil {
+		return nil, "", err
 	}
-	return r, nil
+	// Only the chart's own NOTES.txt is shown (subcharts' only with --render-subchart-notes).
+	notes = files[path.Join(ch.Name(), "templates", "NOTES.txt")]
+	for k := range files {
+		if strings.HasSuffix(k, "NOTES.txt") {
+			delete(files, k)
+		}
+	}
+	hooks, sorted, err := releaseutil.SortManifests(files, caps.APIVersions, releaseutil.InstallOrder)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, m := range sorted {
+		docs = append(docs, manifest{source: m.Name, content: m.Content})
+	}
+	for _, h := range hooks {
+		docs = append(docs, manifest{source: h.Path, content: h.Manifest, hook: true})
+	}
+	return docs, notes, nil
+}
+
+// manifest is one rendered object's YAML and the template it came from.
+type manifest struct {
+	source, content string
+	hook            bool
 }
 
 // rendered is one render of the chart, every object decoded into its k8s.io/api type.
 type rendered struct {
-	values   map[string]any
-	manifest string
-	notes    string
+	values map[string]any
+	notes  string
 
 	objects     []runtime.Object
 	deployments map[string]*appsv1.Deployment // by app.kubernetes.io/component
@@ -159,44 +185,29 @@ type rendered struct {
 // render renders vals and decodes every object strictly; any error fails the test.
 func render(t *testing.T, vals map[string]any) *rendered {
 	t.Helper()
-	rel, err := renderRelease(t, vals)
+	docs, notes, err := renderRelease(t, vals)
 	if err != nil {
 		t.Fatalf("render: %v", err)
 	}
 	r := &rendered{
 		values:      vals,
-		manifest:    rel.Manifest,
-		notes:       rel.Info.Notes,
+		notes:       notes,
 		deployments: map[string]*appsv1.Deployment{},
 		services:    map[string]*corev1.Service{},
 		configMaps:  map[string]*corev1.ConfigMap{},
 		ours:        map[runtime.Object]bool{},
 	}
-	docs := releaseutil.SplitManifests(rel.Manifest)
-	keys := make([]string, 0, len(docs))
-	for k := range docs {
-		keys = append(keys, k)
-	}
-	sort.Sort(releaseutil.BySplitManifestsOrder(keys))
-	var sources []string
-	for _, k := range keys {
-		sources = append(sources, docs[k])
-	}
-	for _, h := range rel.Hooks {
-		sources = append(sources, h.Manifest)
-	}
-	for _, doc := range sources {
-		if strings.TrimSpace(stripComments(doc)) == "" {
+	for _, d := range docs {
+		if strings.TrimSpace(stripComments(d.content)) == "" {
 			continue
 		}
-		r.add(t, doc)
+		r.add(t, d.source, d.content)
 	}
 	return r
 }
 
-func (r *rendered) add(t *testing.T, doc string) {
+func (r *rendered) add(t *testing.T, source, doc string) {
 	t.Helper()
-	source := sourceOf(doc)
 	var head struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
@@ -263,16 +274,6 @@ func decodeStrict(doc []byte) (runtime.Object, error) {
 		return nil, fmt.Errorf("strict decode: no kind")
 	}
 	return obj, nil
-}
-
-// sourceOf is the "# Source: chart/templates/file.yaml" line Helm puts on each document.
-func sourceOf(doc string) string {
-	for _, line := range strings.Split(doc, "\n") {
-		if s, ok := strings.CutPrefix(line, "# Source: "); ok {
-			return s
-		}
-	}
-	return "(no source line)"
 }
 
 func stripComments(doc string) string {

@@ -3,6 +3,7 @@ package chartcheck
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -112,7 +113,7 @@ func configMapItems(src *corev1.ConfigMapVolumeSource, cm *corev1.ConfigMap) []c
 		return src.Items
 	}
 	var items []corev1.KeyToPath
-	for _, k := range sortedKeys(cm.Data) {
+	for _, k := range slices.Sorted(maps.Keys(cm.Data)) {
 		items = append(items, corev1.KeyToPath{Key: k, Path: k})
 	}
 	return items
