@@ -235,6 +235,7 @@ var caseChecks = map[string]func(*testing.T, *rendered){
 			{str(cfg, "inference", "llm", "url"), "http://gpu-box.models.svc.cluster.local:8080"},
 			{str(cfg, "retriever", "store"), "qdrant"},
 			{str(cfg, "retriever", "qdrant", "addr"), "qdrant.vector.svc.cluster.local:6334"},
+			{str(cfg, "retriever", "qdrant", "ca-file"), "/etc/toolmesh/qdrant-ca/ca.crt"},
 			{str(cfg, "retriever", "embedder"), "http"},
 			{str(cfg, "otel", "endpoint"), "jaeger-collector.observability.svc.cluster.local:4317"},
 			{str(cfg, "api", "jaeger-url"), "https://jaeger.example.com"},
@@ -247,6 +248,10 @@ var caseChecks = map[string]func(*testing.T, *rendered){
 		}
 		if r.deployments["llama-server"] != nil {
 			t.Error("llama-server rendered although inference.llm.url names one outside")
+		}
+		ret := r.deployments["retriever"]
+		if v := volumeOf(ret, mountOf(ret, container(t, ret, "retriever"), "/etc/toolmesh/qdrant-ca")); v == nil || v.Secret == nil || v.Secret.SecretName != "qdrant-ca" {
+			t.Error("retriever: Qdrant's CA is not Secret qdrant-ca mounted at /etc/toolmesh/qdrant-ca")
 		}
 		// The sidecar is an MCP server over loopback, beside the declared ones.
 		mcp := r.mcpServers(t)

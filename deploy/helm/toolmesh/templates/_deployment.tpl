@@ -134,6 +134,11 @@ spec:
               mountPath: {{ include "toolmesh.tokensDir" $ }}
               readOnly: true
             {{- end }}
+            {{- if and (eq $component "retriever") $.Values.retriever.qdrant.ca.existingSecret }}
+            - name: qdrant-ca
+              mountPath: {{ include "toolmesh.qdrantCADir" $ }}
+              readOnly: true
+            {{- end }}
         {{- if eq $component "executor" }}
         {{- range $.Values.executor.sidecars }}
         {{- include "toolmesh.sidecar" (list $ .) | nindent 8 }}
@@ -169,6 +174,15 @@ spec:
             items:
               - key: {{ $.Values.api.auth.tokensKey }}
                 path: tokens
+        {{- end }}
+        {{- if and (eq $component "retriever") $.Values.retriever.qdrant.ca.existingSecret }}
+        - name: qdrant-ca
+          secret:
+            secretName: {{ $.Values.retriever.qdrant.ca.existingSecret }}
+            defaultMode: 0440
+            items:
+              - key: {{ $.Values.retriever.qdrant.ca.key }}
+                path: ca.crt
         {{- end }}
 {{- end }}
 

@@ -128,6 +128,7 @@ retriever.qdrant.addr. */}}
 {{- define "toolmesh.configDir" -}}/etc/toolmesh/config{{- end }}
 {{- define "toolmesh.tlsDir" -}}/etc/toolmesh/tls{{- end }}
 {{- define "toolmesh.tokensDir" -}}/etc/toolmesh/api-tokens{{- end }}
+{{- define "toolmesh.qdrantCADir" -}}/etc/toolmesh/qdrant-ca{{- end }}
 
 {{/* toolmesh.yaml: what every target reads with --config. Keys are flag names. */}}
 {{- define "toolmesh.config" -}}
@@ -163,6 +164,9 @@ retriever.qdrant.addr. */}}
 {{- fail "retriever.store is qdrant: set qdrant.enabled or retriever.qdrant.addr" }}
 {{- end }}
 {{- $_ := set $cfg.retriever "qdrant" (dict "addr" $addr "tls" .Values.retriever.qdrant.tls "collection" .Values.retriever.qdrant.collection) }}
+{{- if .Values.retriever.qdrant.ca.existingSecret }}
+{{- $_ := set $cfg.retriever.qdrant "ca-file" (printf "%s/ca.crt" (include "toolmesh.qdrantCADir" .)) }}
+{{- end }}
 {{- end }}
 {{- if .Values.retriever.embeddings.url }}
 {{- $_ := set $cfg.retriever "embedder" "http" }}
