@@ -102,6 +102,49 @@ func TestChartConfig(t *testing.T) {
 	}
 }
 
+// TestChartModelPull runs the Helm chart's model-pull init container's command for real (see
+// runModelPull) and checks that it writes the file the chart's llama-server loads.
+func TestChartModelPull(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(chartServed, "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s struct {
+			Model *struct {
+				PullArgs []string `json:"pull_args"`
+				Dir      string   `json:"dir"`
+				Loads    string   `json:"loads"`
+			} `json:"model"`
+		}
+		if err := json.Unmarshal(data, &s); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if s.Model == nil {
+			continue
+		}
+		n++
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".json"), func(t *testing.T) {
+			m := s.Model
+			if len(m.PullArgs) < 3 || m.PullArgs[0] != "model" || m.PullArgs[1] != "pull" {
+				t.Fatalf("model-pull runs `toolmesh %s`, want `toolmesh model pull NAME`", strings.Join(m.PullArgs, " "))
+			}
+			if dir, _ := flagValue(m.PullArgs, "models-dir"); dir != m.Dir {
+				t.Errorf("model-pull: --models-dir %q, but the volume is mounted at %s", dir, m.Dir)
+			}
+			runModelPull(t, m.PullArgs, m.Dir, m.Loads, "llama-server")
+		})
+	}
+	if n == 0 {
+		t.Fatalf("no case of %s runs llama-server", chartServed)
+	}
+}
+
 // flagRegistered reports whether `toolmesh serve` has the flag.
 func flagRegistered(name string) bool {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)

@@ -27,6 +27,16 @@ type served struct {
 	Files map[string]string `json:"files"`
 	// Targets are the toolmesh containers by --target.
 	Targets map[string]servedTarget `json:"targets"`
+	// Model is llama-server's model, when llama-server runs in the release.
+	Model *servedModel `json:"model,omitempty"`
+}
+
+// servedModel: the init container's `toolmesh model pull` arguments, where it mounts the
+// model volume, and the file llama-server loads from it (-m).
+type servedModel struct {
+	PullArgs []string `json:"pull_args"`
+	Dir      string   `json:"dir"`
+	Loads    string   `json:"loads"`
 }
 
 type servedTarget struct {
@@ -69,6 +79,15 @@ func TestServedConfig(t *testing.T) {
 						got.Files[path] = data
 					}
 				}
+			}
+			if d := r.deployments["llama-server"]; d != nil && len(d.Spec.Template.Spec.InitContainers) == 1 {
+				pull := d.Spec.Template.Spec.InitContainers[0]
+				llama := container(t, d, "llama-server")
+				i := slices.Index(llama.Args, "-m")
+				if i < 0 || len(pull.VolumeMounts) == 0 {
+					t.Fatalf("llama-server: no -m, or model-pull mounts nothing")
+				}
+				got.Model = &servedModel{PullArgs: pull.Args, Dir: pull.VolumeMounts[0].MountPath, Loads: llama.Args[i+1]}
 			}
 			js, err := json.MarshalIndent(got, "", "  ")
 			if err != nil {
