@@ -1,5 +1,5 @@
 # Every target works on a fresh clone; `make test` is the one command CI runs.
-.PHONY: generate lint test build docs
+.PHONY: generate lint test build docs chart
 
 build:
 	go build -o bin/toolmesh ./cmd/toolmesh
@@ -15,9 +15,21 @@ lint:
 test:
 	./scripts/test
 
-# docs regenerates docs/operations/config.md from the flags (a test fails while it is stale).
+# docs regenerates docs/operations/config.md from the flags, and the Helm chart's values
+# reference (docs/operations/kubernetes.md) and rendered configs (deploy/helm/chartcheck/
+# testdata/served) from the chart (a test fails while any of them is stale).
 docs:
 	go test ./internal/app -run '^TestConfigReference$$' -count=1 -update
+	cd deploy/helm/chartcheck && GOWORK=off go test -mod=readonly -run '^(TestValuesReference|TestServedConfig)$$' -count=1 . -update
+
+# chart packages the Helm chart into bin/toolmesh-VERSION.tgz, with Qdrant's chart (its
+# optional dependency) fetched from Qdrant's chart repository first: it needs that network.
+# Helm is a Go tool of deploy/helm/chartcheck (no helm binary to install; the first build takes
+# a few minutes).
+chart:
+	mkdir -p bin
+	cd deploy/helm/chartcheck && GOWORK=off go tool helm package --dependency-update --destination ../../../bin ../toolmesh || \
+	  { echo "make chart: failed; fetching Qdrant's chart needs https://qdrant.github.io/qdrant-helm (see docs/operations/kubernetes.md)" >&2; exit 1; }
 
 # bench regenerates bench/RESULTS.md: every benchmark of the issues, one after another, each side
 # by side with its baseline (about 15-20 minutes: run it on a quiet machine). Chromium (console

@@ -6,12 +6,18 @@
 //	toolmesh-healthcheck grpc ADDR [SERVICE] grpc.health.v1 says SERVING (SERVICE empty: the server)
 //
 // For http, $TOOLMESH_TOKEN, when set, is sent as a Bearer token (the api's /readyz needs one
-// when API tokens are configured). It is a stopgap until the toolmesh binary has a health-check
-// command of its own; compose.yaml and the Dockerfile are its only users.
+// when API tokens are configured). With -tls.ca-file the check speaks TLS, verifying the
+// server's certificate for -tls.server-name (default: ADDR's or URL's host), and presents
+// -tls.cert-file/-tls.key-file as its client certificate when given (mutual TLS between the
+// toolmesh services; Kubernetes' own gRPC probe speaks plaintext only). It is a stopgap until
+// the toolmesh binary has a health-check command of its own; compose.yaml, the Dockerfile and
+// the Helm chart's probes are its users.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,6 +27,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -32,13 +39,22 @@ func main() {
 	}
 }
 
-const usage = "usage: toolmesh-healthcheck [-timeout D] http URL | grpc ADDR [SERVICE]"
+const usage = "usage: toolmesh-healthcheck [-timeout D] [-tls.ca-file F [-tls.cert-file F -tls.key-file F] [-tls.server-name N]] http URL | grpc ADDR [SERVICE]"
 
 func run(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("toolmesh-healthcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for an answer")
+	var tf tlsFiles
+	fs.StringVar(&tf.ca, "tls.ca-file", "", "speak TLS, trusting the CA certificates in this PEM file")
+	fs.StringVar(&tf.cert, "tls.cert-file", "", "client certificate (PEM) to present, with -tls.key-file")
+	fs.StringVar(&tf.key, "tls.key-file", "", "the client certificate's private key (PEM)")
+	fs.StringVar(&tf.serverName, "tls.server-name", "", "name the server's certificate must carry (default: the host dialled)")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	tlsCfg, err := tf.config()
+	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -46,19 +62,51 @@ func run(args []string, stderr io.Writer) error {
 	rest := fs.Args()
 	switch {
 	case len(rest) == 2 && rest[0] == "http":
-		return checkHTTP(ctx, rest[1], os.Getenv("TOOLMESH_TOKEN"))
+		return checkHTTP(ctx, rest[1], os.Getenv("TOOLMESH_TOKEN"), tlsCfg)
 	case (len(rest) == 2 || len(rest) == 3) && rest[0] == "grpc":
 		service := ""
 		if len(rest) == 3 {
 			service = rest[2]
 		}
-		return checkGRPC(ctx, rest[1], service)
+		return checkGRPC(ctx, rest[1], service, tlsCfg)
 	}
 	return errors.New(usage)
 }
 
+type tlsFiles struct{ ca, cert, key, serverName string }
+
+// config is the client TLS configuration the flags ask for, or nil for plaintext.
+func (f tlsFiles) config() (*tls.Config, error) {
+	if f.ca == "" {
+		if f.cert != "" || f.key != "" || f.serverName != "" {
+			return nil, errors.New("-tls.cert-file, -tls.key-file and -tls.server-name need -tls.ca-file")
+		}
+		return nil, nil
+	}
+	pem, err := os.ReadFile(f.ca)
+	if err != nil {
+		return nil, fmt.Errorf("tls.ca-file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("tls.ca-file: %s holds no PEM certificate", f.ca)
+	}
+	cfg := &tls.Config{RootCAs: pool, ServerName: f.serverName, MinVersion: tls.VersionTLS12}
+	if (f.cert == "") != (f.key == "") {
+		return nil, errors.New("-tls.cert-file and -tls.key-file go together")
+	}
+	if f.cert != "" {
+		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if err != nil {
+			return nil, fmt.Errorf("tls.cert-file and tls.key-file: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
 // checkHTTP succeeds when url answers 2xx; the body is not read.
-func checkHTTP(ctx context.Context, url, token string) error {
+func checkHTTP(ctx context.Context, url, token string, tlsCfg *tls.Config) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -66,7 +114,12 @@ func checkHTTP(ctx context.Context, url, token string) error {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client := http.DefaultClient
+	if tlsCfg != nil {
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+		defer client.CloseIdleConnections()
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -80,8 +133,12 @@ func checkHTTP(ctx context.Context, url, token string) error {
 }
 
 // checkGRPC succeeds when the gRPC health service at addr reports service as SERVING.
-func checkGRPC(ctx context.Context, addr, service string) error {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func checkGRPC(ctx context.Context, addr, service string, tlsCfg *tls.Config) error {
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return err
 	}
