@@ -2,9 +2,12 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,8 +19,11 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
+	"github.com/toolmesh/toolmesh/internal/telemetry/jaegertest"
 	"github.com/toolmesh/toolmesh/internal/testbackend"
 )
 
@@ -124,6 +130,29 @@ func (p *page) wait(what, cond string) {
 	}
 }
 
+// doWithin is do with a time bound of its own: a click waits for the page's handlers.
+func (p *page) doWithin(d time.Duration, actions ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, d)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		p.screenshot("failed")
+		p.t.Fatalf("within %s: %v", d, err)
+	}
+}
+
+// waitWithin is wait with a time bound of its own, for a page that might hang: a hung tab
+// answers no DevTools call, so only the context's end stops the wait.
+func (p *page) waitWithin(d time.Duration, what, cond string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, d)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(d))); err != nil {
+		p.screenshot("failed")
+		p.t.Fatalf("waiting at most %s for %s (%s): %v", d, what, cond, err)
+	}
+}
+
 // eval returns a JavaScript expression's value.
 func eval[T any](p *page, expr string) T {
 	p.t.Helper()
@@ -137,7 +166,10 @@ func eval[T any](p *page, expr string) T {
 // screenshot saves the whole page as a PNG in the test's artifact folder.
 func (p *page) screenshot(name string) {
 	p.t.Helper()
-	png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
+	// Bounded: a hung tab answers nothing.
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		p.t.Logf("screenshot %s: %v", name, err)
 		return
@@ -249,6 +281,17 @@ func TestConsole(t *testing.T) {
 			if i == 0 {
 				t.Logf("first load: %d requests, %.1f KB transferred (%.1f KB of bodies); servers on screen %.0f ms after navigation",
 					load.Requests, load.Transfer/1024, load.Encoded/1024, load.ServersShown)
+				p.wait("the mesh's state", `!!document.querySelector('#mesh [data-part="model"]')`)
+				if got, want := eval[string](p, meshTextJS), "3 of 3 servers ready · 11 tools indexed · model ready gorilla-openfunctions-v2"; got != want {
+					t.Errorf("mesh state: %q, want %q", got, want)
+				}
+				docs := eval[string](p, `document.getElementById('api-docs').href`)
+				if docs != m.base+"/openapi.json" {
+					t.Errorf("API reference link %q, want %s/openapi.json", docs, m.base)
+				}
+				if code, b := get(t, docs); code != http.StatusOK || !strings.Contains(string(b), `"swagger"`) {
+					t.Errorf("GET %s: %d %.100s", docs, code, b)
+				}
 				p.checkAccessible()
 				p.screenshot("servers")
 			}
@@ -258,6 +301,32 @@ func TestConsole(t *testing.T) {
 		// Reported, not asserted: timings on a shared CI machine are not a test (the goal is 300 ms).
 		t.Logf("servers on screen after navigation, 5 first loads: min %.0f ms, median %.0f ms, max %.0f ms",
 			shown[0], shown[len(shown)/2], shown[len(shown)-1])
+	})
+
+	t.Run("a browser opening the api's root lands on the console, with the mesh's state on every page", func(t *testing.T) {
+		p := openPage(t, browser, m.base+"/")
+		p.wait("the console's servers page", `location.pathname === '/ui/' && document.querySelectorAll('#servers-table tbody tr').length === 3`)
+		for _, view := range []string{"servers", "tools", "playground"} {
+			p.do(chromedp.Evaluate[chromedp.Void](`location.hash = '#/` + view + `'`))
+			p.wait("the "+view+" view", `!document.getElementById('page-`+view+`').hidden`)
+			p.wait("the mesh's state on "+view, `document.getElementById('mesh').textContent.includes('model ready')`)
+			if visible := eval[bool](p, `(r => r.height > 0 && r.top >= 0)(document.getElementById('mesh').getBoundingClientRect())`); !visible {
+				t.Errorf("the mesh's state is not on screen on %s", view)
+			}
+		}
+		p.screenshot("root-redirect-playground")
+		// JSON clients keep the 404.
+		req, _ := http.NewRequest(http.MethodGet, m.base+"/", nil)
+		req.Header.Set("Accept", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), "no route for GET /") {
+			t.Errorf("GET / as JSON: %d %s, want 404 no route", resp.StatusCode, b)
+		}
 	})
 
 	t.Run("search for celsius ranks the converter first", func(t *testing.T) {
@@ -397,8 +466,49 @@ func TestConsole(t *testing.T) {
 		if !regexp.MustCompile(`^` + regexp.QuoteMeta(jaeger) + `/trace/[0-9a-f]{32}$`).MatchString(link) {
 			t.Errorf("trace link %q, want %s/trace/TRACE_ID", link, jaeger)
 		}
+		checkWaterfall(t, p, []string{"retrieval Step 1: retrieval", "model Step 1: model", "call Step 1: calculator.add",
+			"retrieval Step 2: retrieval", "model Step 2: model", "compose Composing the answer"})
+		callTook := eval[string](p, `document.querySelector('.waterfall tr[data-kind="call"] td:nth-of-type(2)').textContent`)
+		if status := eval[string](p, `document.querySelector('#timeline .call-status').textContent`); status != "done in "+callTook {
+			t.Errorf("the waterfall says the call took %q, the timeline %q", callTook, status)
+		}
 		p.checkAccessible()
 		p.screenshot("playground-answer")
+		p.do(chromedp.ScrollIntoView(chromedp.CSS(`.waterfall`)))
+		p.screenshot("playground-waterfall")
+	})
+
+	t.Run("the query response times each part in order", func(t *testing.T) {
+		code, b := post(t, m.base+"/v1/query", `{"query":"What is 2 plus 3?"}`)
+		var r timedResponse
+		if err := json.Unmarshal(b, &r); code != http.StatusOK || err != nil {
+			t.Fatalf("POST /v1/query: %d %s (%v)", code, b, err)
+		}
+		if len(r.Steps) != 2 || len(r.ToolCalls) != 1 {
+			t.Fatalf("%d steps and %d calls, want 2 and 1: %s", len(r.Steps), len(r.ToolCalls), b)
+		}
+		// Each part starts after the one before it ends, and all end within the query.
+		s1, s2, c := r.Steps[0], r.Steps[1], r.ToolCalls[0]
+		parts := []struct {
+			name        string
+			start, took float64
+		}{
+			{"step 1 retrieval", s1.RetrievalStartMs, s1.RetrievalMs},
+			{"step 1 model", s1.ModelStartMs, s1.ModelMs},
+			{"the call", c.StartMs, c.DurationMs},
+			{"step 2 retrieval", s2.RetrievalStartMs, s2.RetrievalMs},
+			{"step 2 model", s2.ModelStartMs, s2.ModelMs},
+			{"composing", r.ComposeStartMs, r.ComposeMs},
+			{"the query's end", r.DurationMs, 0},
+		}
+		for i, part := range parts {
+			if part.took <= 0 && i < len(parts)-1 || part.start < 0 {
+				t.Errorf("%s: start %.3f ms, took %.3f ms; want a start and a duration", part.name, part.start, part.took)
+			}
+			if i > 0 && part.start < parts[i-1].start+parts[i-1].took {
+				t.Errorf("%s starts at %.3f ms, before %s ends (%.3f + %.3f ms)", part.name, part.start, parts[i-1].name, parts[i-1].start, parts[i-1].took)
+			}
+		}
 	})
 
 	t.Run("stop cancels a slow query", func(t *testing.T) {
@@ -485,6 +595,160 @@ func TestConsoleAsksForToken(t *testing.T) {
 		t.Errorf("the token was asked again after a reload")
 	}
 	p.screenshot("with-token")
+
+	// No model answers here (--llm-url points at a closed port): every page says so with the
+	// command that fixes it, and a question gets that sentence rather than the raw 503.
+	p.wait("the mesh's state", `!!document.querySelector('#mesh [data-part="model"]')`)
+	const fix = "run llama-server -m gorilla-openfunctions-v2-q4_K_M.gguf --host 127.0.0.1 --port 1 -c 4096"
+	if got, want := eval[string](p, meshTextJS), "3 of 3 servers ready · 11 tools indexed · model not ready Questions need it. To fix: "+fix; got != want {
+		t.Errorf("mesh state without a model:\n%s\nwant\n%s", got, want)
+	}
+	if cmd := eval[string](p, `document.querySelector('#mesh .fix code')?.textContent`); !strings.HasPrefix(cmd, "llama-server -m ") {
+		t.Errorf("the fix's command is %q, want it set as code", cmd)
+	}
+	p.do(chromedp.Navigate(base+"/ui/#/playground"), chromedp.SendKeys(chromedp.ID("question"), "What is 2 plus 3?"), chromedp.Click(chromedp.ID("ask")))
+	p.wait("the 503 explained", `!!document.querySelector('#timeline > li[data-kind="unavailable"] .fix')`)
+	said := eval[string](p, `(li => li.querySelector('h2').textContent + ' | ' + li.querySelector('.fix').textContent + ' | ' +
+		[...li.querySelectorAll(':scope > :not(details)')].map(e => e.textContent).join(' '))(document.querySelector('#timeline > li[data-kind="unavailable"]'))`)
+	if !strings.HasPrefix(said, "Not answered: no model answers questions yet | To fix: "+fix+" | ") || strings.Contains(said, "`") {
+		t.Errorf("the 503 reads %q; want one sentence with the command, no backticks", said)
+	}
+	if n := eval[int](p, `document.querySelectorAll('#timeline li[data-kind="unavailable"] code').length`); n < 1 {
+		t.Errorf("the command is not set as code")
+	}
+	if status := eval[string](p, `document.getElementById('run-status').textContent`); status != "Query not answered." {
+		t.Errorf("run status %q", status)
+	}
+	p.checkAccessible()
+	p.screenshot("no-model-question")
+	// The api's own words are one click away, their commands as code too.
+	p.do(chromedp.Click(chromedp.CSS(`#timeline li[data-kind="unavailable"] summary`)))
+	if msg := eval[string](p, `document.querySelector('#timeline .api-message').textContent`); !strings.Contains(msg, "no model to answer with") || strings.Contains(msg, "`") {
+		t.Errorf("the api's message reads %q", msg)
+	}
+	p.screenshot("no-model-question-details")
+}
+
+// TestConsoleToolPatternsCheckedByTheServer calls a tool whose schema has a catastrophic
+// pattern, ^(a+)+$, with an input that makes a backtracking engine run for ever: the page
+// sends it at once (it runs no schema pattern itself) and shows the api's refusal on the field.
+func TestConsoleToolPatternsCheckedByTheServer(t *testing.T) {
+	browser := startBrowser(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := servePatternTool(l)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	cfg := filepath.Join(t.TempDir(), "mcp.json")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `{"mcpServers": {"pat": {"url": "http://%s/mcp"}}}`, l.Addr()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := startApp(t, "", []string{
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
+		"--api.retriever-addr=", "--api.inference-addr=", "--drain-timeout=2s", "--mcp-config=" + cfg,
+	}, "executor", "api")
+
+	p := openPage(t, browser, base+"/ui/#/tools/pat.check")
+	p.wait("the call form", `!!document.querySelector('#call-form [data-field="code"] :is(input, textarea)')`)
+	if hint := eval[string](p, `document.querySelector('#call-form [data-field="code"] .type').textContent`); hint != "string matching ^(a+)+$" {
+		t.Errorf("the field's type reads %q", hint)
+	}
+	// 2^40 ways to split the a's: minutes to hours for a backtracking engine.
+	evil := strings.Repeat("a", 40) + "!"
+	p.do(chromedp.SetValue(chromedp.CSS(`#call-form [data-field="code"] :is(input, textarea)`), evil))
+	p.doWithin(10*time.Second, chromedp.Click(chromedp.CSS(`#call-form button[type="submit"]`)))
+	p.waitWithin(10*time.Second, "the api's refusal", `!!document.querySelector('#call-result .call-error')`)
+	got := eval[string](p, `document.querySelector('#call-result h3').textContent + ' | ' + document.querySelector('[data-field="code"] .field-error').textContent +
+		' | focus ' + document.activeElement.name + ' invalid=' + document.activeElement.getAttribute('aria-invalid')`)
+	want := regexp.MustCompile(`^The call was refused HTTP 400 \| code was refused: .*does not match pattern .*\^\(a\+\)\+\$.*\. \| focus code invalid=true$`)
+	if !want.MatchString(got) {
+		t.Errorf("after calling with %q: %q, want the api's refusal on the field", evil, got)
+	}
+	p.checkAccessible()
+	p.screenshot("pattern-refused-by-server")
+
+	// A matching value goes through.
+	p.do(chromedp.SetValue(chromedp.CSS(`#call-form [data-field="code"] :is(input, textarea)`), "aaa"),
+		chromedp.Click(chromedp.CSS(`#call-form button[type="submit"]`)))
+	p.waitWithin(10*time.Second, "the result", `document.querySelector('#call-result .content-text')?.textContent === 'ok: aaa'`)
+	if invalid := eval[bool](p, `!!document.querySelector('#call-form [aria-invalid]')`); invalid {
+		t.Errorf("the field is still marked invalid after a good call")
+	}
+}
+
+// servePatternTool is an MCP server over streamable HTTP whose one tool, check, takes a string
+// that must match ^(a+)+$.
+func servePatternTool(l net.Listener) *httptest.Server {
+	m := server.NewMCPServer("pat", "0.1.0", server.WithToolCapabilities(true))
+	m.AddTool(mcp.NewTool("check", mcp.WithDescription("Check a code made of a's."),
+		mcp.WithString("code", mcp.Required(), mcp.Pattern(`^(a+)+$`))),
+		func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("ok: " + r.GetString("code", "")), nil
+		})
+	hs := httptest.NewUnstartedServer(server.NewStreamableHTTPServer(m))
+	hs.Listener.Close()
+	hs.Listener = l
+	hs.Start()
+	return hs
+}
+
+// TestConsoleTraceLinkOpensJaeger follows the playground's trace link into a real Jaeger (v2,
+// receiving the mesh's spans over OTLP): the link is the trace of the question just answered,
+// and Jaeger's UI shows it.
+func TestConsoleTraceLinkOpensJaeger(t *testing.T) {
+	browser := startBrowser(t)
+	j := jaegertest.Start(t)
+	// Spans leave in batches: a short delay keeps the test quick.
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+	m := startMesh(t, "--otel.endpoint="+j.OTLPEndpoint, "--api.jaeger-url="+j.QueryURL)
+	m.model.set("What is 2 plus 3?", func(p string, calls int, compose bool) string {
+		switch {
+		case compose:
+			return "2 plus 3 is " + outputOf(p) + "."
+		case calls == 0:
+			return "<<function>>calculator.add(a=2, b=3)"
+		}
+		return "The sum is " + outputOf(p)
+	})
+	p := openPage(t, browser, m.base+"/ui/#/playground")
+	p.do(chromedp.SendKeys(chromedp.ID("question"), "What is 2 plus 3?"), chromedp.Click(chromedp.ID("ask")))
+	p.wait("the query to finish", `!!document.querySelector('#timeline > li[data-kind="done"] a.trace-link')`)
+	link := eval[string](p, `document.querySelector('#timeline > li[data-kind="done"] a.trace-link').href`)
+	id, ok := strings.CutPrefix(link, j.QueryURL+"/trace/")
+	if !ok || len(id) != 32 {
+		t.Fatalf("trace link %q, want %s/trace/TRACE_ID", link, j.QueryURL)
+	}
+	if top := eval[string](p, `document.querySelector('#run-trace a.trace-link').href`); top != link {
+		t.Errorf("the link above the timeline %q, the one in the answer %q", top, link)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tr, err := j.WaitTrace(ctx, id, func(tr jaegertest.Trace) bool {
+		return len(tr.Named("invoke_agent toolmesh")) == 1 && len(tr.Named("execute_tool calculator.add")) == 1
+	})
+	if err != nil {
+		t.Fatalf("the linked trace in Jaeger: %v", err)
+	}
+	t.Logf("%s", tr)
+	p.screenshot("playground-trace-link")
+	// The link opens Jaeger's UI, which reads the trace from /api/traces/ID. (A Jaeger built
+	// without its UI assets, as scripts/jaeger's is, serves a placeholder page there instead.)
+	p.do(chromedp.Navigate(link))
+	p.waitWithin(30*time.Second, "Jaeger's page", `document.title.includes('Jaeger') || document.body.innerText.includes('Jaeger UI')`)
+	if eval[bool](p, `document.body.innerText.includes('execute_tool calculator.add')`) {
+		t.Logf("Jaeger's UI shows the trace")
+	} else {
+		t.Logf("Jaeger's UI page loaded without the trace drawn (no UI assets in this build): checking the API it reads")
+	}
+	p.screenshot("jaeger-trace")
+	code, b := get(t, j.QueryURL+"/api/traces/"+id)
+	if code != http.StatusOK || !strings.Contains(string(b), `"traceID":"`+id+`"`) || !strings.Contains(string(b), "execute_tool calculator.add") {
+		t.Errorf("GET %s/api/traces/%s (what Jaeger's trace page reads): %d %.300s", j.QueryURL, id, code, b)
+	}
 }
 
 // TestConsoleAuth checks, without a browser, what the console's routes need with API tokens
@@ -516,9 +780,19 @@ func TestConsoleAuth(t *testing.T) {
 		{"POST", "/ui/", "", 401, ""},
 		{"GET", "/v1/servers", "", 401, ""},
 		{"GET", "/v1/servers", "Bearer " + token, 200, `"servers"`},
+		// A browser opening the root is sent to the console (which then asks for the token);
+		// any other client keeps the answers it had.
+		{"GET", "/ html", "", http.StatusFound, ""},
+		{"GET", "/", "", 401, ""},
+		{"GET", "/", "Bearer " + token, 404, "no route for GET /"},
+		{"POST", "/ html", "", 401, ""},
 	}
 	for _, tc := range cases {
-		req, _ := http.NewRequest(tc.method, base+tc.path, nil)
+		path, html := strings.CutSuffix(tc.path, " html")
+		req, _ := http.NewRequest(tc.method, base+path, nil)
+		if html {
+			req.Header.Set("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
+		}
 		if tc.auth != "" {
 			req.Header.Set("Authorization", tc.auth)
 		}
@@ -528,8 +802,69 @@ func TestConsoleAuth(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if resp.StatusCode == http.StatusFound && resp.Header.Get("Location") != "/ui/" {
+			t.Errorf("%s %s: redirect to %q, want /ui/", tc.method, tc.path, resp.Header.Get("Location"))
+		}
 		if resp.StatusCode != tc.want || !strings.Contains(string(b), tc.body) {
 			t.Errorf("%s %s with %q: %d %.200s; want %d with %q", tc.method, tc.path, tc.auth, resp.StatusCode, b, tc.want, tc.body)
 		}
+	}
+}
+
+// meshTextJS is the mesh's state bar as a person reads it.
+const meshTextJS = `document.getElementById('mesh').textContent.replace(/\s+/g, ' ').trim()`
+
+// timedResponse is the timing part of a QueryResponse, as its JSON reads.
+type timedResponse struct {
+	DurationMs     float64 `json:"duration_ms"`
+	ComposeStartMs float64 `json:"compose_start_ms"`
+	ComposeMs      float64 `json:"compose_ms"`
+	Steps          []struct {
+		RetrievalStartMs float64 `json:"retrieval_start_ms"`
+		RetrievalMs      float64 `json:"retrieval_ms"`
+		ModelStartMs     float64 `json:"model_start_ms"`
+		ModelMs          float64 `json:"model_ms"`
+	} `json:"steps"`
+	ToolCalls []struct {
+		StartMs    float64 `json:"start_ms"`
+		DurationMs float64 `json:"duration_ms"`
+	} `json:"tool_calls"`
+}
+
+// checkWaterfall checks the last answered question's waterfall: its rows (kind and label) in
+// order of their start, each with a start and a duration, and its bars inside the time axis,
+// each starting where its row says.
+func checkWaterfall(t *testing.T, p *page, want []string) {
+	t.Helper()
+	type row struct {
+		Kind, Label, Start, Took string
+		Left, Width, Track       float64
+	}
+	rows := eval[[]row](p, `[...document.querySelectorAll('#timeline .waterfall tbody tr')].map(tr => {
+		const bar = tr.querySelector('.bar').getBoundingClientRect(), track = tr.querySelector('.track').getBoundingClientRect();
+		return {Kind: tr.dataset.kind, Label: tr.querySelector('th').textContent, Start: tr.cells[1].textContent, Took: tr.cells[2].textContent,
+			Left: bar.left - track.left, Width: bar.width, Track: track.width};
+	})`)
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.Kind+" "+r.Label)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("waterfall rows:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	duration := regexp.MustCompile(`^\d+\.\d\d? (ms|s)$`)
+	caption := eval[string](p, `document.querySelector('#timeline .waterfall caption').textContent`)
+	if !regexp.MustCompile(`^Where the time went: \d+\.\d\d? (ms|s) in all$`).MatchString(caption) {
+		t.Errorf("waterfall caption %q", caption)
+	}
+	lastLeft := -1.0
+	for _, r := range rows {
+		if !duration.MatchString(r.Start) || !duration.MatchString(r.Took) {
+			t.Errorf("waterfall row %q: starts at %q, took %q; want durations", r.Label, r.Start, r.Took)
+		}
+		if r.Width < 1 || r.Left < lastLeft || r.Left+r.Width > r.Track+1 {
+			t.Errorf("waterfall row %q: bar at %.1f px, %.1f px wide, on a %.1f px axis (the one before at %.1f px)", r.Label, r.Left, r.Width, r.Track, lastLeft)
+		}
+		lastLeft = r.Left
 	}
 }

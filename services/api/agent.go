@@ -167,11 +167,14 @@ func (h *agentHandler) run(ctx context.Context, q query, send func(*toolmeshv1.Q
 	defer cancelDeadline()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	r := &runner{h: h, q: q, resp: &toolmeshv1.QueryResponse{}, caller: caller(ctx, q.servers)}
+	r := &runner{h: h, q: q, resp: &toolmeshv1.QueryResponse{}, caller: caller(ctx, q.servers), began: start}
 	if sc := span.SpanContext(); sc.HasTraceID() {
 		r.resp.TraceId = sc.TraceID().String()
 	}
-	defer func() { h.finish(ctx, span, start, r.resp, err) }()
+	defer func() {
+		r.resp.DurationMs = millis(time.Since(start))
+		h.finish(ctx, span, start, r.resp, err)
+	}()
 	if send != nil {
 		r.send = func(ev *toolmeshv1.QueryStreamResponse) {
 			// Calls of one step finish concurrently; a stream takes one Send at a time.
@@ -231,6 +234,9 @@ type runner struct {
 	// down is set when the executor itself could not be reached: that is no tool's error
 	// to feed back to the model, and the query ends with it.
 	down error
+
+	// began is when the query started: the response's timings count from it.
+	began time.Time
 }
 
 func (r *runner) loop(ctx context.Context) (*toolmeshv1.QueryResponse, error) {
@@ -255,6 +261,7 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 	r.resp.Steps = append(r.resp.Steps, step)
 	r.resp.Iterations = int32(n)
 
+	t := time.Now()
 	k := r.q.k
 	found, err := r.retrieve(ctx, k)
 	if err == nil && len(found) == int(k) && len(r.offer(ctx, found, false)) < int(k) && k < toolid.MaxK {
@@ -263,6 +270,7 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 		k = min(2*k, toolid.MaxK)
 		found, err = r.retrieve(ctx, k)
 	}
+	step.RetrievalStartMs, step.RetrievalMs = r.timed(t)
 	if err != nil {
 		resp, err := r.fail(ctx, err, n, "retrieving tools")
 		return resp, true, err
@@ -272,9 +280,11 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 		attribute.Int("toolmesh.step.tools_withheld", len(found)-len(step.Retrieved)))
 	r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_Retrieved{Retrieved: step}})
 
+	t = time.Now()
 	gen, err := h.inference.Generate(ctx, &toolmeshv1.GenerateRequest{
 		Query: r.q.text, Tools: step.GetRetrieved(), History: r.resp.GetToolCalls(),
 	})
+	step.ModelStartMs, step.ModelMs = r.timed(t)
 	if err != nil {
 		resp, err := r.fail(ctx, r.inferenceError(ctx, err), n, "asking the model")
 		return resp, true, err
@@ -476,6 +486,7 @@ func (r *runner) execute(ctx context.Context, step int, calls, run []*toolmeshv1
 				c.IsError, c.Output = true, "not run: "+context.Cause(ctx).Error()
 				return
 			}
+			c.StartMs = millis(time.Since(r.began))
 			r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_ToolCallStarted{ToolCallStarted: c}})
 			r.call(ctx, c)
 			r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_ToolCallFinished{ToolCallFinished: c}})
@@ -531,7 +542,9 @@ func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord) {
 // compose asks the model for the final answer from the calls' results and streams it. When
 // composing fails, the model's own text or the last results stand in, so the work is not lost.
 func (r *runner) compose(ctx context.Context, modelAnswer string) (*toolmeshv1.QueryResponse, error) {
+	t := time.Now()
 	answer, err := r.composeStream(ctx)
+	r.resp.ComposeStartMs, r.resp.ComposeMs = r.timed(t)
 	if err == nil {
 		r.resp.Answer = answer
 		return r.resp, nil

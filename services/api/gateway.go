@@ -74,6 +74,7 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 		mux.HandleFunc(p, methodNotAllowed)
 	}
 	mux.Handle("/", gw)
+	mux.Handle("GET /{$}", ui.RedirectBrowsers(gw))
 	// The gateway parses a query only into a request that has fields; ListServersRequest has
 	// none, so its check is here.
 	mux.Handle("GET /v1/servers", noQuery(gw))

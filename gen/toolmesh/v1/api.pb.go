@@ -571,8 +571,16 @@ type Step struct {
 	ModelOutput    string                 `protobuf:"bytes,3,opt,name=model_output,json=modelOutput,proto3" json:"model_output,omitempty"`
 	Usage          *Usage                 `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
 	DroppedToolIds []string               `protobuf:"bytes,5,rep,name=dropped_tool_ids,json=droppedToolIds,proto3" json:"dropped_tool_ids,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The step's timings, in milliseconds with microsecond precision; the starts count from the
+	// query's start. A direct call (@SERVER.TOOL) has no retrieval and no model turn: all 0.
+	// retrieval_start_ms is when the retriever was asked; retrieval_ms how long it took.
+	RetrievalStartMs float64 `protobuf:"fixed64,6,opt,name=retrieval_start_ms,json=retrievalStartMs,proto3" json:"retrieval_start_ms,omitempty"`
+	RetrievalMs      float64 `protobuf:"fixed64,7,opt,name=retrieval_ms,json=retrievalMs,proto3" json:"retrieval_ms,omitempty"`
+	// model_start_ms is when the model was asked (Generate); model_ms how long it took.
+	ModelStartMs  float64 `protobuf:"fixed64,8,opt,name=model_start_ms,json=modelStartMs,proto3" json:"model_start_ms,omitempty"`
+	ModelMs       float64 `protobuf:"fixed64,9,opt,name=model_ms,json=modelMs,proto3" json:"model_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Step) Reset() {
@@ -640,6 +648,34 @@ func (x *Step) GetDroppedToolIds() []string {
 	return nil
 }
 
+func (x *Step) GetRetrievalStartMs() float64 {
+	if x != nil {
+		return x.RetrievalStartMs
+	}
+	return 0
+}
+
+func (x *Step) GetRetrievalMs() float64 {
+	if x != nil {
+		return x.RetrievalMs
+	}
+	return 0
+}
+
+func (x *Step) GetModelStartMs() float64 {
+	if x != nil {
+		return x.ModelStartMs
+	}
+	return 0
+}
+
+func (x *Step) GetModelMs() float64 {
+	if x != nil {
+		return x.ModelMs
+	}
+	return 0
+}
+
 type QueryResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Answer     string                 `protobuf:"bytes,1,opt,name=answer,proto3" json:"answer,omitempty"`
@@ -649,9 +685,16 @@ type QueryResponse struct {
 	TraceId    string                 `protobuf:"bytes,5,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	StopReason StopReason             `protobuf:"varint,6,opt,name=stop_reason,json=stopReason,proto3,enum=toolmesh.v1.StopReason" json:"stop_reason,omitempty"`
 	// error says what went wrong when stop_reason is deadline or error.
-	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// duration_ms is the query's wall time in milliseconds, with microsecond precision.
+	DurationMs float64 `protobuf:"fixed64,8,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	// compose_start_ms is when the model was asked to compose the answer from the calls'
+	// results, in milliseconds since the query's start; compose_ms how long that took. Both
+	// are 0 when no answer was composed (the model answered without tools, or a direct call).
+	ComposeStartMs float64 `protobuf:"fixed64,9,opt,name=compose_start_ms,json=composeStartMs,proto3" json:"compose_start_ms,omitempty"`
+	ComposeMs      float64 `protobuf:"fixed64,10,opt,name=compose_ms,json=composeMs,proto3" json:"compose_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *QueryResponse) Reset() {
@@ -731,6 +774,27 @@ func (x *QueryResponse) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *QueryResponse) GetDurationMs() float64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *QueryResponse) GetComposeStartMs() float64 {
+	if x != nil {
+		return x.ComposeStartMs
+	}
+	return 0
+}
+
+func (x *QueryResponse) GetComposeMs() float64 {
+	if x != nil {
+		return x.ComposeMs
+	}
+	return 0
 }
 
 type QueryStreamRequest struct {
@@ -988,13 +1052,17 @@ const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"\x01k\x18\x02 \x01(\x05R\x01k\x12%\n" +
 	"\x0emax_iterations\x18\x03 \x01(\x05R\rmaxIterations\x12\x18\n" +
 	"\aservers\x18\x04 \x03(\tR\aservers\x12'\n" +
-	"\x0ftimeout_seconds\x18\x05 \x01(\x05R\x0etimeoutSeconds\"\xcc\x01\n" +
+	"\x0ftimeout_seconds\x18\x05 \x01(\x05R\x0etimeoutSeconds\"\xde\x02\n" +
 	"\x04Step\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x125\n" +
 	"\tretrieved\x18\x02 \x03(\v2\x17.toolmesh.v1.ScoredToolR\tretrieved\x12!\n" +
 	"\fmodel_output\x18\x03 \x01(\tR\vmodelOutput\x12(\n" +
 	"\x05usage\x18\x04 \x01(\v2\x12.toolmesh.v1.UsageR\x05usage\x12(\n" +
-	"\x10dropped_tool_ids\x18\x05 \x03(\tR\x0edroppedToolIds\"\x97\x02\n" +
+	"\x10dropped_tool_ids\x18\x05 \x03(\tR\x0edroppedToolIds\x12,\n" +
+	"\x12retrieval_start_ms\x18\x06 \x01(\x01R\x10retrievalStartMs\x12!\n" +
+	"\fretrieval_ms\x18\a \x01(\x01R\vretrievalMs\x12$\n" +
+	"\x0emodel_start_ms\x18\b \x01(\x01R\fmodelStartMs\x12\x19\n" +
+	"\bmodel_ms\x18\t \x01(\x01R\amodelMs\"\x81\x03\n" +
 	"\rQueryResponse\x12\x16\n" +
 	"\x06answer\x18\x01 \x01(\tR\x06answer\x12:\n" +
 	"\n" +
@@ -1006,7 +1074,13 @@ const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"\btrace_id\x18\x05 \x01(\tR\atraceId\x128\n" +
 	"\vstop_reason\x18\x06 \x01(\x0e2\x17.toolmesh.v1.StopReasonR\n" +
 	"stopReason\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error\"\xa2\x01\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12\x1f\n" +
+	"\vduration_ms\x18\b \x01(\x01R\n" +
+	"durationMs\x12(\n" +
+	"\x10compose_start_ms\x18\t \x01(\x01R\x0ecomposeStartMs\x12\x1d\n" +
+	"\n" +
+	"compose_ms\x18\n" +
+	" \x01(\x01R\tcomposeMs\"\xa2\x01\n" +
 	"\x12QueryStreamRequest\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12\f\n" +
 	"\x01k\x18\x02 \x01(\x05R\x01k\x12%\n" +

@@ -540,7 +540,10 @@ type ToolCallRecord struct {
 	DurationMs float64 `protobuf:"fixed64,5,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
 	Step       int32   `protobuf:"varint,6,opt,name=step,proto3" json:"step,omitempty"`
 	// index is the call's position in the query's tool_calls; it pairs started and finished events.
-	Index         int32 `protobuf:"varint,7,opt,name=index,proto3" json:"index,omitempty"`
+	Index int32 `protobuf:"varint,7,opt,name=index,proto3" json:"index,omitempty"`
+	// start_ms is when the call was sent, in milliseconds since the query's start (0 for a call
+	// that was refused before it was sent).
+	StartMs       float64 `protobuf:"fixed64,8,opt,name=start_ms,json=startMs,proto3" json:"start_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -624,6 +627,13 @@ func (x *ToolCallRecord) GetIndex() int32 {
 	return 0
 }
 
+func (x *ToolCallRecord) GetStartMs() float64 {
+	if x != nil {
+		return x.StartMs
+	}
+	return 0
+}
+
 var File_toolmesh_v1_inference_proto protoreflect.FileDescriptor
 
 const file_toolmesh_v1_inference_proto_rawDesc = "" +
@@ -666,7 +676,7 @@ const file_toolmesh_v1_inference_proto_rawDesc = "" +
 	"\x05model\x18\x03 \x01(\tR\x05model\x12!\n" +
 	"\fcontext_size\x18\x04 \x01(\x05R\vcontextSize\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12\x10\n" +
-	"\x03fix\x18\x06 \x01(\tR\x03fix\"\xd9\x01\n" +
+	"\x03fix\x18\x06 \x01(\tR\x03fix\"\xf4\x01\n" +
 	"\x0eToolCallRecord\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x125\n" +
 	"\targuments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\targuments\x12\x16\n" +
@@ -675,7 +685,8 @@ const file_toolmesh_v1_inference_proto_rawDesc = "" +
 	"\vduration_ms\x18\x05 \x01(\x01R\n" +
 	"durationMs\x12\x12\n" +
 	"\x04step\x18\x06 \x01(\x05R\x04step\x12\x14\n" +
-	"\x05index\x18\a \x01(\x05R\x05index2\x90\x02\n" +
+	"\x05index\x18\a \x01(\x05R\x05index\x12\x19\n" +
+	"\bstart_ms\x18\b \x01(\x01R\astartMs2\x90\x02\n" +
 	"\x10InferenceService\x12G\n" +
 	"\bGenerate\x12\x1c.toolmesh.v1.GenerateRequest\x1a\x1d.toolmesh.v1.GenerateResponse\x12Y\n" +
 	"\x0eGetModelStatus\x12\".toolmesh.v1.GetModelStatusRequest\x1a#.toolmesh.v1.GetModelStatusResponse\x12X\n" +

@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io/fs"
+	"mime"
 	"net/http"
 	"path"
 	"strconv"
@@ -60,8 +61,9 @@ var assets = func() map[string]asset {
 }()
 
 // Public reports whether r asks for one of the console's static files, which load without a
-// token so that the page can ask for one. /ui/config.json is not public: it needs the token
-// like the API does.
+// token so that the page can ask for one, or is a browser opening the api's root, which
+// RedirectBrowsers sends here. /ui/config.json is not public: it needs the token like the
+// API does.
 func Public(r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
@@ -69,6 +71,8 @@ func Public(r *http.Request) bool {
 	switch p := r.URL.Path; p {
 	case "/ui", Prefix:
 		return true
+	case "/":
+		return wantsHTML(r)
 	default:
 		name, ok := strings.CutPrefix(p, Prefix)
 		_, isAsset := publicAssets[name]
@@ -115,6 +119,35 @@ func Handler(cfg Config) http.Handler {
 		h.Set("Content-Length", strconv.Itoa(len(a.body)))
 		_, _ = w.Write(a.body)
 	})
+}
+
+// RedirectBrowsers serves GET / (mount it there): a browser opening the api's root, which
+// asks for text/html, is sent to the console where a person can start; any other client, a
+// JSON one say, goes on to next as before.
+func RedirectBrowsers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The answer depends on Accept: a cache must not give one client's answer to the other.
+		w.Header().Add("Vary", "Accept")
+		if r.URL.Path == "/" && wantsHTML(r) {
+			http.Redirect(w, r, Prefix, http.StatusFound)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// wantsHTML reports whether an Accept header names text/html itself, as browsers' do for a
+// page; */* (curl's default) does not count.
+func wantsHTML(r *http.Request) bool {
+	for _, h := range r.Header.Values("Accept") {
+		for part := range strings.SplitSeq(h, ",") {
+			t, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+			if err == nil && t == "text/html" && params["q"] != "0" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // securityHeaders keep the page to its own origin: its script and style come from the api,

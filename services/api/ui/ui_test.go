@@ -129,3 +129,48 @@ func TestPublic(t *testing.T) {
 		}
 	}
 }
+
+func TestRedirectBrowsers(t *testing.T) {
+	const firefox = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "no route", http.StatusNotFound) })
+	h := RedirectBrowsers(next)
+	cases := []struct {
+		method, path, accept string
+		code                 int
+		public               bool // ui.Public: a token is not asked for
+	}{
+		{"GET", "/", firefox, http.StatusFound, true},
+		{"HEAD", "/", "text/html", http.StatusFound, true},
+		{"GET", "/", "TEXT/HTML; charset=utf-8", http.StatusFound, true},
+		// JSON clients and curl keep the 404 (or the 401 without a token).
+		{"GET", "/", "application/json", http.StatusNotFound, false},
+		{"GET", "/", "*/*", http.StatusNotFound, false},
+		{"GET", "/", "", http.StatusNotFound, false},
+		{"GET", "/", "text/html;q=0", http.StatusNotFound, false},
+		{"GET", "/", "text/htmlx", http.StatusNotFound, false},
+		{"POST", "/", "text/html", http.StatusNotFound, false},
+		{"GET", "/other", "text/html", http.StatusNotFound, false},
+	}
+	for _, tc := range cases {
+		r := httptest.NewRequest(tc.method, tc.path, nil)
+		if tc.accept != "" {
+			r.Header.Set("Accept", tc.accept)
+		}
+		w := httptest.NewRecorder()
+		// Mounted at GET /{$}: other methods and paths never reach it.
+		if tc.method == "GET" || tc.method == "HEAD" {
+			h.ServeHTTP(w, r)
+		} else {
+			next.ServeHTTP(w, r)
+		}
+		if w.Code != tc.code {
+			t.Errorf("%s %s Accept %q: %d, want %d", tc.method, tc.path, tc.accept, w.Code, tc.code)
+		}
+		if tc.code == http.StatusFound && w.Header().Get("Location") != Prefix {
+			t.Errorf("%s %s Accept %q: Location %q, want %s", tc.method, tc.path, tc.accept, w.Header().Get("Location"), Prefix)
+		}
+		if got := Public(r); got != tc.public {
+			t.Errorf("Public(%s %s Accept %q) = %v, want %v", tc.method, tc.path, tc.accept, got, tc.public)
+		}
+	}
+}

@@ -19,7 +19,7 @@ function el(tag, attrs, ...children) {
     if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v === true ? '' : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === undefined || c === null || c === false) continue;
     e.append(c instanceof Node ? c : String(c));
   }
@@ -34,6 +34,19 @@ function announce(text) {
 }
 
 function pretty(v) { return JSON.stringify(v, null, 2); }
+
+// codeText renders a message of the api, whose commands are set in `backticks`, with each
+// command as code: the reader sees what to type, not the quoting.
+function codeText(s) {
+  return String(s || '').split('`').map((part, i) => (i % 2 ? el('code', {}, part) : part)).filter((p) => p !== '');
+}
+
+// ms writes a duration in milliseconds: two decimals below 10 ms, one below a second, then seconds.
+function ms(v) {
+  const n = Number(v) || 0;
+  if (n >= 1000) return `${(n / 1000).toFixed(2)} s`;
+  return `${n.toFixed(n < 10 ? 2 : 1)} ms`;
+}
 
 // ---------------------------------------------------------------------------------------------
 // API access: the token is asked for once and kept in sessionStorage (this tab only, gone when
@@ -169,6 +182,111 @@ function showError(node, err, what) {
   node.replaceChildren(`${what}: ${err.message}`);
   if (err.traceID) node.append(' (', traceLink(err.traceID), ')');
   node.hidden = false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The mesh's state, shown on every page from GET /readyz: servers ready, the index, the model,
+// and when the model does not answer, the command that fixes it (the api names it).
+
+const MESH_POLL_MS = 10000;
+
+const mesh = {
+  state: null, // the last /readyz body; null when it could not be read
+  key: '',
+  busy: null,
+
+  start() {
+    this.refresh();
+    setInterval(() => { if (!document.hidden) this.refresh(); }, MESH_POLL_MS);
+  },
+
+  // refresh reads /readyz again (one read at a time) and returns its body, or null.
+  refresh() {
+    if (!this.busy) {
+      this.busy = this.read().finally(() => { this.busy = null; });
+    }
+    return this.busy;
+  },
+
+  async read() {
+    let problem = '';
+    try {
+      const resp = await api('../readyz');
+      const body = await readJSON(resp);
+      // 503 is an answer too: its body says what is not ready.
+      if (resp.ok || resp.status === 503) this.state = body;
+      else problem = body.message || `HTTP ${resp.status}`;
+    } catch (err) {
+      problem = err.message;
+    }
+    if (problem) this.state = null;
+    this.render(problem);
+    return this.state;
+  },
+
+  render(problem) {
+    const b = this.state;
+    // Redrawn only when something changed: the bar is a live region, read out on change.
+    const key = JSON.stringify([b, problem]);
+    if (key === this.key) return;
+    this.key = key;
+    const box = $('mesh');
+    if (!b) {
+      box.replaceChildren(el('span', { class: 'badge warn' }, 'state unknown'), ' Could not read the mesh\'s state: ', problem);
+      return;
+    }
+    const parts = [];
+    const sep = () => el('span', { class: 'sep', 'aria-hidden': 'true' }, ' · ');
+    if (b.executor) {
+      parts.push(el('span', { class: 'badge bad' }, 'executor unreachable'));
+    } else {
+      const n = Number(b.servers) || 0;
+      const down = (b.servers_not_connected || []).length;
+      parts.push(el('a', { href: '#/servers', class: 'badge ' + (down ? 'warn' : 'ok'), 'data-part': 'servers' }, `${n - down} of ${n} servers ready`));
+    }
+    if (typeof b.indexed_tools === 'number') {
+      parts.push(sep(), el('span', { 'data-part': 'index' }, `${b.indexed_tools} ${b.indexed_tools === 1 ? 'tool' : 'tools'} indexed`));
+    } else if (b.retriever) {
+      // "index catching up: 3 of 11 tools indexed; last sync attempt: …": the first clause says it.
+      parts.push(sep(), el('span', { class: 'badge warn', 'data-part': 'index', title: b.retriever }, b.retriever.split(';')[0]));
+    } else {
+      parts.push(sep(), el('span', { 'data-part': 'index' }, 'no retriever configured: search is off'));
+    }
+    const m = b.inference;
+    if (!m) {
+      parts.push(sep(), el('span', { 'data-part': 'model' }, 'no model configured: questions are off'));
+    } else if (m.ready) {
+      parts.push(sep(), el('span', { 'data-part': 'model' }, el('span', { class: 'badge ok' }, 'model ready'), m.model ? ' ' + m.model : ''));
+    } else {
+      parts.push(sep(), el('span', { 'data-part': 'model' }, el('span', { class: 'badge bad' }, 'model not ready'), ' ', modelHelp(m)));
+    }
+    box.replaceChildren(...parts);
+  },
+};
+
+// modelHelp is one short sentence on a model that does not answer: the command that fixes it
+// when the api names one, else the api's own reason.
+function modelHelp(m) {
+  if (m.fix) return el('span', { class: 'fix' }, 'Questions need it. To fix: ', codeText(m.fix));
+  return el('span', { class: 'fix' }, 'Questions need it: ', codeText(String(m.error || 'it does not answer').split(';')[0]), '.');
+}
+
+// The OpenAPI document needs the token like the rest of the api, and a plain link sends none:
+// with a token the link fetches it and opens what came back.
+function setUpDocsLink() {
+  $('api-docs').addEventListener('click', async (e) => {
+    if (!sessionStorage.getItem(TOKEN_KEY)) return;
+    e.preventDefault();
+    try {
+      const resp = await api(e.currentTarget.getAttribute('href'));
+      const blob = new Blob([await resp.text()], { type: 'application/json' });
+      const url = URL.createObjectURL(blob);
+      window.open(url, '_blank');
+      setTimeout(() => URL.revokeObjectURL(url), 60000);
+    } catch (err) {
+      announce('Could not open the API reference: ' + err.message);
+    }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -522,6 +640,7 @@ function callForm(tool) {
       const body = await readJSON(resp);
       const trace = resp.headers.get('X-Trace-Id') || body.trace_id;
       result.replaceChildren(...(resp.ok ? callResult(body, trace) : callFailure(resp.status, body, trace)));
+      if (!resp.ok) showViolations(fields, body);
     } catch (err) {
       result.replaceChildren(el('p', { class: 'error' }, 'The call failed: ' + err.message));
     } finally {
@@ -532,6 +651,7 @@ function callForm(tool) {
 }
 
 function typeText(f) {
+  if (f.kind === 'string' && typeof f.schema.pattern === 'string') return `string matching ${f.schema.pattern}`;
   if (f.kind === 'enum') return 'one of ' + f.schema.enum.map((v) => JSON.stringify(v)).join(', ');
   if (f.kind === 'array' || f.kind === 'object') return f.kind + ' as JSON';
   if (f.kind === 'json') return 'JSON';
@@ -599,11 +719,10 @@ function readField(f) {
       const len = [...v].length;
       if (typeof s.minLength === 'number' && len < s.minLength) return { error: `must be at least ${s.minLength} characters` };
       if (typeof s.maxLength === 'number' && len > s.maxLength) return { error: `must be at most ${s.maxLength} characters` };
-      if (typeof s.pattern === 'string') {
-        let re = null;
-        try { re = new RegExp(s.pattern, 'u'); } catch { re = null; } // a pattern JS cannot read is left to the server
-        if (re && !re.test(v)) return { error: `must match ${s.pattern}` };
-      }
+      // A schema's pattern is not run here: it comes from the tool's server, and a pattern such
+      // as ^(a+)+$ takes this browser's backtracking engine exponential time (a hung tab). The
+      // executor checks it with Go's regexp, whose time is linear in the input, and the refusal
+      // names the field (see showViolations).
       return { value: v };
     }
     default: {
@@ -621,6 +740,19 @@ function readField(f) {
       return { value: parsed };
     }
   }
+}
+
+// showViolations marks the fields the api refused (arguments.NAME…) as the form's own checks do.
+function showViolations(fields, body) {
+  let first = null;
+  for (const v of (body.details || []).flatMap((d) => d.field_violations || [])) {
+    const name = String(v.field || '').replace(/^arguments\./, '').split(/[.[]/)[0];
+    const f = fields.find((x) => x.name === name);
+    if (!f || f.error) continue;
+    setFieldError(f, 'was refused: ' + v.description);
+    first = first || f;
+  }
+  if (first) first.control.focus();
 }
 
 function setFieldError(f, error) {
@@ -670,6 +802,9 @@ function callFailure(status, body, trace) {
 
 // ---------------------------------------------------------------------------------------------
 // Playground: ask a question and render /v1/query:stream's events as they arrive.
+
+// GRPC_UNAVAILABLE is the gRPC code of an error the REST api answers with 503.
+const GRPC_UNAVAILABLE = 14;
 
 const STOPS = {
   STOP_REASON_ANSWERED: 'answered',
@@ -740,7 +875,8 @@ const playgroundView = {
       if (timeline.trace) $('run-trace').replaceChildren(traceLink(timeline.trace));
       if (!resp.ok) {
         const b = await readJSON(resp);
-        timeline.error(b.message || `HTTP ${resp.status}`);
+        if (resp.status === 503) timeline.unavailable(b.message || 'HTTP 503');
+        else timeline.error(b.message || `HTTP ${resp.status}`);
         return;
       }
       // The body is newline-delimited JSON, one event a line; a read may end mid-line.
@@ -802,7 +938,9 @@ class Timeline {
       return;
     }
     if (msg.error) {
-      this.error(msg.error.message || JSON.stringify(msg.error));
+      // A stream that has begun reports its error in the stream: UNAVAILABLE is the 503.
+      if (msg.error.code === GRPC_UNAVAILABLE) this.unavailable(msg.error.message || 'unavailable');
+      else this.error(msg.error.message || JSON.stringify(msg.error));
       return;
     }
     const ev = msg.result || {};
@@ -817,7 +955,7 @@ class Timeline {
   retrieved(step) {
     const tools = step.retrieved || [];
     const dropped = step.dropped_tool_ids || [];
-    this.add('retrieved', `Step ${step.number}: ${tools.length} ${tools.length === 1 ? 'tool' : 'tools'} retrieved`,
+    this.add('retrieved', `Step ${step.number}: ${tools.length} ${tools.length === 1 ? 'tool' : 'tools'} retrieved in ${ms(step.retrieval_ms)}`,
       tools.length === 0 ? el('p', { class: 'meta' }, 'No tool matched; the model answers without tools.')
         : el('ol', { class: 'scores' }, tools.map((r) => el('li', { 'data-tool-id': r.tool.id },
           el('a', { href: '#/tools/' + encodeURIComponent(r.tool.id) }, el('code', {}, r.tool.id)),
@@ -827,7 +965,7 @@ class Timeline {
 
   modelOutput(step) {
     const u = step.usage;
-    this.add('model_output', `Step ${step.number}: the model's output`,
+    this.add('model_output', `Step ${step.number}: the model's output, in ${ms(step.model_ms)}`,
       el('pre', { class: 'model-output' }, step.model_output || '(empty)'),
       u ? el('p', { class: 'meta' }, `${u.prompt_tokens} prompt tokens, ${u.completion_tokens} completion tokens`) : null);
   }
@@ -866,15 +1004,38 @@ class Timeline {
     const steps = r.iterations === 1 ? '1 step' : `${r.iterations} steps`;
     const calls = (r.tool_calls || []).length;
     this.add('done', `Done: ${this.outcome}`,
-      el('p', {}, `${steps}, ${calls} tool ${calls === 1 ? 'call' : 'calls'}.`),
+      el('p', {}, `${steps}, ${calls} tool ${calls === 1 ? 'call' : 'calls'}`, r.duration_ms ? ` in ${ms(r.duration_ms)}.` : '.'),
       r.error ? el('p', { class: 'error' }, r.error) : null,
+      waterfall(r),
       trace ? el('p', { class: 'meta' }, traceLink(trace)) : null);
   }
 
   error(message) {
     this.finished = true;
     this.outcome = 'failed';
-    this.add('error', 'Error', el('p', { class: 'error' }, message));
+    this.add('error', 'Error', el('p', { class: 'error' }, codeText(message)));
+  }
+
+  // unavailable explains a 503: the mesh cannot answer questions now. When the model is what
+  // is missing (the usual case on a first start) it says so in one sentence with the command
+  // that fixes it; the api's own words are one click away.
+  // The mesh's state is read again first: what is missing now, and what the api says fixes it.
+  unavailable(message) {
+    this.finished = true;
+    this.outcome = 'not answered';
+    const li = this.add('unavailable', 'Not answered: the mesh cannot answer now',
+      el('details', {}, el('summary', {}, 'What the api said'), el('p', { class: 'api-message' }, codeText(message))));
+    mesh.refresh().then((state) => {
+      const m = state && state.inference;
+      if (!state || (m && m.ready)) {
+        li.querySelector('details').open = true;
+        return;
+      }
+      li.querySelector('h2').textContent = 'Not answered: no model answers questions yet';
+      const fix = !m ? 'No inference service is configured.' : m.fix ? ['To fix: ', codeText(m.fix)] : codeText(String(m.error || '').split(';')[0]);
+      li.querySelector('details').before(el('p', { class: 'fix' }, fix),
+        el('p', { class: 'meta' }, 'Tool search and direct calls work without a model: try ', el('code', {}, '@SERVER.TOOL({...})'), ', as the hint above shows.'));
+    });
   }
 
   stopped() {
@@ -886,6 +1047,40 @@ class Timeline {
   summary() {
     return this.outcome ? `Query ${this.outcome}.` : '';
   }
+}
+
+// waterfall draws where a query's time went, from its response alone: each step's retrieval
+// and model turn, each tool call and the composing of the answer, on one time axis from the
+// query's start. A table, so that the figures are read out too; the bars are decoration.
+function waterfall(r) {
+  const rows = [];
+  for (const s of r.steps || []) {
+    if (s.retrieval_ms) rows.push({ kind: 'retrieval', label: `Step ${s.number}: retrieval`, start: s.retrieval_start_ms, took: s.retrieval_ms });
+    if (s.model_ms) rows.push({ kind: 'model', label: `Step ${s.number}: model`, start: s.model_start_ms, took: s.model_ms });
+  }
+  for (const c of r.tool_calls || []) {
+    if (!c.start_ms && !c.duration_ms) continue; // refused before it was sent: it took no time
+    rows.push({ kind: c.is_error ? 'call-error' : 'call', label: `Step ${c.step}: ${c.tool}`, start: c.start_ms, took: c.duration_ms });
+  }
+  if (r.compose_ms) rows.push({ kind: 'compose', label: 'Composing the answer', start: r.compose_start_ms, took: r.compose_ms });
+  if (rows.length === 0) return null;
+  for (const x of rows) { x.start = Number(x.start) || 0; x.took = Number(x.took) || 0; }
+  rows.sort((a, b) => a.start - b.start);
+  const total = Math.max(Number(r.duration_ms) || 0, ...rows.map((x) => x.start + x.took)) || 1;
+  const pct = (v) => `${Math.min(100, Math.max(0, (v / total) * 100)).toFixed(3)}%`;
+  return el('table', { class: 'waterfall' },
+    el('caption', {}, `Where the time went: ${ms(total)} in all`),
+    el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'Part'), el('th', { scope: 'col', class: 'num' }, 'Starts at'),
+      el('th', { scope: 'col', class: 'num' }, 'Took'), el('th', { scope: 'col', class: 'track-head' }, el('span', { class: 'visually-hidden' }, 'Bar'), '0', el('span', { class: 'end' }, ms(total))))),
+    el('tbody', {}, rows.map((x) => {
+      const bar = el('span', { class: 'bar' });
+      // Set through the CSSOM: the page's Content-Security-Policy refuses style attributes.
+      bar.style.left = pct(x.start);
+      bar.style.width = pct(x.took);
+      return el('tr', { 'data-kind': x.kind },
+        el('th', { scope: 'row' }, x.label), el('td', { class: 'num' }, ms(x.start)), el('td', { class: 'num' }, ms(x.took)),
+        el('td', { class: 'track', 'aria-hidden': 'true' }, bar));
+    })));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -925,12 +1120,16 @@ function start() {
   playgroundView.setUp();
   $('skip').addEventListener('click', (e) => { e.preventDefault(); $('main').focus(); });
   document.addEventListener('visibilitychange', () => {
-    if (!document.hidden && routing.current === 'servers') serversView.refresh();
+    if (document.hidden) return;
+    if (routing.current === 'servers') serversView.refresh();
+    mesh.refresh();
   });
   window.addEventListener('hashchange', route);
+  setUpDocsLink();
   loadConfig();
   if (!location.hash.startsWith('#/')) history.replaceState(null, '', '#/servers');
   route();
+  mesh.start();
 }
 
 start();
