@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	cdptarget "github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -595,6 +596,24 @@ func TestConsoleAsksForToken(t *testing.T) {
 		t.Errorf("the token was asked again after a reload")
 	}
 	p.screenshot("with-token")
+
+	// The API reference needs the token too: the link fetches it with the token and opens what
+	// came back in a new tab, which must show the OpenAPI document.
+	opened := chromedp.WaitNewTarget(p.ctx, func(info *cdptarget.Info) bool { return strings.HasPrefix(info.URL, "blob:") })
+	p.do(chromedp.Click(chromedp.ID("api-docs")))
+	select {
+	case id := <-opened:
+		tab, cancel := chromedp.NewContext(p.ctx, chromedp.WithTargetID(id))
+		doc, err := chromedp.Run(tab, chromedp.Poll[string](`document.body && document.body.innerText.includes('"swagger"') && document.body.innerText.slice(0, 60)`,
+			chromedp.WithPollingTimeout(10*time.Second)))
+		if err != nil || !strings.Contains(doc, `"swagger": "2.0"`) {
+			t.Errorf("the API reference opened with a token shows %q (%v), want the OpenAPI document", doc, err)
+		}
+		cancel()
+	case <-time.After(10 * time.Second):
+		p.screenshot("failed")
+		t.Errorf("the API reference link opened no tab with a token")
+	}
 
 	// No model answers here (--llm-url points at a closed port): every page says so with the
 	// command that fixes it, and a question gets that sentence rather than the raw 503.
