@@ -119,7 +119,7 @@ function setUpTokenDialog() {
   $('token-dialog').addEventListener('cancel', (e) => { e.preventDefault(); cancel(); });
   $('token-open').addEventListener('click', () => {
     auth.declined = false;
-    askToken('').then(() => route(), () => {});
+    askToken('').then(() => { route(); mesh.refresh(); }, () => {});
   });
   if (sessionStorage.getItem(TOKEN_KEY)) $('token-open').hidden = false;
 }
