@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -240,15 +239,7 @@ func TestConsole(t *testing.T) {
 	browser := startBrowser(t)
 	const jaeger = "http://jaeger.invalid:16686"
 	m := startMesh(t, "--api.jaeger-url="+jaeger+"/")
-	m.model.set("What is 2 plus 3?", func(p string, calls int, compose bool) string {
-		switch {
-		case compose:
-			return "2 plus 3 is " + outputOf(p) + "."
-		case calls == 0:
-			return "<<function>>calculator.add(a=2, b=3)"
-		}
-		return "The sum is " + outputOf(p)
-	})
+	m.model.set("What is 2 plus 3?", addTwoAndThree)
 	m.model.set("Take your time with 2 plus 3.", func(string, int, bool) string { return "HANG" })
 	ui := m.base + "/ui/"
 
@@ -677,17 +668,13 @@ func TestConsoleAsksForToken(t *testing.T) {
 // sends it at once (it runs no schema pattern itself) and shows the api's refusal on the field.
 func TestConsoleToolPatternsCheckedByTheServer(t *testing.T) {
 	browser := startBrowser(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := servePatternTool(l)
+	srv := servePatternTool()
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()
 	})
 	cfg := filepath.Join(t.TempDir(), "mcp.json")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, `{"mcpServers": {"pat": {"url": "http://%s/mcp"}}}`, l.Addr()), 0o600); err != nil {
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `{"mcpServers": {"pat": {"url": "%s/mcp"}}}`, srv.URL), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	base := startApp(t, "", []string{
@@ -725,18 +712,14 @@ func TestConsoleToolPatternsCheckedByTheServer(t *testing.T) {
 
 // servePatternTool is an MCP server over streamable HTTP whose one tool, check, takes a string
 // that must match ^(a+)+$.
-func servePatternTool(l net.Listener) *httptest.Server {
+func servePatternTool() *httptest.Server {
 	m := server.NewMCPServer("pat", "0.1.0", server.WithToolCapabilities(true))
 	m.AddTool(mcp.NewTool("check", mcp.WithDescription("Check a code made of a's."),
 		mcp.WithString("code", mcp.Required(), mcp.Pattern(`^(a+)+$`))),
 		func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText("ok: " + r.GetString("code", "")), nil
 		})
-	hs := httptest.NewUnstartedServer(server.NewStreamableHTTPServer(m))
-	hs.Listener.Close()
-	hs.Listener = l
-	hs.Start()
-	return hs
+	return httptest.NewServer(server.NewStreamableHTTPServer(m))
 }
 
 // TestConsoleTraceLinkOpensJaeger follows the playground's trace link into a real Jaeger (v2,
@@ -748,15 +731,7 @@ func TestConsoleTraceLinkOpensJaeger(t *testing.T) {
 	// Spans leave in batches: a short delay keeps the test quick.
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
 	m := startMesh(t, "--otel.endpoint="+j.OTLPEndpoint, "--api.jaeger-url="+j.QueryURL)
-	m.model.set("What is 2 plus 3?", func(p string, calls int, compose bool) string {
-		switch {
-		case compose:
-			return "2 plus 3 is " + outputOf(p) + "."
-		case calls == 0:
-			return "<<function>>calculator.add(a=2, b=3)"
-		}
-		return "The sum is " + outputOf(p)
-	})
+	m.model.set("What is 2 plus 3?", addTwoAndThree)
 	p := openPage(t, browser, m.base+"/ui/#/playground")
 	p.do(chromedp.SendKeys(chromedp.ID("question"), "What is 2 plus 3?"), chromedp.Click(chromedp.ID("ask")))
 	p.wait("the query to finish", `!!document.querySelector('#timeline > li[data-kind="done"] a.trace-link')`)
@@ -852,6 +827,18 @@ func TestConsoleAuth(t *testing.T) {
 			t.Errorf("%s %s with %q: %d %.200s; want %d with %q", tc.method, tc.path, tc.auth, resp.StatusCode, b, tc.want, tc.body)
 		}
 	}
+}
+
+// addTwoAndThree is the model's script for "What is 2 plus 3?": call calculator.add, then
+// answer with its result.
+func addTwoAndThree(p string, calls int, compose bool) string {
+	switch {
+	case compose:
+		return "2 plus 3 is " + outputOf(p) + "."
+	case calls == 0:
+		return "<<function>>calculator.add(a=2, b=3)"
+	}
+	return "The sum is " + outputOf(p)
 }
 
 // meshTextJS is the mesh's state bar as a person reads it.
