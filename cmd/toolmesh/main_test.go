@@ -104,6 +104,29 @@ func TestUpBlackBox(t *testing.T) {
 		}
 	})
 
+	t.Run("cli direct query exit codes", func(t *testing.T) {
+		for _, tc := range []struct {
+			query    string
+			wantCode int
+			wantOut  string
+		}{
+			{`@calculator.add({"a":2,"b":3})`, 0, "5"},
+			{`@calculator.nope({})`, 1, `unknown tool "calculator.nope"`},
+			{`@calculator.divide({"a":1,"b":0})`, 1, "the tool reported an error"},
+		} {
+			out, err := exec.Command(bin, "query", tc.query, "--api", base).CombinedOutput()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tc.wantCode || !strings.Contains(string(out), tc.wantOut) {
+				t.Errorf("toolmesh query %s: exit %d, output %q; want exit %d and %q", tc.query, code, out, tc.wantCode, tc.wantOut)
+			}
+		}
+	})
+
 	t.Run("search", func(t *testing.T) {
 		var got struct {
 			Results []struct {

@@ -188,12 +188,24 @@ func decodeStreamLine(line []byte) (*toolmeshv1.QueryStreamResponse, error) {
 	return &ev, nil
 }
 
-// stopError is nil when the loop answered, and otherwise says why it stopped (exit code 1).
+// stopError is nil when the loop answered and every tool call worked, and otherwise says why
+// not (exit code 1): a script can tell a failed call from an answer.
 func stopError(resp *toolmeshv1.QueryResponse) error {
 	var why string
+	failed := 0
+	for _, c := range resp.GetToolCalls() {
+		if c.GetIsError() {
+			failed++
+		}
+	}
 	switch resp.GetStopReason() {
 	case toolmeshv1.StopReason_STOP_REASON_ANSWERED:
-		return nil
+		if failed == 0 {
+			return nil
+		}
+		return exitError{code: 1, msg: fmt.Sprintf("toolmesh query: answered, but %d of %d tool calls failed (see above)", failed, len(resp.GetToolCalls()))}
+	case toolmeshv1.StopReason_STOP_REASON_TOOL_ERROR:
+		why = fmt.Sprintf("the tool reported an error (%d of %d calls failed)", failed, len(resp.GetToolCalls()))
 	case toolmeshv1.StopReason_STOP_REASON_MAX_ITERATIONS:
 		why = fmt.Sprintf("max iterations reached after %d steps", resp.GetIterations())
 	case toolmeshv1.StopReason_STOP_REASON_DEADLINE:

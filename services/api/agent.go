@@ -234,6 +234,10 @@ type runner struct {
 	// down is set when the executor itself could not be reached: that is no tool's error
 	// to feed back to the model, and the query ends with it.
 	down error
+	// failed holds the status of each call the executor refused or could not complete (an
+	// unknown tool, invalid arguments, a timeout...), as opposed to a tool that ran and
+	// reported an error: a direct query answers with it, as POST .../TOOL:call does.
+	failed map[*toolmeshv1.ToolCallRecord]error
 
 	// began is when the query started: the response's timings count from it.
 	began time.Time
@@ -443,6 +447,18 @@ func (r *runner) direct(ctx context.Context) (*toolmeshv1.QueryResponse, error) 
 	if r.down != nil {
 		return r.fail(ctx, r.down, 1, "calling tools")
 	}
+	// A call the executor refused or could not complete is the status POST .../TOOL:call
+	// answers with (404 unknown tool, 400 invalid arguments, 504...), naming the call when
+	// there are several; a tool that ran and reported an error is a result, below.
+	for i, c := range calls {
+		if err := r.failed[c]; err != nil {
+			if len(calls) == 1 {
+				return nil, err
+			}
+			st := status.Convert(err)
+			return nil, status.Errorf(st.Code(), "call %d of %d (%s): %s", i+1, len(calls), c.GetTool(), st.Message())
+		}
+	}
 	var b strings.Builder
 	for i, c := range calls {
 		if i > 0 {
@@ -455,6 +471,11 @@ func (r *runner) direct(ctx context.Context) (*toolmeshv1.QueryResponse, error) 
 	}
 	r.resp.Answer = b.String()
 	r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_ANSWERED
+	for _, c := range calls {
+		if c.GetIsError() {
+			r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_TOOL_ERROR
+		}
+	}
 	r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_AnswerDelta{AnswerDelta: r.resp.Answer}})
 	return r.resp, nil
 }
@@ -532,6 +553,12 @@ func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord) {
 		}
 		c.IsError, c.Output = true, status.Convert(err).Message()
 		c.DurationMs = float64(time.Since(start).Microseconds()) / 1000
+		r.mu.Lock()
+		if r.failed == nil {
+			r.failed = map[*toolmeshv1.ToolCallRecord]error{}
+		}
+		r.failed[c] = err
+		r.mu.Unlock()
 		return
 	}
 	c.Output = renderOutput(res.GetContent(), res.GetStructuredContent(), r.h.cfg.MaxOutputBytes)

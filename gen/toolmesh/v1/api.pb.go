@@ -31,6 +31,10 @@ const (
 	StopReason_STOP_REASON_MAX_ITERATIONS StopReason = 2
 	StopReason_STOP_REASON_DEADLINE       StopReason = 3
 	StopReason_STOP_REASON_ERROR          StopReason = 4
+	// A direct query's tool ran and reported an error (its call's is_error and output say
+	// which): the request was right, the tool failed. An unknown tool or invalid arguments are
+	// refused with 404 or 400 instead, as by POST /v1/tools/{server}/{name}:call.
+	StopReason_STOP_REASON_TOOL_ERROR StopReason = 5
 )
 
 // Enum value maps for StopReason.
@@ -41,6 +45,7 @@ var (
 		2: "STOP_REASON_MAX_ITERATIONS",
 		3: "STOP_REASON_DEADLINE",
 		4: "STOP_REASON_ERROR",
+		5: "STOP_REASON_TOOL_ERROR",
 	}
 	StopReason_value = map[string]int32{
 		"STOP_REASON_UNSPECIFIED":    0,
@@ -48,6 +53,7 @@ var (
 		"STOP_REASON_MAX_ITERATIONS": 2,
 		"STOP_REASON_DEADLINE":       3,
 		"STOP_REASON_ERROR":          4,
+		"STOP_REASON_TOOL_ERROR":     5,
 	}
 )
 
@@ -1094,14 +1100,15 @@ const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"\x12tool_call_finished\x18\x04 \x01(\v2\x1b.toolmesh.v1.ToolCallRecordH\x00R\x10toolCallFinished\x12#\n" +
 	"\fanswer_delta\x18\x05 \x01(\tH\x00R\vanswerDelta\x120\n" +
 	"\x04done\x18\x06 \x01(\v2\x1a.toolmesh.v1.QueryResponseH\x00R\x04doneB\a\n" +
-	"\x05event*\x94\x01\n" +
+	"\x05event*\xb0\x01\n" +
 	"\n" +
 	"StopReason\x12\x1b\n" +
 	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14STOP_REASON_ANSWERED\x10\x01\x12\x1e\n" +
 	"\x1aSTOP_REASON_MAX_ITERATIONS\x10\x02\x12\x18\n" +
 	"\x14STOP_REASON_DEADLINE\x10\x03\x12\x15\n" +
-	"\x11STOP_REASON_ERROR\x10\x042\xb3\x03\n" +
+	"\x11STOP_REASON_ERROR\x10\x04\x12\x1a\n" +
+	"\x16STOP_REASON_TOOL_ERROR\x10\x052\xb3\x03\n" +
 	"\vToolService\x12]\n" +
 	"\tListTools\x12\x1d.toolmesh.v1.ListToolsRequest\x1a\x1e.toolmesh.v1.ListToolsResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/tools\x12j\n" +
 	"\vSearchTools\x12\x1f.toolmesh.v1.SearchToolsRequest\x1a .toolmesh.v1.SearchToolsResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/tools:search\x12r\n" +
