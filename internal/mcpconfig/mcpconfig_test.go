@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -636,4 +637,42 @@ func FuzzParse(f *testing.F) {
 			_ = s.Endpoint()
 		}
 	})
+}
+
+// TestUnknownKeys: a misspelt key is named with the key it was probably meant to be, in the
+// error when the entry fails because of it and as a warning otherwise; keys other hosts write
+// pass quietly.
+func TestUnknownKeys(t *testing.T) {
+	cases := []struct {
+		name, doc    string
+		wantErr      string
+		wantWarnings []string
+	}{
+		{"typo makes the entry fail", `{"mcpServers": {"fs": {"comand": "npx"}}}`, `unknown key "comand" (did you mean "command"?)`, nil},
+		{"typo beside a working entry", `{"mcpServers": {"fs": {"command": "npx", "arg": ["x"]}}}`, "",
+			[]string{`unknown key "arg" (did you mean "args"?) is ignored`}},
+		{"case slip", `{"mcpServers": {"fs": {"url": "http://127.0.0.1:1/mcp", "Headers": {}}}}`, "",
+			[]string{`unknown key "Headers" (did you mean "headers"?) is ignored`}},
+		{"other hosts' keys", `{"mcpServers": {"fs": {"command": "npx", "autoApprove": [], "alwaysAllow": [], "description": "x"}}}`, "", nil},
+		{"a meaning toolmesh lacks", `{"mcpServers": {"fs": {"command": "npx", "disabledTools": ["rm"]}}}`, "",
+			[]string{`key "disabledTools" is not used by toolmesh: use excludedTools`}},
+		{"nothing close", `{"mcpServers": {"fs": {"command": "npx", "zzzzzz": 1}}}`, "", []string{`unknown key "zzzzzz" is ignored`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Parse([]byte(tc.doc), nil)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want it to contain %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w := got["fs"].Warnings; !slices.Equal(w, tc.wantWarnings) {
+				t.Errorf("warnings %q, want %q", w, tc.wantWarnings)
+			}
+		})
+	}
 }

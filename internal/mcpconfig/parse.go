@@ -182,8 +182,9 @@ func parseEntry(name string, raw any, lookup func(string) (string, bool)) (Serve
 	s.AllowedTools = e.strSlice("allowedTools")
 	s.ExcludedTools = e.strSlice("excludedTools")
 	s.AllowDestructive = e.boolean("allowDestructive")
+	s.Warnings = unknownKeys(obj)
 	if len(e.errs) > 0 {
-		return Server{}, false, errors.Join(e.errs...)
+		return Server{}, false, errors.Join(append(e.errs, hints(name, s.Warnings)...)...)
 	}
 
 	switch {
@@ -195,7 +196,8 @@ func parseEntry(name string, raw any, lookup func(string) (string, bool)) (Serve
 		s.Transport = TransportStdio
 	}
 	if err := s.Validate(); err != nil {
-		return Server{}, false, err
+		// "needs a url or a command" alone hides that the command was there, misspelt.
+		return Server{}, false, errors.Join(append([]error{err}, hints(name, s.Warnings)...)...)
 	}
 	return s, true, nil
 }
@@ -408,4 +410,89 @@ func parseURLPath(raw string) (string, error) {
 
 func hasSuffixFold(s, suffix string) bool {
 	return len(s) >= len(suffix) && strings.EqualFold(s[len(s)-len(suffix):], suffix)
+}
+
+// knownKeys are the keys parseEntry reads.
+var knownKeys = []string{
+	"disabled", "transport", "type", "transportType", "url", "serverUrl", "headers", "command", "args", "env",
+	"timeout", "maxConcurrency", "protocolVersion", "allowedTools", "excludedTools", "allowDestructive",
+}
+
+// otherHostsKeys are keys other MCP hosts write into the same map (Cline, Roo, VS Code's
+// gallery) that mean nothing to toolmesh: accepted without a word, so a shared file stays quiet.
+var otherHostsKeys = []string{"autoApprove", "alwaysAllow", "description", "gallery", "version", "icon", "notes", "name"}
+
+// unsupportedKeys are keys other hosts give a meaning toolmesh does not have, with what to do.
+var unsupportedKeys = map[string]string{
+	"cwd":           "toolmesh starts stdio servers in its own working directory",
+	"envFile":       "put the variables in env (with ${VAR} references) instead",
+	"disabledTools": "use excludedTools",
+}
+
+// unknownKeys lists, sorted, a warning for each key of obj that toolmesh does not read.
+func unknownKeys(obj map[string]any) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		if slices.Contains(knownKeys, k) || slices.Contains(otherHostsKeys, k) {
+			continue
+		}
+		if why, ok := unsupportedKeys[k]; ok {
+			out = append(out, fmt.Sprintf("key %q is not used by toolmesh: %s", k, why))
+			continue
+		}
+		msg := fmt.Sprintf("unknown key %q", k)
+		if near := closest(k, knownKeys); near != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", near)
+		}
+		out = append(out, msg+" is ignored")
+	}
+	return out
+}
+
+// hints turns an entry's warnings into errors that go with its real errors.
+func hints(server string, warnings []string) []error {
+	out := make([]error, len(warnings))
+	for i, w := range warnings {
+		out[i] = &FieldError{Server: server, Msg: w}
+	}
+	return out
+}
+
+// closest is the known key nearest to k: the same but for case, or at most two edits away.
+func closest(k string, known []string) string {
+	best, bestD := "", 3
+	for _, c := range known {
+		if strings.EqualFold(c, k) {
+			return c
+		}
+		if d := editDistance(strings.ToLower(k), strings.ToLower(c)); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b (short keys: the quadratic cost is
+// nothing).
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 64
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -57,6 +57,11 @@ type Server struct {
 	// AllowDestructive lets the model be offered this server's tools whose annotations do not
 	// say they are read-only or non-destructive; without it only apps call them, directly.
 	AllowDestructive bool
+
+	// Warnings are what the entry held that toolmesh did not use: unknown keys, each with the
+	// closest known one (a typo like "comand" would otherwise pass silently). The executor
+	// logs them at start.
+	Warnings []string
 }
 
 // IsRemote reports whether t is a network transport (sse or streamable-http).

@@ -70,6 +70,9 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 	}
 	for name, srv := range cfg.Servers {
 		srv.Name = name
+		for _, w := range srv.Warnings {
+			logger.Warn("mcp server config: "+w, "server", name)
+		}
 		s.sessions[name] = newSession(name, srv, cfg, logger, s.cat, s.ins)
 		s.names = append(s.names, name)
 	}
