@@ -131,6 +131,15 @@ func TestDrain(t *testing.T) {
 					t.Errorf("toolmesh exited with %v after SIGTERM, want 0", p.err)
 				}
 				t.Logf("exited %s after SIGTERM", time.Since(stopped).Round(10*time.Millisecond))
+				if p.stderr != nil {
+					// A clean stop is not a problem: nothing it logs may read like one.
+					_, after, _ := strings.Cut(p.stderr.String(), "stopping:")
+					for _, line := range strings.Split(after, "\n") {
+						if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+							t.Errorf("a clean stop logged: %s", line)
+						}
+					}
+				}
 			case <-time.After(12 * time.Second):
 				t.Error("toolmesh did not exit within the 10 s drain timeout (+2 s) of SIGTERM")
 			}

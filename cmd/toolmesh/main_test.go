@@ -179,6 +179,8 @@ type upProcess struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
+	// stderr is what the process logged; read it only once done is closed.
+	stderr *bytes.Buffer
 }
 
 func startUp(t *testing.T, bin string, extra ...string) (*upProcess, string) {
@@ -201,7 +203,7 @@ func startUp(t *testing.T, bin string, extra ...string) (*upProcess, string) {
 	if err := up.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &upProcess{cmd: up, done: make(chan struct{})}
+	p := &upProcess{cmd: up, done: make(chan struct{}), stderr: &stderr}
 	go func() { p.err = up.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		_ = up.Process.Kill()

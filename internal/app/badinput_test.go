@@ -251,7 +251,7 @@ func TestBadInput(t *testing.T) {
 		{name: "not JSON", method: "POST", path: "/v1/query", body: `query=x`, contentType: "text/plain", want: 400, msg: []string{"body", "JSON"}},
 		{name: "body an array", method: "POST", path: "/v1/query", body: `["x"]`, want: 400, msg: []string{"body", "object"}},
 		// A direct call's failure is the call's output, as in the loop: 200 with is_error.
-		{name: "direct call to an unknown tool", method: "POST", path: "/v1/query", body: `{"query":"@calculator.nope({})"}`, want: 200, msg: []string{`unknown tool \"calculator.nope\"`, `"is_error":true`}},
+		{name: "direct call to an unknown tool", method: "POST", path: "/v1/query", body: `{"query":"@calculator.nope({})"}`, want: 404, msg: []string{`unknown tool "calculator.nope"`}},
 		{name: "direct call with arguments as array", method: "POST", path: "/v1/query", body: `{"query":"@calculator.add([1,2])"}`, want: 400, msg: []string{"arguments"}},
 
 		// POST /v1/query:stream: refused before the stream starts.

@@ -482,8 +482,8 @@ func (f *forwarder) close() {
 }
 
 // TestFaultOversizedToolResult: a result over --executor.max-result-bytes fails the call with
-// 502 over REST (not 429, which would read as a rate limit), naming the tool and the limit; in a
-// question the call is an error the loop records; smaller results still pass.
+// 502 over REST (not 429, which would read as a rate limit), naming the tool and the limit; a direct
+// query fails the same way; smaller results still pass.
 func TestFaultOversizedToolResult(t *testing.T) {
 	checkFDs(t)
 	m := startMesh(t, "--executor.max-result-bytes=2000")
@@ -494,9 +494,10 @@ func TestFaultOversizedToolResult(t *testing.T) {
 		!strings.Contains(e.Message, "executor.max-result-bytes") {
 		t.Errorf("oversized result: %d %s; want 502 naming the tool and the limit", code, b)
 	}
-	got := query(t, m.base, `{"query":"@sqlite.query_database({\"sql\":\"SELECT hex(zeroblob(4000)) AS x\"})"}`)
-	if calls := got.ToolCalls; len(calls) != 1 || !calls[0].IsError || !strings.Contains(calls[0].Output, "max-result-bytes") {
-		t.Errorf("oversized result in a question: %+v; want one failed call naming the limit", got.ToolCalls)
+	// A direct query fails as the call does (docs/api.md).
+	code, b = post(t, m.base+"/v1/query", `{"query":"@sqlite.query_database({\"sql\":\"SELECT hex(zeroblob(4000)) AS x\"})"}`)
+	if e := decodeError(t, b); code != http.StatusBadGateway || !strings.Contains(e.Message, "max-result-bytes") {
+		t.Errorf("oversized result in a direct query: %d %s; want 502 naming the limit, as the call", code, b)
 	}
 	code, b = post(t, m.base+"/v1/tools/sqlite/query_database:call", `{"arguments":{"sql":"SELECT hex(zeroblob(100)) AS x"}}`)
 	if code != http.StatusOK {

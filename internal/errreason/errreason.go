@@ -33,6 +33,9 @@ const (
 	// PolicyDenied: PERMISSION_DENIED because internal/policy refused the call; the ErrorInfo's
 	// metadata says the action, the tool and the rule.
 	PolicyDenied = "POLICY_DENIED"
+	// Stopping: UNAVAILABLE because the service is draining before it stops; the caller
+	// retries, on another replica when there is one.
+	Stopping = "STOPPING"
 )
 
 // Status is a status of code and msg carrying reason.

@@ -21,6 +21,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+
+	"github.com/toolmesh/toolmesh/internal/errreason"
 )
 
 const window = 1 << 20
@@ -199,7 +201,9 @@ func streamLog(logger *slog.Logger) grpc.StreamServerInterceptor {
 		err := next(srv, ss)
 		code := status.Code(err)
 		level := slog.LevelDebug
-		if code != codes.OK && code != codes.NotFound && code != codes.InvalidArgument && code != codes.Canceled {
+		// A stream the server ends because it is stopping (a watch) is no problem.
+		if code != codes.OK && code != codes.NotFound && code != codes.InvalidArgument && code != codes.Canceled &&
+			errreason.Of(err) != errreason.Stopping {
 			level = slog.LevelWarn
 		}
 		ctx := ss.Context()

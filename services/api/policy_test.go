@@ -164,6 +164,14 @@ func TestToolOutputIsData(t *testing.T) {
 	for _, c := range resp.GetToolCalls() {
 		got = append(got, c.GetTool()+" -> "+c.GetOutput())
 	}
+	// The searches in order, a repeat of the same text (the search for twice k) folded in.
+	reqs := retr.requests()
+	var queries []string
+	for _, r := range reqs {
+		if len(queries) == 0 || queries[len(queries)-1] != r.GetQuery() {
+			queries = append(queries, r.GetQuery())
+		}
+	}
 	checks := []struct {
 		name string
 		ok   bool
@@ -173,9 +181,9 @@ func TestToolOutputIsData(t *testing.T) {
 			len(got) == 2 && got[0] == "calc.add -> "+injected && strings.Contains(got[1], "permission denied: call db.query_database: step 2 did not offer it to the model (rule: offered)"), got},
 		{"the executor saw only the offered call", slices.Equal(exec.called(), []string{"calc.add"}), exec.called()},
 		{"the tool that may be destructive was never offered", !slices.Contains(model.seen[0], "calc.wipe") && slices.Equal(model.seen[0], []string{"calc.add", "calc.multiply"}), model.seen},
-		{"the search asks twice k, to fill k after what is withheld", retr.requests()[0].GetK() == 4, retr.requests()[0].GetK()},
-		{"step 2 searches for the question and step 1's call", retr.requests()[1].GetQuery() == `Add one to the total. calc.add {"a":1}`, retr.requests()[1].GetQuery()},
-		{"step 3 searches for the question alone: the refused call is no search term", retr.requests()[2].GetQuery() == "Add one to the total.", retr.requests()[2].GetQuery()},
+		{"the search asks for k, then for twice k to fill k after what is withheld", len(reqs) > 1 && reqs[0].GetK() == 2 && reqs[1].GetK() == 4 && reqs[1].GetQuery() == reqs[0].GetQuery(), reqs},
+		{"step 2 searches for the question and step 1's call", len(queries) == 3 && queries[1] == `Add one to the total. calc.add {"a":1}`, queries},
+		{"step 3 searches for the question alone: the refused call is no search term", len(queries) == 3 && queries[2] == "Add one to the total.", queries},
 	}
 	for _, c := range checks {
 		if !c.ok {

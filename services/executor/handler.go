@@ -81,7 +81,7 @@ func (s *Service) WatchTools(_ *toolmeshv1.WatchToolsRequest, stream grpc.Server
 		case <-s.stopped:
 			return status.Error(codes.Unavailable, "executor stopped")
 		case <-s.draining:
-			return status.Error(codes.Unavailable, "executor stopping")
+			return errreason.Error(codes.Unavailable, errreason.Stopping, "executor stopping")
 		case ev := <-sub.ch:
 			if ev.GetRevision() <= last {
 				continue
