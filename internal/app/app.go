@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/services/api"
@@ -154,6 +155,8 @@ func New(cfg Config, logger *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Errors logged by any target may quote an MCP server's URL with its credentials.
+	logger = slog.New(redact.Handler(logger.Handler()))
 	return &App{cfg: cfg, logger: logger, tel: tel, force: make(chan struct{}),
 		book: addressBook{grpc: map[string]string{}, mcpServers: map[string]mcpconfig.Server{}}}, nil
 }
