@@ -83,7 +83,9 @@ func (s redactedSpan) Status() sdktrace.Status {
 	return st
 }
 
-func (s redactedSpan) Attributes() []attribute.KeyValue { return redactAttrs(s.ReadOnlySpan.Attributes()) }
+func (s redactedSpan) Attributes() []attribute.KeyValue {
+	return redactAttrs(s.ReadOnlySpan.Attributes())
+}
 
 func (s redactedSpan) Events() []sdktrace.Event {
 	events := s.ReadOnlySpan.Events()
