@@ -19,6 +19,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
+	"github.com/toolmesh/toolmesh/internal/webguard"
 	"github.com/toolmesh/toolmesh/services/api"
 	"github.com/toolmesh/toolmesh/services/executor"
 	"github.com/toolmesh/toolmesh/services/inference"
@@ -205,7 +206,12 @@ func (a *App) Run(ctx context.Context, started func()) error {
 	if a.cfg.MetricsAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", a.tel.MetricsHandler())
-		hs, err := server.NewHTTP(a.cfg.MetricsAddr, mux, a.logger, a.cfg.DrainTimeout)
+		// The same Host and Origin rules as the REST port: a web page must not read it either.
+		web, err := webguard.New(a.cfg.API.Web, a.logger)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		hs, err := server.NewHTTP(a.cfg.MetricsAddr, web.Handler(mux, nil), a.logger, a.cfg.DrainTimeout)
 		if err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}

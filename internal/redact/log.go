@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 )
 
 // Handler wraps h so that no record reaches it with a credential of a URL: the message and
 // every attribute (errors, fmt.Stringers and other values that print a URL included, groups
-// too) go through Text first. Records without "://" pass through untouched.
+// too) go through Text first. Records with nothing Text would change pass through untouched.
 func Handler(h slog.Handler) slog.Handler {
 	if _, ok := h.(handler); ok {
 		return h
@@ -20,7 +19,7 @@ func Handler(h slog.Handler) slog.Handler {
 type handler struct{ slog.Handler }
 
 func (h handler) Handle(ctx context.Context, r slog.Record) error {
-	dirty := strings.Contains(r.Message, "://")
+	dirty := MayHold(r.Message)
 	if !dirty {
 		r.Attrs(func(a slog.Attr) bool {
 			dirty = mayHoldURL(a.Value)
@@ -48,12 +47,12 @@ func (h handler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h handler) WithGroup(name string) slog.Handler { return handler{h.Handler.WithGroup(name)} }
 
-// mayHoldURL is true for values that need a closer look: strings with "://" and the kinds
-// whose text is only known once formatted.
+// mayHoldURL is true for values that need a closer look: strings Text may change and the
+// kinds whose text is only known once formatted.
 func mayHoldURL(v slog.Value) bool {
 	switch v.Kind() {
 	case slog.KindString:
-		return strings.Contains(v.String(), "://")
+		return MayHold(v.String())
 	case slog.KindAny, slog.KindGroup, slog.KindLogValuer:
 		return true
 	}
@@ -87,7 +86,7 @@ func value(v slog.Value) slog.Value {
 			text = fmt.Sprintf("%+v", x)
 		}
 		// Other values keep their shape unless their text shows a URL.
-		if strings.Contains(text, "://") {
+		if MayHold(text) && Text(text) != text {
 			return slog.StringValue(Text(text))
 		}
 	}

@@ -3,9 +3,10 @@
 //
 // Users put secrets in MCP server URLs (https://TOKEN@host/mcp, .../sse?api_key=KEY), and
 // those URLs come back inside the errors of the HTTP client, mcp-go and net ("Get
-// \"https://...?api_key=KEY\": dial tcp ..."). Text finds every URL in a piece of text and masks
-// its userinfo, the value of each query parameter and its fragment; it keeps the scheme, host,
-// port and path, which say which server failed. It is the one redaction function of toolmesh:
+// \"https://...?api_key=KEY\": dial tcp ...") and in the error pages of servers that quote the
+// request they refused ("no route for /mcp?api_key=KEY"). Text finds every URL in a piece of
+// text and masks its userinfo, the value of each query parameter and its fragment; it keeps the
+// scheme, host, port and path, which say which server failed. It is the one redaction function of toolmesh:
 // the log handler, the span exporter, the REST answers and the gRPC error statuses all call it.
 package redact
 
@@ -14,34 +15,49 @@ import "strings"
 // Mask replaces each hidden part.
 const Mask = "REDACTED"
 
-// Text returns s with every URL in it ("scheme://...") passed through URL. Text without
-// "://" is returned as it is, without allocating.
+// Text returns s with every URL in it masked: an absolute one ("scheme://...") as URL does,
+// and a relative one with a query ("/mcp?api_key=KEY", as a server quotes the request it
+// refused) by its query values and fragment. Text without "://" or "?" is returned as it is,
+// without allocating.
 func Text(s string) string {
-	if !strings.Contains(s, "://") {
+	if !MayHold(s) {
 		return s
 	}
 	var b strings.Builder
-	done, pos := 0, 0 // s[:done] is written to b; the search goes on at pos
-	for {
-		i := strings.Index(s[pos:], "://")
-		if i < 0 {
-			break
+	done := 0 // s[:done] is written to b
+	for i := 0; i < len(s); {
+		if isDelimiter(s[i]) {
+			i++
+			continue
 		}
-		i += pos
-		start, end := schemeStart(s, i), urlEnd(s, i+3)
-		pos = end
-		if start == i {
-			continue // "://" without a scheme in front is no URL
+		end := urlEnd(s, i)
+		tok := s[i:end]
+		start, masked := i, ""
+		if sep := strings.Index(tok, "://"); sep >= 0 {
+			if at := schemeStart(tok, sep); at < sep {
+				start, masked = i+at, URL(tok[at:])
+			}
+		} else if q := strings.IndexByte(tok, '?'); q >= 0 && strings.IndexByte(tok[:q], '/') >= 0 {
+			start, masked = i+q, maskQuery(tok[q:])
 		}
-		b.WriteString(s[done:start])
-		b.WriteString(URL(s[start:end]))
-		done = end
+		if masked != "" {
+			b.WriteString(s[done:start])
+			b.WriteString(masked)
+			done = end
+		}
+		i = end
 	}
 	if done == 0 {
 		return s
 	}
 	b.WriteString(s[done:])
 	return b.String()
+}
+
+// MayHold reports whether Text could change s: a cheap test for callers that would otherwise
+// copy a structure to redact it.
+func MayHold(s string) bool {
+	return strings.Contains(s, "://") || strings.IndexByte(s, '?') >= 0
 }
 
 // schemeStart is where the scheme before the "://" at sep begins: a letter followed by
@@ -60,13 +76,17 @@ func schemeStart(s string, sep int) int {
 // urlEnd is where a URL that goes on from i ends in text: at white space, a quote, an angle
 // bracket, a backslash (a quote escaped in JSON or Go syntax) or the end of s.
 func urlEnd(s string, i int) int {
-	for ; i < len(s); i++ {
-		switch s[i] {
-		case ' ', '\t', '\n', '\r', '"', '\'', '`', '<', '>', '\\':
-			return i
-		}
+	for ; i < len(s) && !isDelimiter(s[i]); i++ {
 	}
 	return i
+}
+
+func isDelimiter(c byte) bool {
+	switch c {
+	case ' ', '\t', '\n', '\r', '"', '\'', '`', '<', '>', '\\':
+		return true
+	}
+	return false
 }
 
 // URL masks the credentials of one URL: its userinfo (user and password alike, since a user
@@ -96,10 +116,23 @@ func URL(raw string) string {
 	b.WriteString(authority)
 	rest = rest[authLen:]
 
-	path, _, hasFragment := strings.Cut(rest, "#")
-	path, query, hasQuery := strings.Cut(path, "?")
-	b.WriteString(path)
-	if hasQuery {
+	q := strings.IndexAny(rest, "?#")
+	if q < 0 {
+		b.WriteString(rest)
+		return b.String()
+	}
+	b.WriteString(rest[:q])
+	b.WriteString(maskQuery(rest[q:]))
+	return b.String()
+}
+
+// maskQuery masks what follows a path: "?a=1&b" becomes "?a=REDACTED&REDACTED", a fragment
+// "#REDACTED".
+func maskQuery(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	rest, _, hasFragment := strings.Cut(s, "#")
+	if query, ok := strings.CutPrefix(rest, "?"); ok {
 		b.WriteByte('?')
 		for j, param := range strings.Split(query, "&") {
 			if j > 0 {

@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -12,7 +11,7 @@ import (
 
 // redactSpans wraps exp so that no span leaves the process with a URL credential in its name,
 // status, attributes, events (an error's message) or links: each string goes through
-// redact.Text. Spans without "://" in any of them are passed on as they are.
+// redact.Text. Spans with nothing to mask are passed on as they are.
 func redactSpans(exp sdktrace.SpanExporter) sdktrace.SpanExporter { return redactingExporter{exp} }
 
 type redactingExporter struct{ sdktrace.SpanExporter }
@@ -38,11 +37,11 @@ func (e redactingExporter) ExportSpans(ctx context.Context, spans []sdktrace.Rea
 }
 
 func spanMayHoldURL(s sdktrace.ReadOnlySpan) bool {
-	if strings.Contains(s.Name(), "://") || strings.Contains(s.Status().Description, "://") || attrsHoldURL(s.Attributes()) {
+	if redact.MayHold(s.Name()) || redact.MayHold(s.Status().Description) || attrsHoldURL(s.Attributes()) {
 		return true
 	}
 	for _, e := range s.Events() {
-		if strings.Contains(e.Name, "://") || attrsHoldURL(e.Attributes) {
+		if redact.MayHold(e.Name) || attrsHoldURL(e.Attributes) {
 			return true
 		}
 	}
@@ -58,12 +57,12 @@ func attrsHoldURL(kvs []attribute.KeyValue) bool {
 	for _, kv := range kvs {
 		switch kv.Value.Type() {
 		case attribute.STRING:
-			if strings.Contains(kv.Value.AsString(), "://") {
+			if redact.MayHold(kv.Value.AsString()) {
 				return true
 			}
 		case attribute.STRINGSLICE:
 			for _, v := range kv.Value.AsStringSlice() {
-				if strings.Contains(v, "://") {
+				if redact.MayHold(v) {
 					return true
 				}
 			}
