@@ -12,8 +12,8 @@
 //     on every POST) must come from the API's own origin (the console's: Origin's host is the
 //     request's Host) or from one of Config.AllowedOrigins. Otherwise 403, as the MCP spec asks
 //     of servers. Only configured origins get CORS headers; CORS is closed by default.
-//   - Content-Type: a request other than GET, HEAD and OPTIONS must say application/json (415
-//     otherwise). A page can send a cross-site POST without asking first only as text/plain,
+//   - Content-Type: a POST, PUT or PATCH must say application/json (415 otherwise), with a
+//     body or without. A page can send a cross-site POST without asking first only as text/plain,
 //     form data or multipart; requiring JSON turns every such "simple" request away even from a
 //     browser that sends no Origin.
 //
@@ -143,8 +143,12 @@ func (g *Guard) Check(r *http.Request, originFree bool) *Refusal {
 		return &Refusal{Status: http.StatusForbidden, Code: codes.PermissionDenied, reason: "origin not allowed",
 			Message: fmt.Sprintf("origin %q is not allowed: only the console's own origin and --%sallowed-origins may call this API from a browser", cut(origin), g.prefix)}
 	}
+	// A cross-site request that needs no preflight is a GET, HEAD or POST; PUT and PATCH are
+	// checked as well since they carry bodies. Other methods have no body to check (DELETE
+	// and the like are refused by the router).
 	switch r.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions:
+	case http.MethodPost, http.MethodPut, http.MethodPatch:
+	default:
 		return nil
 	}
 	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {

@@ -85,6 +85,8 @@ func TestChecks(t *testing.T) {
 		{name: "no Content-Type", method: "POST", path: "/v1/query", host: api, want: 415, msg: "Content-Type is missing"},
 		{name: "JSON with charset", method: "POST", path: "/v1/query", host: api, contentType: "Application/JSON; charset=utf-8"},
 		{name: "GET needs no Content-Type", method: "GET", path: "/v1/tools", host: api, contentType: "text/plain"},
+		{name: "DELETE is left to the router", method: "DELETE", path: "/v1/tools", host: api},
+		{name: "PUT is checked", method: "PUT", path: "/v1/tools", host: api, contentType: "text/plain", want: 415},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
