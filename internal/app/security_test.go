@@ -39,9 +39,9 @@ func meshArgs(extra ...string) []string {
 var allTargets = []string{"demo", "executor", "retriever", "inference", "api"}
 
 // launch loads args like `up` does, lets edit change the config, and runs targets with logger
-// until the test ends. It returns the app once every listener is bound, or the error Run
-// returned before that.
-func launch(t *testing.T, args []string, logger *slog.Logger, edit func(*Config), targets ...string) (*App, error) {
+// (nil discards) until the test ends or stop is called. It returns the app once every listener
+// is bound, or the error Run returned before that.
+func launch(t *testing.T, args []string, logger *slog.Logger, edit func(*Config), targets ...string) (a *App, stop func(), err error) {
 	t.Helper()
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -55,14 +55,10 @@ func launch(t *testing.T, args []string, logger *slog.Logger, edit func(*Config)
 	if edit != nil {
 		edit(&cfg)
 	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	a, err := New(cfg, logger)
-	if err != nil {
+	if a, err = New(cfg, logger); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -73,17 +69,21 @@ func launch(t *testing.T, args []string, logger *slog.Logger, edit func(*Config)
 	case <-started:
 	case err := <-done:
 		cancel()
-		return nil, err
+		return nil, nil, err
 	}
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			t.Error("the app did not stop within 15s")
-		}
-	})
-	return a, nil
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Error("the app did not stop within 15s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return a, stop, nil
 }
 
 // waitReady waits until /readyz says ready (every MCP server connected, the index in step).
@@ -181,7 +181,7 @@ func (at attack) check(t *testing.T, base string) {
 // page's own name resolves to 127.0.0.1, so its requests carry that name in Host), and plain
 // cross-origin requests. The console's own requests and the liveness probe keep working.
 func TestAttackWebPage(t *testing.T) {
-	a, err := launch(t, meshArgs("--metrics-addr=127.0.0.1:0"), nil, nil, allTargets...)
+	a, _, err := launch(t, meshArgs("--metrics-addr=127.0.0.1:0"), nil, nil, allTargets...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestAttackWebPage(t *testing.T) {
 
 // TestAttackAllowedOrigin: an origin the operator names gets CORS, others still do not.
 func TestAttackAllowedOrigin(t *testing.T) {
-	a, err := launch(t, meshArgs("--api.allowed-origins=https://app.example", "--api.allowed-hosts=toolmesh.example"), nil, nil, allTargets...)
+	a, _, err := launch(t, meshArgs("--api.allowed-origins=https://app.example", "--api.allowed-hosts=toolmesh.example"), nil, nil, allTargets...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestAttackOpenBind(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("TOOLMESH_API_TOKENS", tc.env)
-			_, err := launch(t, meshArgs(tc.args...), nil, nil, "executor", "api")
+			_, _, err := launch(t, meshArgs(tc.args...), nil, nil, "executor", "api")
 			if tc.refused == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -306,7 +306,7 @@ func TestAttackUnauthenticated(t *testing.T) {
 	t.Setenv("TOOLMESH_API_TOKENS", "tester:"+testToken)
 	var logs syncLog
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	a, err := launch(t, meshArgs("--api.max-body-bytes=65536"), logger, nil, allTargets...)
+	a, _, err := launch(t, meshArgs("--api.max-body-bytes=65536"), logger, nil, allTargets...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestAttackUnauthenticated(t *testing.T) {
 // longer than api.body-timeout, with or without a good token.
 func TestAttackTrickledBody(t *testing.T) {
 	t.Setenv("TOOLMESH_API_TOKENS", "tester:"+testToken)
-	a, err := launch(t, meshArgs("--api.body-timeout=1s"), nil, nil, allTargets...)
+	a, _, err := launch(t, meshArgs("--api.body-timeout=1s"), nil, nil, allTargets...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +449,7 @@ func TestSecretsNeverShown(t *testing.T) {
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	spans := tracetest.NewInMemoryExporter()
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
-	a, err := launch(t, meshArgs("--config="+cfgPath), logger, func(c *Config) { c.Telemetry.SpanExporter = spans }, allTargets...)
+	a, _, err := launch(t, meshArgs("--config="+cfgPath), logger, func(c *Config) { c.Telemetry.SpanExporter = spans }, allTargets...)
 	if err != nil {
 		t.Fatal(err)
 	}
