@@ -61,7 +61,6 @@ func TestCheckExposure(t *testing.T) {
 	// New refuses too, before it dials anything.
 	cfg := testConfig("127.0.0.1:1", "")
 	cfg.HTTPAddr = "0.0.0.0:0"
-	t.Setenv(auth.EnvTokens, "")
 	if _, err := New(cfg, slog.New(slog.DiscardHandler), nil); err == nil || !strings.Contains(err.Error(), "--api.allow-open") {
 		t.Errorf("New with an open REST address and no tokens: %v, want refused", err)
 	}
@@ -132,8 +131,8 @@ func trickle(t *testing.T, addr, path, token string, wait time.Duration) (string
 // unread for its token (401).
 func TestTrickledBody(t *testing.T) {
 	const token = "a-long-enough-test-token-0123456789"
-	t.Setenv(auth.EnvTokens, "tester:"+token)
 	cfg := testConfig("127.0.0.1:1", "")
+	cfg.Tokens = "tester:" + token
 	cfg.BodyTimeout = 700 * time.Millisecond
 	srv := httptest.NewServer(gatewayHandler(t, cfg))
 	t.Cleanup(srv.Close)
