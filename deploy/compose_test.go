@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -26,6 +27,34 @@ func TestComposeServices(t *testing.T) {
 	}
 	if got := sortedNames(p.DisabledServices); !slices.Equal(got, []string{"llama-embed", "model-init-embed"}) {
 		t.Errorf("services behind a profile = %v, want [llama-embed model-init-embed]", got)
+	}
+}
+
+// TestComposeNoOpenAPI: a plain `docker compose up` (no TOOLMESH_API_TOKENS) does not put an api
+// without tokens on the network: every port any service publishes is bound to the host's
+// loopback, in the CPU variant too. And the api, which listens on every interface of its
+// container, starts that way only because it says so (--api.allow-open): without it, it would
+// refuse to start without tokens.
+func TestComposeNoOpenAPI(t *testing.T) {
+	// The CPU variant needs its chat server named; nothing else is set.
+	chat := map[string]string{"TOOLMESH_CHAT_URL": "http://x", "TOOLMESH_CHAT_MODEL": "m"}
+	for _, files := range [][]string{{composeFile}, {composeFile, "deploy/compose.cpu.yaml"}} {
+		p := loadProject(t, files, []string{"*"}, chat)
+		for _, name := range sortedNames(p.Services) {
+			for _, port := range p.Services[name].Ports {
+				if ip := net.ParseIP(port.HostIP); ip == nil || !ip.IsLoopback() {
+					t.Errorf("%v: service %s publishes port %d on %q, want 127.0.0.1 (no open api without tokens)", files, name, port.Target, port.HostIP)
+				}
+			}
+		}
+		api := serveServices(t, p)["api"]
+		if tokens := api.Environment["TOOLMESH_API_TOKENS"]; tokens != nil && *tokens != "" {
+			continue // tokens by default: nothing is open
+		}
+		cfg := serveConfig(t, api)
+		if !cfg.API.AllowOpen {
+			t.Errorf("%v: the api listens on %s without tokens but without --api.allow-open: it would refuse to start", files, cfg.API.HTTPAddr)
+		}
 	}
 }
 

@@ -16,8 +16,10 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
+	"github.com/toolmesh/toolmesh/internal/webguard"
 	"github.com/toolmesh/toolmesh/services/api"
 	"github.com/toolmesh/toolmesh/services/executor"
 	"github.com/toolmesh/toolmesh/services/inference"
@@ -154,6 +156,8 @@ func New(cfg Config, logger *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Errors logged by any target may quote an MCP server's URL with its credentials.
+	logger = slog.New(redact.Handler(logger.Handler()))
 	return &App{cfg: cfg, logger: logger, tel: tel, force: make(chan struct{}),
 		book: addressBook{grpc: map[string]string{}, mcpServers: map[string]mcpconfig.Server{}}}, nil
 }
@@ -202,7 +206,12 @@ func (a *App) Run(ctx context.Context, started func()) error {
 	if a.cfg.MetricsAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", a.tel.MetricsHandler())
-		hs, err := server.NewHTTP(a.cfg.MetricsAddr, mux, a.logger, a.cfg.DrainTimeout)
+		// The same Host and Origin rules as the REST port: a web page must not read it either.
+		web, err := webguard.New(a.cfg.API.Web, a.logger)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		hs, err := server.NewHTTP(a.cfg.MetricsAddr, web.Handler(mux, nil), a.logger, a.cfg.DrainTimeout)
 		if err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}

@@ -30,7 +30,7 @@ type badCase struct {
 	method      string
 	path        string
 	body        string
-	contentType string // default application/json for a body
+	contentType string // default application/json for a body; none without a body unless set
 	auth        string // Authorization header
 	want        int
 	msg         []string // the error body's message contains each of these
@@ -64,7 +64,7 @@ func doBad(t *testing.T, base string, tc badCase) badResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tc.body != "" {
+	if tc.body != "" || tc.contentType != "" {
 		ct := tc.contentType
 		if ct == "" {
 			ct = "application/json"
@@ -206,19 +206,22 @@ func TestBadInput(t *testing.T) {
 		{name: "a as string", method: "POST", path: call, body: `{"arguments":{"a":"2","b":3}}`, want: 400, msg: []string{"arguments.a"}},
 		{name: "missing b", method: "POST", path: call, body: `{"arguments":{"a":2}}`, want: 400, msg: []string{"b"}},
 		{name: "missing arguments", method: "POST", path: call, body: `{}`, want: 400, msg: []string{"a"}},
-		{name: "no body", method: "POST", path: call, want: 400, msg: []string{"a"}},
+		{name: "no body", method: "POST", path: call, contentType: "application/json", want: 400, msg: []string{"a"}},
+		{name: "no body, no Content-Type", method: "POST", path: call, want: 415, msg: []string{"Content-Type", "application/json"}},
 		{name: "unknown body field", method: "POST", path: call, body: `{"arguments":{"a":1,"b":2},"bogus":1}`, want: 400, msg: []string{"bogus"}},
 		// The calculator's schema allows more properties, so the executor passes them on.
 		{name: "unknown argument the schema allows", method: "POST", path: call, body: `{"arguments":{"a":1,"b":2,"c":3}}`, want: 200, msg: []string{`"text":"3"`}},
 		{name: "body not an object", method: "POST", path: call, body: `[1,2]`, want: 400, msg: []string{"body", "object"}},
 		{name: "truncated JSON", method: "POST", path: call, body: `{"arguments":{"a":1`, want: 400, msg: []string{"body", "JSON"}},
-		{name: "not JSON", method: "POST", path: call, body: `a=1&b=2`, contentType: "application/x-www-form-urlencoded", want: 400, msg: []string{"body", "JSON"}},
+		// A browser sends these cross-site without asking first: never run a tool on them.
+		{name: "not JSON", method: "POST", path: call, body: `a=1&b=2`, contentType: "application/x-www-form-urlencoded", want: 415, msg: []string{"Content-Type", "application/json"}},
 		{name: "invalid UTF-8 in a string argument", method: "POST", path: "/v1/tools/calculator/calculate:call", body: `{"arguments":{"expression":"` + invalidUTF8 + `"}}`, want: 400, msg: []string{"UTF-8"}},
 		{name: "deep nesting in arguments", method: "POST", path: call, body: `{"arguments":{"a":` + badNested(10000) + `,"b":1}}`, want: 400, msg: []string{"max depth"}},
 		{name: "huge body", method: "POST", path: call, body: hugeArgs, want: 413, msg: []string{"body", "65536"}},
 		{name: "huge chunked body", method: "POST", path: call, body: hugeArgs, chunked: true, want: 413, msg: []string{"body", "65536"}},
 		{name: "arguments null", method: "POST", path: call, body: `{"arguments":null}`, want: 400, msg: []string{"missing property"}},
-		{name: "JSON sent as text/plain", method: "POST", path: call, body: `{"arguments":{"a":1,"b":2}}`, contentType: "text/plain", want: 200, msg: []string{`"text":"3"`}},
+		{name: "JSON sent as text/plain", method: "POST", path: call, body: `{"arguments":{"a":1,"b":2}}`, contentType: "text/plain", want: 415, msg: []string{`"text/plain" is not accepted`}},
+		{name: "JSON with a charset", method: "POST", path: call, body: `{"arguments":{"a":1,"b":2}}`, contentType: "application/json; charset=utf-8", want: 200, msg: []string{`"text":"3"`}},
 		{name: "invalid UTF-8 in an argument name", method: "POST", path: call, body: "{\"arguments\":{\"a\xff\":1,\"a\":1,\"b\":2}}", want: 400, msg: []string{"invalid UTF-8"}},
 		{name: "tool name with a space", method: "POST", path: "/v1/tools/calculator/ad%20d:call", body: `{"arguments":{}}`, want: 404, msg: []string{"calculator.ad d"}},
 		{name: "empty tool name", method: "POST", path: "/v1/tools/calculator/:call", body: `{"arguments":{}}`, want: 404, msg: []string{"no route for POST /v1/tools/calculator/:call"}},
@@ -237,7 +240,8 @@ func TestBadInput(t *testing.T) {
 		{name: "query as number", method: "POST", path: "/v1/query", body: `{"query":42}`, want: 400, msg: []string{"query"}},
 		{name: "servers as string", method: "POST", path: "/v1/query", body: `{"query":"x","servers":"calculator"}`, want: 400, msg: []string{"servers"}},
 		{name: "missing query", method: "POST", path: "/v1/query", body: `{"k":3}`, want: 400, msg: []string{"query: is required"}},
-		{name: "no body", method: "POST", path: "/v1/query", want: 400, msg: []string{"query: is required"}},
+		{name: "no body", method: "POST", path: "/v1/query", contentType: "application/json", want: 400, msg: []string{"query: is required"}},
+		{name: "no body, no Content-Type", method: "POST", path: "/v1/query", want: 415, msg: []string{"Content-Type is missing"}},
 		{name: "unknown field", method: "POST", path: "/v1/query", body: `{"query":"x","bogus":1}`, want: 400, msg: []string{"bogus"}},
 		{name: "invalid UTF-8 query", method: "POST", path: "/v1/query", body: `{"query":"` + invalidUTF8 + `"}`, want: 400, msg: []string{"invalid UTF-8"}},
 		{name: "deep nesting", method: "POST", path: "/v1/query", body: `{"query":"x","servers":` + badNested(10000) + `}`, want: 400, msg: []string{"max depth"}},
@@ -248,7 +252,8 @@ func TestBadInput(t *testing.T) {
 		{name: "k overflows int32", method: "POST", path: "/v1/query", body: `{"query":"x","k":99999999999}`, want: 400, msg: []string{"k"}},
 		{name: "null query", method: "POST", path: "/v1/query", body: `{"query":null}`, want: 400, msg: []string{"query: is required"}},
 		{name: "duplicate field", method: "POST", path: "/v1/query", body: `{"query":"x","query":"y"}`, want: 400, msg: []string{"query"}},
-		{name: "not JSON", method: "POST", path: "/v1/query", body: `query=x`, contentType: "text/plain", want: 400, msg: []string{"body", "JSON"}},
+		{name: "not JSON", method: "POST", path: "/v1/query", body: `query=x`, contentType: "text/plain", want: 415, msg: []string{"Content-Type", "application/json"}},
+		{name: "JSON, but not said so", method: "POST", path: "/v1/query", body: `{"query":"@calculator.add({\"a\":1,\"b\":2})"}`, contentType: "text/plain;charset=UTF-8", want: 415, msg: []string{"application/json"}},
 		{name: "body an array", method: "POST", path: "/v1/query", body: `["x"]`, want: 400, msg: []string{"body", "object"}},
 		// A direct call's failure is the call's output, as in the loop: 200 with is_error.
 		{name: "direct call to an unknown tool", method: "POST", path: "/v1/query", body: `{"query":"@calculator.nope({})"}`, want: 404, msg: []string{`unknown tool "calculator.nope"`}},
@@ -261,7 +266,8 @@ func TestBadInput(t *testing.T) {
 		{name: "k as string", method: "POST", path: "/v1/query:stream", body: `{"query":"x","k":"four"}`, want: 400, msg: []string{"k"}},
 		{name: "invalid UTF-8 query", method: "POST", path: "/v1/query:stream", body: `{"query":"` + invalidUTF8 + `"}`, want: 400, msg: []string{"invalid UTF-8"}},
 		{name: "huge body", method: "POST", path: "/v1/query:stream", body: huge, want: 413, msg: []string{"body", "65536"}},
-		{name: "not JSON", method: "POST", path: "/v1/query:stream", body: `<query/>`, contentType: "application/xml", want: 400, msg: []string{"body", "JSON"}},
+		{name: "not JSON", method: "POST", path: "/v1/query:stream", body: `<query/>`, contentType: "application/xml", want: 415, msg: []string{"Content-Type", "application/json"}},
+		{name: "JSON body, not JSON", method: "POST", path: "/v1/query:stream", body: `<query/>`, want: 400, msg: []string{"body", "JSON"}},
 
 		// The operational endpoints take no input: extra input is ignored, wrong methods refused.
 		{name: "query parameters ignored", method: "GET", path: "/readyz?bogus=%ff", want: 200},
@@ -289,6 +295,8 @@ func TestBadInputTokens(t *testing.T) {
 		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
 		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0",
 		"--drain-timeout=2s", "--llm-url=http://127.0.0.1:1",
+		// Every case fails from one address; the throttle has a test of its own (TestAttackUnauthenticated).
+		"--api.auth-failures-per-minute=0",
 	}, "demo", "executor", "retriever", "inference", "api")
 	endpoints := []struct{ method, path, body string }{
 		{"GET", "/v1/tools", ""},

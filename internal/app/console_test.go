@@ -811,6 +811,9 @@ func TestConsoleAuth(t *testing.T) {
 		if html {
 			req.Header.Set("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
 		}
+		if tc.method == "POST" {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		if tc.auth != "" {
 			req.Header.Set("Authorization", tc.auth)
 		}

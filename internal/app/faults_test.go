@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -152,38 +150,8 @@ func TestFaultLlamaHang(t *testing.T) {
 // function so a test can stop it midway; stop is idempotent and also runs when the test ends.
 func runApp(t *testing.T, args []string, targets ...string) (a *App, stop func()) {
 	t.Helper()
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var cfg Config
-	cfg.RegisterFlags(fs)
-	cfg.RegisterDemoFlags(fs)
-	if err := cfg.Load(fs, args); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Targets = targets
-	a, err := New(cfg, slog.New(slog.DiscardHandler))
+	a, stop, err := launch(t, args, nil, nil, targets...)
 	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	started := make(chan struct{})
-	go func() { done <- a.Run(ctx, func() { close(started) }) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case <-done:
-			case <-time.After(15 * time.Second):
-				t.Error("the app did not stop within 15s")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	select {
-	case <-started:
-	case err := <-done:
 		t.Fatalf("Run returned before starting: %v", err)
 	}
 	return a, stop

@@ -508,6 +508,7 @@ func TestQueryLimitsAndFailures(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, m.base+"/v1/query:stream", strings.NewReader(`{"query":"Hang on."}`))
+		req.Header.Set("Content-Type", "application/json")
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -645,6 +646,9 @@ func TestQueryNeedsToken(t *testing.T) {
 	}, "demo", "executor", "retriever", "inference", "api")
 	do := func(method, path, body, auth string) (int, http.Header, string) {
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
 		}

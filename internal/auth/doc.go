@@ -41,13 +41,20 @@
 // With MaxInFlight, a token may have at most that many requests running at once (a streamed
 // question holds its slot until it ends); one more is refused the same way, with a wait of 1 s.
 //
+// Failed attempts (no, a malformed or an unknown token) are counted per client address (its
+// IP; for IPv6 its /64): FailuresPerMinute at once, then that many a minute. An address over
+// the budget gets the same 429 before its token is looked at, so guessing goes no faster. The
+// REST front checks the token before it reads the body. Refusals are logged sampled (a burst,
+// then a line every few seconds saying how many were left out), never one line a try.
+//
 // # Wiring
 //
 // The api's flags, env and constructor (the env is read by the caller, not by this package):
 //
 //	// api.Config
 //	Auth auth.Config
-//	// api.Config.RegisterFlags: --api.tokens-file, --api.rate-limit, --api.rate-burst, --api.max-in-flight
+//	// api.Config.RegisterFlags: --api.tokens-file, --api.rate-limit, --api.rate-burst, --api.max-in-flight,
+//	// --api.auth-failures-per-minute
 //	c.Auth.RegisterFlags(fs, "api.")
 //	// api.Config.Validate
 //	if err := c.Auth.Validate(); err != nil { return err }
@@ -58,18 +65,20 @@
 //	g, err := server.NewGRPC(cfg.API.GRPCAddr, logger, drain, guard.ServerOptions()...)
 //
 // The REST gateway calls that gRPC server over loopback and forwards the Authorization header
-// as metadata by default, so the gRPC interceptor checks (and counts) the gateway routes once.
-// The gateway only has to turn "retry-after" back into Retry-After and fix the 401 challenge;
-// Guard.HTTP guards the plain handlers (/readyz, /openapi.json, /metrics, ...) and skips
-// /healthz and the gateway's routes:
+// as metadata by default, so the gRPC interceptor counts the gateway routes against the rate
+// limit once. The gateway marks its calls (ForwardedMetadata), turns "retry-after" back into
+// Retry-After and fixes the 401 challenge; Guard.HTTP checks every request but /healthz before
+// the body is read, counting the plain handlers (/readyz, /openapi.json, /metrics, ...) and
+// leaving the count of the gateway's routes to the interceptor:
 //
 //	gw := runtime.NewServeMux(
 //		// ...the existing options...
+//		runtime.WithMetadata(guard.ForwardedMetadata),
 //		runtime.WithOutgoingHeaderMatcher(auth.OutgoingHeaderMatcher),
 //		runtime.WithErrorHandler(auth.GatewayErrorHandler(nil)),
 //	)
 //	// ...mux.Handle("/", gw) and the plain handlers as now...
-//	h := guard.HTTP(checkBody(max, mux), auth.Paths("/healthz", "/v1/"))
+//	h := guard.HTTP(checkBody(max, mux), auth.Paths("/healthz"), auth.Paths("/v1/"))
 //
 // Handlers read the caller with auth.Name(ctx), e.g. logger.Info("query", "client", auth.Name(ctx)).
 package auth

@@ -2,14 +2,38 @@ package auth
 
 import (
 	"context"
+	"crypto/subtle"
 	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc/metadata"
 )
 
 // The REST gateway needs nothing to send the token on: grpc-gateway forwards the HTTP
-// Authorization header as "authorization" metadata by default. It needs two things on the
-// way back, both given to runtime.NewServeMux.
+// Authorization header as "authorization" metadata by default. It marks its calls with
+// ForwardedMetadata, and needs two things on the way back, all given to runtime.NewServeMux.
+
+// gatewayHeader carries the Guard's per-process key on the calls the REST gateway forwards.
+const gatewayHeader = "x-toolmesh-gateway"
+
+// ForwardedMetadata is for runtime.WithMetadata: it marks a call as forwarded by this
+// process's REST gateway, whose Guard.HTTP has already checked the client by its address, so
+// that the gRPC interceptor does not count every REST client's failures as the gateway's
+// loopback address. The mark is a random key made when the Guard is, so no other client can
+// forge it.
+func (g *Guard) ForwardedMetadata(context.Context, *http.Request) metadata.MD {
+	if !g.Enabled() {
+		return nil
+	}
+	return metadata.Pairs(gatewayHeader, g.gatewayKey)
+}
+
+// fromGateway reports whether md carries the gateway's key, and nothing else under its name
+// (a REST client can add metadata with Grpc-Metadata- headers).
+func (g *Guard) fromGateway(md metadata.MD) bool {
+	v := md.Get(gatewayHeader)
+	return len(v) == 1 && subtle.ConstantTimeCompare([]byte(v[0]), []byte(g.gatewayKey)) == 1
+}
 
 // OutgoingHeaderMatcher is for runtime.WithOutgoingHeaderMatcher: it turns the "retry-after"
 // and "www-authenticate" header metadata of a refused call into the HTTP headers of those

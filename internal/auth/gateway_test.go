@@ -18,7 +18,8 @@ import (
 )
 
 // startREST wires a REST front the way the api does: grpc-gateway over loopback to a guarded
-// gRPC server, plain handlers beside it, Guard.HTTP skipping /healthz and the gateway routes.
+// gRPC server, plain handlers beside it, Guard.HTTP skipping /healthz and checking but not
+// counting the gateway routes.
 func startREST(t *testing.T, g *Guard, logger *slog.Logger) *httptest.Server {
 	t.Helper()
 	conn := startGRPC(t, g, logger)
@@ -28,6 +29,7 @@ func startREST(t *testing.T, g *Guard, logger *slog.Logger) *httptest.Server {
 		}),
 		runtime.WithOutgoingHeaderMatcher(OutgoingHeaderMatcher),
 		runtime.WithErrorHandler(GatewayErrorHandler(nil)),
+		runtime.WithMetadata(g.ForwardedMetadata),
 	)
 	if err := toolmeshv1.RegisterToolServiceHandlerClient(context.Background(), gw, toolmeshv1.NewToolServiceClient(conn)); err != nil {
 		t.Fatal(err)
@@ -39,7 +41,14 @@ func startREST(t *testing.T, g *Guard, logger *slog.Logger) *httptest.Server {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	mux.Handle("GET /readyz", whoami)
 	mux.Handle("/", gw)
-	ts := httptest.NewServer(g.HTTP(mux, Paths("/healthz", "/v1/")))
+	// A test stands for a client elsewhere with an X-Test-Remote header.
+	h := g.HTTP(mux, Paths("/healthz"), Paths("/v1/"))
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if remote := r.Header.Get("X-Test-Remote"); remote != "" {
+			r.RemoteAddr = remote
+		}
+		h.ServeHTTP(w, r)
+	}))
 	t.Cleanup(ts.Close)
 	return ts
 }

@@ -66,10 +66,17 @@ func (g *Guard) StreamInterceptor() grpc.StreamServerInterceptor {
 
 func (g *Guard) admitGRPC(ctx context.Context, method string) (int, string, *denial) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	i, name, d := g.admit(md.Get("authorization"))
+	// A call the REST gateway forwards comes from loopback for every REST client; Guard.HTTP
+	// has checked that client by its own address already.
+	client := ""
+	p, havePeer := peer.FromContext(ctx)
+	if !g.fromGateway(md) && havePeer {
+		client = clientKey(p.Addr.String())
+	}
+	i, name, d := g.admit(md.Get("authorization"), client, true)
 	if d != nil {
 		attrs := []any{"method", method}
-		if p, ok := peer.FromContext(ctx); ok {
+		if havePeer {
 			attrs = append(attrs, "remote", p.Addr.String())
 		}
 		// Calls from the REST gateway come from loopback; the gateway adds the client's address

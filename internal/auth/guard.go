@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
@@ -17,6 +18,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/toolmesh/toolmesh/internal/logsample"
 )
 
 // Config says where the tokens file is and how fast each token may call. The tokens
@@ -29,6 +32,9 @@ type Config struct {
 	RateBurst int
 	// MaxInFlight is how many requests one token may have in flight at once; 0 means no limit.
 	MaxInFlight int
+	// FailuresPerMinute is how many failed authentication attempts one client address may
+	// make at once, and then per minute; 0 turns the throttle off.
+	FailuresPerMinute int
 
 	prefix string // of the flag names, so Validate can name the flag
 }
@@ -42,6 +48,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.IntVar(&c.RateBurst, prefix+"rate-burst", 0, "requests an API token may make at once above its rate (0 = the rate rounded up)")
 	fs.IntVar(&c.MaxInFlight, prefix+"max-in-flight", DefaultMaxInFlight,
 		"requests one API token may have in flight at once; more are refused with 429 (0 = no limit; without tokens there is none). A question holds its slot for up to its timeout, so this bounds how much of the model and the MCP servers one client can hold")
+	// 10 covers a person retyping a token and a client retrying with a stale one; past it a
+	// guesser gets one try every 6 s, and the log one line every few seconds, however fast it asks.
+	fs.IntVar(&c.FailuresPerMinute, prefix+"auth-failures-per-minute", 10, "failed token checks one client address may make at once and then per minute before it gets 429 (0 = no limit)")
 }
 
 // DefaultMaxInFlight is half the executor's default per-server concurrency (16): one token
@@ -59,6 +68,9 @@ func (c *Config) Validate() error {
 	if c.MaxInFlight < 0 {
 		return fmt.Errorf("%smax-in-flight: %d is negative", c.prefix, c.MaxInFlight)
 	}
+	if c.FailuresPerMinute < 0 {
+		return fmt.Errorf("%sauth-failures-per-minute: %d is negative", c.prefix, c.FailuresPerMinute)
+	}
 	return nil
 }
 
@@ -72,8 +84,15 @@ type Guard struct {
 	inFlight    []atomic.Int32
 	maxInFlight int32
 	// index finds a token's position by its name, for Charge.
-	index  map[string]int
+	index map[string]int
+	// fails throttles failed attempts per client address; nil when off.
+	fails  *throttle
 	logger *slog.Logger
+	// log takes the refusals, which a client can cause at will, on a bounded budget.
+	log *logsample.Sampler
+	// gatewayKey marks the calls the REST gateway forwards, whose client was checked already
+	// (see ForwardedMetadata).
+	gatewayKey string
 	// now is the clock the limiters read; tests stop it.
 	now func() time.Time
 }
@@ -88,7 +107,8 @@ func New(cfg Config, env string, logger *slog.Logger) (*Guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Guard{tokens: tokens, logger: logger}
+	g := &Guard{tokens: tokens, logger: logger, fails: newThrottle(cfg.FailuresPerMinute),
+		log: logsample.New(logger, 10, 2*time.Second), gatewayKey: rand.Text()}
 	if len(tokens) == 0 {
 		if cfg.RateLimit > 0 {
 			logger.Warn("api rate limit has no effect: no API tokens are configured, so calls are neither authenticated nor limited")
@@ -156,23 +176,39 @@ type denial struct {
 	message string     // for the client and the log; never contains the token
 	retry   int        // whole seconds, for ResourceExhausted
 	name    string     // the client, when the token was good but over its limit
+	// throttled: the client address is over its budget of failed attempts.
+	throttled bool
 }
 
 func (d *denial) Error() string { return d.message }
 
-// admit checks the Authorization values of one call, takes a slot of the token's requests in
-// flight and one request from its rate limit. It returns the token's index and name, or why the
-// call is refused; an admitted call must be followed by leave(i) once it has ended.
-func (g *Guard) admit(values []string) (int, string, *denial) {
+// admit checks the Authorization values of one call from client (its address, for the failure
+// throttle; "" skips the throttle) and, when count is set, takes a slot of the token's requests
+// in flight and one request from its rate limit. It returns the token's index (-1 when it took
+// no slot) and name, or why the call is refused; a call admitted with a slot must be followed by
+// leave(i) once it has ended. A client over its failure budget is refused before its token is
+// looked at.
+func (g *Guard) admit(values []string, client string, count bool) (int, string, *denial) {
+	now := g.clock()
+	if wait := g.fails.wait(client, now); wait > 0 {
+		secs := max(1, int(math.Ceil(wait.Seconds())))
+		return -1, "", &denial{code: codes.ResourceExhausted, retry: secs, throttled: true,
+			message: fmt.Sprintf("too many failed authentication attempts from this address: retry after %ds", secs)}
+	}
 	secret, err := bearer(values)
 	if err != nil {
+		g.fails.fail(client, now)
 		return -1, "", &denial{code: codes.Unauthenticated, message: err.Error()}
 	}
 	i := g.lookup(secret)
 	if i < 0 {
+		g.fails.fail(client, now)
 		return -1, "", &denial{code: codes.Unauthenticated, message: "unknown token"}
 	}
 	name := g.tokens[i].Name
+	if !count {
+		return -1, name, nil
+	}
 	if g.inFlight != nil {
 		if g.inFlight[i].Add(1) > g.maxInFlight {
 			g.inFlight[i].Add(-1)
@@ -203,10 +239,7 @@ func (g *Guard) take(i, n int, format string) *denial {
 	}
 	name := g.tokens[i].Name
 	// Reserve and cancel rather than Allow, because the reservation says how long to wait.
-	now := time.Now()
-	if g.now != nil {
-		now = g.now()
-	}
+	now := g.clock()
 	lim := g.limiters[i]
 	if n > lim.Burst() {
 		// Never possible: waiting does not help.
@@ -220,6 +253,13 @@ func (g *Guard) take(i, n int, format string) *denial {
 		return &denial{code: codes.ResourceExhausted, name: name, retry: secs, message: fmt.Sprintf(format, name, secs)}
 	}
 	return nil
+}
+
+func (g *Guard) clock() time.Time {
+	if g.now != nil {
+		return g.now()
+	}
+	return time.Now()
 }
 
 // Charge takes n more requests from the rate limit of the token that authenticated ctx. The
@@ -281,11 +321,13 @@ func (g *Guard) lookup(secret string) int {
 	return found
 }
 
-// logDenial logs a refused call with where it came from; attrs must not include the token.
+// logDenial logs a refused call with where it came from, sampled: a client that keeps failing
+// makes a line every few seconds, which says how many were left out. attrs must not include
+// the token.
 func (g *Guard) logDenial(ctx context.Context, d *denial, attrs ...any) {
 	attrs = append(attrs, "reason", d.message)
 	if d.name != "" {
 		attrs = append(attrs, "client", d.name)
 	}
-	g.logger.InfoContext(ctx, "api call refused", attrs...)
+	g.log.Log(ctx, slog.LevelInfo, "api call refused", attrs...)
 }

@@ -15,10 +15,15 @@ import (
 // Retry-After, and the API's JSON error body {"code","message","details"}; an admitted one
 // carries its token's name for Name(r.Context()). With auth off HTTP returns next itself.
 //
-// Skip /healthz, and the routes the REST gateway forwards to the gRPC server: that server's
-// interceptor checks them, and checking here too would count one request twice against the
-// token's rate limit. Paths builds such a predicate.
-func (g *Guard) HTTP(next http.Handler, skip func(*http.Request) bool) http.Handler {
+// The token is checked before next reads the body, so an unauthenticated client cannot make
+// the server read, hold or parse one. Failed attempts count against the client's address
+// (FailuresPerMinute); an address over that budget gets 429 without its token being looked at.
+//
+// forwarded (may be nil) marks the routes the REST gateway forwards to the gRPC server that
+// this Guard's interceptor checks: their token is checked here too, but they take their slot
+// in flight and count against the token's rate limit there, so that one request counts once.
+// Skip only /healthz and what must load without a token; Paths builds such predicates.
+func (g *Guard) HTTP(next http.Handler, skip, forwarded func(*http.Request) bool) http.Handler {
 	if !g.Enabled() {
 		return next
 	}
@@ -27,7 +32,8 @@ func (g *Guard) HTTP(next http.Handler, skip func(*http.Request) bool) http.Hand
 			next.ServeHTTP(w, r)
 			return
 		}
-		i, name, d := g.admit(r.Header.Values("Authorization"))
+		count := forwarded == nil || !forwarded(r)
+		i, name, d := g.admit(r.Header.Values("Authorization"), clientKey(r.RemoteAddr), count)
 		if d != nil {
 			g.logDenial(r.Context(), d, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
 			writeDenial(w, d)

@@ -25,7 +25,7 @@ type errorBody struct {
 
 func TestHTTP(t *testing.T) {
 	g, _ := newGuard(t, Config{}, "env:"+tokenEnv)
-	h := g.HTTP(whoami, Paths("/healthz", "/v1/"))
+	h := g.HTTP(whoami, Paths("/healthz"), Paths("/v1/"))
 	tests := []struct {
 		name     string
 		path     string
@@ -45,7 +45,8 @@ func TestHTTP(t *testing.T) {
 		{name: "env token", path: "/metrics", auth: []string{"Bearer " + tokenEnv}, wantCode: 200, wantBody: "name=env"},
 		{name: "scheme is case-insensitive", path: "/readyz", auth: []string{"bearer  " + tokenCI}, wantCode: 200, wantBody: "name=ci"},
 		{name: "healthz skipped", path: "/healthz", wantCode: 200, wantBody: "name="},
-		{name: "gateway route skipped", path: "/v1/tools", wantCode: 200, wantBody: "name="},
+		{name: "gateway route checked", path: "/v1/tools", wantCode: 401, wantBody: "missing Authorization header"},
+		{name: "gateway route admitted", path: "/v1/tools", auth: []string{"Bearer " + tokenCI}, wantCode: 200, wantBody: "name=ci"},
 		{name: "dot-dot out of a skipped path", path: "/v1/../readyz", wantCode: 401, wantBody: "missing Authorization header"},
 		{name: "healthz lookalike", path: "/healthzz", wantCode: 401, wantBody: "missing Authorization header"},
 	}
@@ -91,7 +92,7 @@ func TestHTTP(t *testing.T) {
 func TestHTTPRateLimit(t *testing.T) {
 	// 0.01/s: once the burst is spent, the next request is 100 s away.
 	g, _ := newGuard(t, Config{RateLimit: 0.01, RateBurst: 2}, "")
-	h := g.HTTP(whoami, nil)
+	h := g.HTTP(whoami, nil, nil)
 	get := func(token string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", "http://api/readyz", nil)
 		r.Header.Set("Authorization", "Bearer "+token)
@@ -134,11 +135,11 @@ func TestRetryAfterAtLeastOne(t *testing.T) {
 	g, _ := newGuard(t, Config{RateLimit: 1000, RateBurst: 1}, "")
 	stopped := time.Now()
 	g.now = func() time.Time { return stopped } // the 1 ms refill never comes
-	_, _, d := g.admit([]string{"Bearer " + tokenCI})
+	_, _, d := g.admit([]string{"Bearer " + tokenCI}, "", true)
 	if d != nil {
 		t.Fatalf("first call refused: %v", d)
 	}
-	_, _, d = g.admit([]string{"Bearer " + tokenCI})
+	_, _, d = g.admit([]string{"Bearer " + tokenCI}, "", true)
 	if d == nil {
 		t.Fatal("second call at the same instant admitted with a burst of 1")
 	}
@@ -161,7 +162,7 @@ func TestAuthOff(t *testing.T) {
 	var nilGuard *Guard
 	for _, g := range []*Guard{g, nilGuard} {
 		w := httptest.NewRecorder()
-		g.HTTP(whoami, nil).ServeHTTP(w, httptest.NewRequest("GET", "http://api/readyz", nil))
+		g.HTTP(whoami, nil, nil).ServeHTTP(w, httptest.NewRequest("GET", "http://api/readyz", nil))
 		if w.Code != 200 {
 			t.Errorf("status %d with auth off, want 200", w.Code)
 		}

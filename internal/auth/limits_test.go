@@ -90,7 +90,7 @@ func TestMaxInFlight(t *testing.T) {
 	}
 
 	// Plain HTTP handlers share the same slots.
-	h := g.HTTP(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), nil)
+	h := g.HTTP(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), nil, nil)
 	w := httptest.NewRecorder()
 	r := httptest.NewRequest("GET", "/readyz", nil)
 	r.Header.Set("Authorization", "Bearer "+tokenCI)
@@ -121,7 +121,7 @@ func TestCharge(t *testing.T) {
 	stopped := time.Now()
 	g.now = func() time.Time { return stopped }
 	ci := withName(context.Background(), "ci")
-	if _, _, d := g.admit([]string{"Bearer " + tokenCI}); d != nil {
+	if _, _, d := g.admit([]string{"Bearer " + tokenCI}, "", true); d != nil {
 		t.Fatal(d)
 	}
 	cases := []struct {

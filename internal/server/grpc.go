@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/toolmesh/toolmesh/internal/errreason"
+	"github.com/toolmesh/toolmesh/internal/redact"
 )
 
 const window = 1 << 20
@@ -36,6 +37,17 @@ const window = 1 << 20
 // send without limit (grpc-go's default is MaxInt32) and keep the default 4 MiB on what they
 // receive: no request between our services comes near it.
 const MaxRecvMsgSize = 256 << 20
+
+// MaxConcurrentStreams bounds the calls one client connection may have open at once on every
+// toolmesh gRPC server (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). grpc-go's default is no bound
+// (2^32-1): one connection could make a server hold any number of handlers and their stream
+// state. A call over the bound is not refused: grpc-go clients wait until one of the
+// connection's calls ends. Our own clients put all their calls to one peer on one connection
+// (the REST gateway every REST request, the api every tool call to an executor), so the bound
+// must sit above the most work one api has in flight: 250 queries (Go's own HTTP/2 server
+// allows 250 streams) each running up to 4 tool calls at once (api.max-parallel-calls'
+// default) is 1,000. A caller may pass grpc.MaxConcurrentStreams to NewGRPC for another bound.
+const MaxConcurrentStreams = 1000
 
 // DialOptions are the client options for calls between toolmesh services: plaintext over a
 // trusted network or loopback, with the same fixed windows as the servers and room for a
@@ -92,8 +104,9 @@ func NewGRPC(addr string, logger *slog.Logger, drain time.Duration, opts ...grpc
 	codec := newRequestCodec()
 	opts = append([]grpc.ServerOption{
 		grpc.ForceServerCodecV2(codec),
-		grpc.ChainUnaryInterceptor(unaryRecover(logger), unaryLog(logger), codec.unary),
-		grpc.ChainStreamInterceptor(streamRecover(logger), streamLog(logger), codec.stream),
+		grpc.ChainUnaryInterceptor(unaryRecover(logger), unaryRedact, unaryLog(logger), codec.unary),
+		grpc.ChainStreamInterceptor(streamRecover(logger), streamRedact, streamLog(logger), codec.stream),
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
 		// A pool of workers instead of a new goroutine per RPC: a tool call runs deep mcp-go
 		// stacks, and a fresh goroutine grows its stack on every call.
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
@@ -150,6 +163,33 @@ func (g *GRPC) Run(ctx context.Context) error {
 		return fmt.Errorf("serve grpc %s: %w", g.Addr(), err)
 	}
 	return nil
+}
+
+// unaryRedact masks URL credentials in the message of every error status a server returns
+// (an MCP server's URL with ?api_key=... inside a connection error), whatever handler made it:
+// a status message is shown to clients, REST users and the console.
+func unaryRedact(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	resp, err := next(ctx, req)
+	return resp, redactStatus(err)
+}
+
+func streamRedact(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+	return redactStatus(next(srv, ss))
+}
+
+// redactStatus keeps the code and details of err and masks its message.
+func redactStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	st := status.Convert(err)
+	msg := redact.Text(st.Message())
+	if msg == st.Message() {
+		return err
+	}
+	p := st.Proto()
+	p.Message = msg
+	return status.FromProto(p).Err()
 }
 
 func unaryRecover(logger *slog.Logger) grpc.UnaryServerInterceptor {

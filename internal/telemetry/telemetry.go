@@ -56,6 +56,9 @@ type Config struct {
 	// Off by default: they may hold secrets.
 	RecordPayloads bool
 	PayloadLimit   int
+	// SpanExporter, when set, receives every target's spans instead of an OTLP collector (tests
+	// read them from an in-memory exporter). Not a flag.
+	SpanExporter sdktrace.SpanExporter
 }
 
 // RegisterFlags sets the defaults and binds them to flags prefixed "otel.".
@@ -95,7 +98,7 @@ func New(cfg Config) (*Telemetry, error) {
 	}
 	t := &Telemetry{cfg: cfg, registry: prometheus.NewRegistry()}
 	t.disabled = strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true")
-	t.export = !t.disabled && (cfg.Endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" ||
+	t.export = !t.disabled && (cfg.SpanExporter != nil || cfg.Endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" ||
 		os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "")
 	// Trace backends such as Jaeger take no metrics: pushing them is asked for explicitly.
 	t.exportMetrics = !t.disabled && (cfg.ExportMetrics || strings.EqualFold(os.Getenv("OTEL_METRICS_EXPORTER"), "otlp") ||
@@ -137,17 +140,22 @@ func (t *Telemetry) Service(ctx context.Context, name string) (*Service, error) 
 
 	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	if t.export {
-		var eopts []otlptracegrpc.Option
-		if t.cfg.Endpoint != "" {
-			eopts = append(eopts, endpointOption(t.cfg.Endpoint, otlptracegrpc.WithEndpoint, otlptracegrpc.WithEndpointURL))
-			if t.cfg.Insecure {
-				eopts = append(eopts, otlptracegrpc.WithInsecure())
+		exp := t.cfg.SpanExporter
+		if exp == nil {
+			var eopts []otlptracegrpc.Option
+			if t.cfg.Endpoint != "" {
+				eopts = append(eopts, endpointOption(t.cfg.Endpoint, otlptracegrpc.WithEndpoint, otlptracegrpc.WithEndpointURL))
+				if t.cfg.Insecure {
+					eopts = append(eopts, otlptracegrpc.WithInsecure())
+				}
+			}
+			if exp, err = otlptracegrpc.New(ctx, eopts...); err != nil {
+				return nil, fmt.Errorf("otlp trace exporter: %w", err)
 			}
 		}
-		exp, err := otlptracegrpc.New(ctx, eopts...)
-		if err != nil {
-			return nil, fmt.Errorf("otlp trace exporter: %w", err)
-		}
+		// A span records errors, and an MCP server's error quotes its URL: no credential of one
+		// may leave the process.
+		exp = redactSpans(exp)
 		tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
 	} else {
 		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.NeverSample()))

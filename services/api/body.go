@@ -7,16 +7,52 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 )
 
+// bodyDeadline bounds how long a client may take to send a request body: a client that
+// trickles one byte a second must not hold a connection and its goroutine. The read deadline
+// is set before anything else runs, so it also bounds what net/http reads to drain the body of
+// a request that was refused unread, and is lifted once the body has been read to its end, so
+// that a long answer (a query's stream) is not cut.
+func bodyDeadline(timeout time.Duration, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if timeout > 0 && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+			rc := http.NewResponseController(w)
+			if rc.SetReadDeadline(time.Now().Add(timeout)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody lifts the read deadline once the body has been read to its end.
+type deadlineBody struct {
+	io.ReadCloser
+	lift func()
+	done bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		b.lift()
+	}
+	return n, err
+}
+
 // checkBody gives JSON body errors a message that names the field, which protojson's
 // syntax errors do not: "arguments: must be a JSON object" rather than "unexpected token [".
-// It also rejects bodies over max bytes before they are read into memory.
-func checkBody(max int64, next http.Handler) http.Handler {
+// It also rejects bodies over max bytes before they are read into memory, and bodies not sent
+// within timeout (bodyDeadline) with 408.
+func checkBody(max int64, timeout time.Duration, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// A gateway parameter that is not UTF-8 would fail deep in the gateway as a 500.
 		if strings.HasPrefix(r.URL.Path, "/v1/") {
@@ -42,6 +78,10 @@ func checkBody(max int64, next http.Handler) http.Handler {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
 				writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: more than the %d bytes allowed", max))
+				return
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				writeError(w, http.StatusRequestTimeout, fmt.Sprintf("body: not received within %s (api.body-timeout)", timeout))
 				return
 			}
 			writeError(w, http.StatusBadRequest, "body: "+err.Error())
@@ -92,8 +132,11 @@ func bodyProblem(data []byte, isCall bool) string {
 
 func writeError(w http.ResponseWriter, httpStatus int, msg string) {
 	code := codes.InvalidArgument
-	if httpStatus == http.StatusRequestEntityTooLarge {
+	switch httpStatus {
+	case http.StatusRequestEntityTooLarge:
 		code = codes.ResourceExhausted
+	case http.StatusRequestTimeout:
+		code = codes.DeadlineExceeded
 	}
 	writeJSON(w, httpStatus, map[string]any{"code": code, "message": msg, "details": []any{}})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/secret"
 	"github.com/toolmesh/toolmesh/internal/server"
+	"github.com/toolmesh/toolmesh/internal/webguard"
 )
 
 // Config is the api target's configuration.
@@ -46,6 +47,12 @@ type Config struct {
 	// Policy is who may list, search and call what (the config's `policy:` key and the
 	// mcpServers rules); it is YAML-only, set by the app.
 	Policy policy.Config
+	// Web is what the REST port allows browsers: extra host names and origins.
+	Web webguard.Config
+	// AllowOpen lets the api listen beyond loopback without tokens.
+	AllowOpen bool
+	// BodyTimeout bounds how long a client may take to send a request body.
+	BodyTimeout time.Duration
 }
 
 // Secrets are the values the api target reads from the environment.
@@ -84,7 +91,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.JaegerURL, "api.jaeger-url", "", "Jaeger UI base URL (e.g. http://127.0.0.1:16686); when set, the web console at /ui links each query to URL/trace/TRACE_ID")
 	fs.IntVar(&c.MaxToolCalls, "api.max-tool-calls", DefaultMaxToolCalls, "most tool calls one query makes over all its steps, a direct @SERVER.TOOL query's included (it is refused with more); each call also costs one request of the token's rate limit")
 	fs.IntVar(&c.MaxStepCalls, "api.max-step-calls", DefaultMaxStepCalls, "most calls of one model step that run; the model's further calls in that step are recorded as not run")
+	// A query or a call is a few KB; 10 s is a whole 1 MiB body at 100 KB/s, and a client that
+	// trickles slower holds a connection (and a goroutine) no longer than that.
+	fs.DurationVar(&c.BodyTimeout, "api.body-timeout", 10*time.Second, "how long a client may take to send a REST request body (408 after that)")
+	fs.BoolVar(&c.AllowOpen, "api.allow-open", false, "let the api listen beyond loopback without API tokens, so that anyone who reaches it can call every tool (without it, such a start is refused)")
 	c.Auth.RegisterFlags(fs, "api.")
+	c.Web.RegisterFlags(fs, "api.")
 }
 
 // Validate reports the first bad value, naming its flag.
@@ -126,6 +138,12 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Auth.Validate(); err != nil {
 		return err
+	}
+	if err := c.Web.Validate(); err != nil {
+		return err
+	}
+	if c.BodyTimeout <= 0 {
+		return fmt.Errorf("api.body-timeout: %s must be positive", c.BodyTimeout)
 	}
 	if c.JaegerURL != "" {
 		// The console puts it in a link, so only a plain http(s) URL will do.

@@ -19,6 +19,7 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/errreason"
+	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/services/api/ui"
 )
@@ -40,6 +41,7 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 		}),
 		runtime.WithRoutingErrorHandler(routingError),
 		runtime.SetQueryParameterParser(&strictQuery{}),
+		runtime.WithMetadata(s.guard.ForwardedMetadata),
 		runtime.WithOutgoingHeaderMatcher(auth.OutgoingHeaderMatcher),
 		runtime.WithErrorHandler(auth.GatewayErrorHandler(withTraceID(tooLargeAsBadGateway(runtime.DefaultHTTPErrorHandler)))),
 	)
@@ -78,13 +80,19 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 	// The gateway parses a query only into a request that has fields; ListServersRequest has
 	// none, so its check is here.
 	mux.Handle("GET /v1/servers", noQuery(gw))
-	// /v1/ routes go through the gateway to the gRPC server, whose interceptor checks the
-	// token (once, so one request counts once against the rate limit); the rest are checked here.
-	// The console's page and script load without a token (ui.Public) so that it can ask for one.
-	skip := auth.Paths("/healthz", "/v1/")
-	h := s.guard.HTTP(checkBody(s.cfg.MaxBodyBytes, mux), func(r *http.Request) bool { return skip(r) || ui.Public(r) })
+	// Every request but /healthz needs a token, checked before the body is read. The /v1/
+	// routes go on through the gateway to the gRPC server, whose interceptor counts them
+	// against the rate limit (once). The console's page and script load without a token
+	// (ui.Public) so that it can ask for one.
+	healthz := auth.Paths("/healthz")
+	h := s.guard.HTTP(checkBody(s.cfg.MaxBodyBytes, s.cfg.BodyTimeout, mux),
+		func(r *http.Request) bool { return healthz(r) || ui.Public(r) }, auth.Paths("/v1/"))
+	// Before the token: no web page may use the browser's access to this port (foreign Host,
+	// foreign Origin, a body that is not JSON). Any page may see that /healthz is up.
+	h = s.web.Handler(h, healthz)
 	// Probes and scrapes would drown the traces of real requests.
 	h = s.tel.HTTPHandler(traceHeader(h), "rest", auth.Paths("/healthz", "/readyz", "/metrics", "/ui/"))
+	h = bodyDeadline(s.cfg.BodyTimeout, h)
 	return h, func() { _ = conn.Close() }, nil
 }
 
@@ -101,7 +109,7 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 	servers, err := s.tools.allServers(r.Context())
 	if err != nil {
 		ready = false
-		body["executor"] = err.Error()
+		body["executor"] = redact.Text(err.Error())
 	}
 	var bad []notReady
 	for _, srv := range servers {
@@ -126,10 +134,10 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case err != nil:
 			ready = false
-			body["retriever"] = dependencyError(ctx, "retriever", s.cfg.RetrieverAddr, err).Error()
+			body["retriever"] = redact.Text(dependencyError(ctx, "retriever", s.cfg.RetrieverAddr, err).Error())
 		case !st.GetReady():
 			ready = false
-			body["retriever"] = "index not ready: " + st.GetLastError()
+			body["retriever"] = "index not ready: " + redact.Text(st.GetLastError())
 		case err == nil && st.GetToolCount() != served:
 			// The index lags the executor for a moment after a server connects or
 			// changes its tools; a question asked then would miss them.
@@ -137,7 +145,7 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 			msg := fmt.Sprintf("index catching up: %d of %d tools indexed", st.GetToolCount(), served)
 			if e := st.GetLastError(); e != "" {
 				// Without the cause a sync that keeps failing reads as one still under way.
-				msg += "; last sync attempt: " + e
+				msg += "; last sync attempt: " + redact.Text(e)
 			}
 			body["retriever"] = msg
 		default:
@@ -151,13 +159,13 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 		model := map[string]any{}
 		switch {
 		case err != nil:
-			model["ready"], model["error"] = false, dependencyError(ctx, "inference", s.cfg.InferenceAddr, err).Error()
+			model["ready"], model["error"] = false, redact.Text(dependencyError(ctx, "inference", s.cfg.InferenceAddr, err).Error())
 		default:
-			model["ready"], model["backend_url"], model["model"] = st.GetReady(), st.GetBackendUrl(), st.GetModel()
+			model["ready"], model["backend_url"], model["model"] = st.GetReady(), redact.Text(st.GetBackendUrl()), st.GetModel()
 			if !st.GetReady() {
-				model["error"] = st.GetMessage() + "; questions get 503 until it answers (tool search and direct calls work)"
+				model["error"] = redact.Text(st.GetMessage()) + "; questions get 503 until it answers (tool search and direct calls work)"
 				if st.GetFix() != "" {
-					model["fix"] = st.GetFix()
+					model["fix"] = redact.Text(st.GetFix())
 				}
 			}
 		}

@@ -67,7 +67,7 @@ func newGateway(t *testing.T, execAddr string) *httptest.Server {
 func testConfig(execAddr, retrieverAddr string) Config {
 	var cfg Config
 	cfg.HTTPAddr, cfg.GRPCAddr, cfg.ExecutorAddr, cfg.RetrieverAddr = "127.0.0.1:0", "127.0.0.1:0", execAddr, retrieverAddr
-	cfg.CallTimeout, cfg.RPCTimeout, cfg.MaxBodyBytes = 5*time.Second, 2*time.Second, 4096
+	cfg.CallTimeout, cfg.RPCTimeout, cfg.MaxBodyBytes, cfg.BodyTimeout = 5*time.Second, 2*time.Second, 4096, 5*time.Second
 	return cfg
 }
 
@@ -117,6 +117,9 @@ func TestGatewayErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest(tc.method, ts.URL+tc.path, strings.NewReader(tc.body))
+			if tc.body != "" {
+				req.Header.Set("Content-Type", "application/json")
+			}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -195,7 +198,7 @@ func TestReadyzIndexLag(t *testing.T) {
 			retrAddr := startGRPC(t, func(g *grpc.Server) { toolmeshv1.RegisterRetrieverServiceServer(g, &fakeRetriever{status: tc.status}) })
 			h := gatewayHandler(t, testConfig(execAddr, retrAddr))
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1:7700/readyz", nil))
 			b := rec.Body.String()
 			if rec.Code != tc.code || !strings.Contains(b, tc.want) || (tc.notWant != "" && strings.Contains(b, tc.notWant)) {
 				t.Errorf("/readyz = %d %s; want %d with %q", rec.Code, b, tc.code, tc.want)

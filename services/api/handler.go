@@ -15,6 +15,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/internal/policy"
+	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
@@ -86,6 +87,12 @@ func (h *toolHandler) allServers(ctx context.Context) ([]*toolmeshv1.Server, err
 	resp, err := h.executor.ListServers(ctx, &toolmeshv1.ExecutorServiceListServersRequest{})
 	if err != nil {
 		return nil, dependencyError(ctx, "executor", h.cfg.ExecutorAddr, err)
+	}
+	// A server's last error quotes its URL, with whatever credentials the user put in it; the
+	// console shows this field, and /readyz reports it.
+	for _, srv := range resp.GetServers() {
+		srv.LastError = redact.Text(srv.GetLastError())
+		srv.Endpoint = redact.Text(srv.GetEndpoint())
 	}
 	return resp.GetServers(), nil
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
+	"github.com/toolmesh/toolmesh/internal/webguard"
 )
 
 // Service is the api target. It holds client connections to its dependencies.
@@ -26,6 +29,7 @@ type Service struct {
 	tools  *toolHandler
 	agent  *agentHandler
 	guard  *auth.Guard
+	web    *webguard.Guard
 	tel    *telemetry.Service
 	// metrics serves GET /metrics when set (SetMetrics).
 	metrics http.Handler
@@ -43,6 +47,17 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 	if guard.Enabled() {
 		logger.Info("api tokens required", "source", "--api.tokens-file and "+auth.EnvTokens)
 	}
+	if err := checkExposure(cfg, guard.Enabled()); err != nil {
+		return nil, err
+	}
+	if cfg.AllowOpen && !guard.Enabled() && (!loopback(cfg.HTTPAddr) || !loopback(cfg.GRPCAddr)) {
+		logger.Warn("the api listens beyond loopback without API tokens (--api.allow-open): anyone who reaches it can call every tool",
+			"http_addr", cfg.HTTPAddr, "grpc_addr", cfg.GRPCAddr)
+	}
+	web, err := webguard.New(cfg.Web, logger)
+	if err != nil {
+		return nil, err
+	}
 	pol, err := newPolicy(cfg.Policy, guard, tel)
 	if err != nil {
 		return nil, err
@@ -53,7 +68,7 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 	if cfg.MaxStepCalls == 0 {
 		cfg.MaxStepCalls = DefaultMaxStepCalls
 	}
-	s := &Service{cfg: cfg, logger: logger, guard: guard, tel: tel}
+	s := &Service{cfg: cfg, logger: logger, guard: guard, web: web, tel: tel}
 	execConn, err := s.dial(cfg.ExecutorAddr)
 	if err != nil {
 		return nil, fmt.Errorf("executor client: %w", err)
@@ -106,6 +121,36 @@ func newPolicy(cfg policy.Config, guard *auth.Guard, tel *telemetry.Service) (*p
 		}
 	}
 	return pol, nil
+}
+
+// checkExposure refuses an api that anyone on the network could use to call every tool: a
+// REST or gRPC listen address beyond loopback with no API tokens, unless --api.allow-open says
+// that is meant.
+func checkExposure(cfg Config, tokens bool) error {
+	if tokens || cfg.AllowOpen {
+		return nil
+	}
+	for _, a := range []struct{ flag, addr string }{{"api.http-addr", cfg.HTTPAddr}, {"api.grpc-addr", cfg.GRPCAddr}} {
+		if !loopback(a.addr) {
+			return fmt.Errorf("%s: %s listens beyond loopback but no API tokens are configured, so anyone who reaches it could call every tool: "+
+				"set tokens (--api.tokens-file or $%s), listen on 127.0.0.1, or pass --api.allow-open to run an open api on purpose",
+				a.flag, a.addr, auth.EnvTokens)
+		}
+	}
+	return nil
+}
+
+// loopback reports whether a listen address takes connections from this host only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 func (s *Service) dial(addr string) (*grpc.ClientConn, error) {

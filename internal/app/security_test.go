@@ -1,0 +1,504 @@
+package app
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/toolmesh/toolmesh/internal/eventually"
+)
+
+// The attacks of issue 16 that a web page, a stray client or a user's own config can make on a
+// default install, each as the attacker would send it.
+
+// meshArgs are the flags of every target in one process on free loopback ports.
+func meshArgs(extra ...string) []string {
+	return append([]string{
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
+		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
+		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0",
+		"--drain-timeout=2s", "--llm-url=http://127.0.0.1:1",
+	}, extra...)
+}
+
+var allTargets = []string{"demo", "executor", "retriever", "inference", "api"}
+
+// launch loads args like `up` does, lets edit change the config, and runs targets with logger
+// (nil discards) until the test ends or stop is called. It returns the app once every listener
+// is bound, or the error Run returned before that.
+func launch(t *testing.T, args []string, logger *slog.Logger, edit func(*Config), targets ...string) (a *App, stop func(), err error) {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var cfg Config
+	cfg.RegisterFlags(fs)
+	cfg.RegisterDemoFlags(fs)
+	if err := cfg.Load(fs, args); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Targets = targets
+	if edit != nil {
+		edit(&cfg)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if a, err = New(cfg, logger); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	started := make(chan struct{})
+	go func() { done <- a.Run(ctx, func() { close(started) }) }()
+	select {
+	case <-started:
+	case err := <-done:
+		cancel()
+		return nil, nil, err
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Error("the app did not stop within 15s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return a, stop, nil
+}
+
+// waitReady waits until /readyz says ready (every MCP server connected, the index in step).
+func waitReady(t *testing.T, base, token string) {
+	t.Helper()
+	auth := ""
+	if token != "" {
+		auth = "Bearer " + token
+	}
+	eventually.True(t, 60*time.Second, "/readyz ready", func() bool {
+		code, _, _ := attack{method: "GET", path: "/readyz", auth: auth}.send(t, base)
+		return code == http.StatusOK
+	})
+}
+
+func endpoint(a *App, name string) string {
+	for _, e := range a.Endpoints {
+		if e.Name == name {
+			return e.Addr
+		}
+	}
+	return ""
+}
+
+// attack is one request as a web page or a stray client sends it.
+type attack struct {
+	name        string
+	method      string
+	path        string
+	host        string // the Host header; "" for the address dialled
+	origin      string
+	contentType string
+	body        string
+	auth        string
+	want        int
+	wantIn      string // in the body
+	notIn       string // never in the body
+}
+
+func (at attack) send(t *testing.T, base string) (int, http.Header, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var body io.Reader
+	if at.body != "" {
+		body = strings.NewReader(at.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, at.method, base+at.path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at.host != "" {
+		req.Host = at.host
+	}
+	if at.origin != "" {
+		req.Header.Set("Origin", at.origin)
+	}
+	if at.method == "OPTIONS" {
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		req.Header.Set("Access-Control-Request-Headers", "content-type")
+	}
+	if at.contentType != "" {
+		req.Header.Set("Content-Type", at.contentType)
+	}
+	if at.auth != "" {
+		req.Header.Set("Authorization", at.auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", at.method, at.path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func (at attack) check(t *testing.T, base string) {
+	t.Helper()
+	code, header, body := at.send(t, base)
+	if code != at.want || !strings.Contains(body, at.wantIn) || (at.notIn != "" && strings.Contains(body, at.notIn)) {
+		t.Fatalf("got %d %.300s; want %d with %q and without %q", code, body, at.want, at.wantIn, at.notIn)
+	}
+	if code >= 400 {
+		if got := header.Get("Access-Control-Allow-Origin"); got != "" {
+			t.Errorf("refused, but with Access-Control-Allow-Origin %q", got)
+		}
+		if e := decodeError(t, []byte(body)); !strings.Contains(body, `"details":[]`) || e.Code == nil || e.Message == "" {
+			t.Errorf("body %s, want the JSON error {code, message, details}", body)
+		}
+	}
+}
+
+// TestAttackWebPage: what a page the user visits can do to a default install (no tokens, REST
+// on 127.0.0.1): a "simple" cross-site POST that needs no preflight, DNS rebinding (the
+// page's own name resolves to 127.0.0.1, so its requests carry that name in Host), and plain
+// cross-origin requests. The console's own requests and the liveness probe keep working.
+func TestAttackWebPage(t *testing.T) {
+	a, _, err := launch(t, meshArgs("--metrics-addr=127.0.0.1:0"), nil, nil, allTargets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := endpoint(a, "REST")
+	waitReady(t, base, "")
+	self := strings.TrimPrefix(base, "http://")
+	_, port, _ := net.SplitHostPort(self)
+	evil := "evil.example:" + port
+	const add = `{"query":"@calculator.add({\"a\":2,\"b\":3})"}`
+	const ran = `"output":"5"`
+	for _, at := range []attack{
+		{name: "cross-site text/plain POST runs a tool", method: "POST", path: "/v1/query", origin: "https://evil.example",
+			contentType: "text/plain;charset=UTF-8", body: add, want: 403, wantIn: "origin", notIn: ran},
+		{name: "text/plain POST from a browser that sends no Origin", method: "POST", path: "/v1/query",
+			contentType: "text/plain", body: add, want: 415, wantIn: "application/json", notIn: ran},
+		{name: "form POST to a tool", method: "POST", path: "/v1/tools/calculator/add:call",
+			contentType: "application/x-www-form-urlencoded", body: "a=2&b=3", want: 415, notIn: `"text":"5"`},
+		{name: "POST without a body type", method: "POST", path: "/v1/tools/sqlite/list_tables:call", want: 415},
+		{name: "DNS rebinding reads the servers", method: "GET", path: "/v1/servers", host: evil, want: 403, wantIn: "allowed-hosts", notIn: "calculator"},
+		{name: "DNS rebinding runs a query", method: "POST", path: "/v1/query", host: evil, origin: "http://" + evil,
+			contentType: "application/json", body: add, want: 403, notIn: ran},
+		{name: "DNS rebinding loads the console", method: "GET", path: "/ui/", host: evil, want: 403},
+		{name: "DNS rebinding reads readiness", method: "GET", path: "/readyz", host: evil, want: 403},
+		{name: "cross-origin read of the tools", method: "GET", path: "/v1/tools", origin: "https://evil.example", want: 403, notIn: "calculator.add"},
+		{name: "cross-origin preflight", method: "OPTIONS", path: "/v1/query", origin: "https://evil.example", want: 403},
+		{name: "cross-origin JSON call", method: "POST", path: "/v1/tools/calculator/add:call", origin: "null",
+			contentType: "application/json", body: `{"arguments":{"a":2,"b":3}}`, want: 403, notIn: `"text":"5"`},
+		// What must keep working.
+		{name: "the console's own query", method: "POST", path: "/v1/query", origin: base,
+			contentType: "application/json", body: add, want: 200, wantIn: ran},
+		{name: "a client without Origin", method: "GET", path: "/v1/tools", want: 200, wantIn: "calculator.add"},
+		{name: "localhost", method: "GET", path: "/v1/tools", host: "localhost:" + port, want: 200},
+		{name: "liveness from any page", method: "GET", path: "/healthz", origin: "https://evil.example", want: 200, wantIn: "ok"},
+	} {
+		t.Run(at.name, func(t *testing.T) { at.check(t, base) })
+	}
+	metrics := strings.TrimSuffix(endpoint(a, "metrics"), "/metrics")
+	t.Run("DNS rebinding reads the metrics port", func(t *testing.T) {
+		attack{method: "GET", path: "/metrics", host: "evil.example", want: 403}.check(t, metrics)
+	})
+}
+
+// TestAttackAllowedOrigin: an origin the operator names gets CORS, others still do not.
+func TestAttackAllowedOrigin(t *testing.T) {
+	a, _, err := launch(t, meshArgs("--api.allowed-origins=https://app.example", "--api.allowed-hosts=toolmesh.example"), nil, nil, allTargets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := endpoint(a, "REST")
+	waitReady(t, base, "")
+	code, header, _ := attack{method: "OPTIONS", path: "/v1/query", origin: "https://app.example"}.send(t, base)
+	if code != 204 || header.Get("Access-Control-Allow-Origin") != "https://app.example" ||
+		!strings.Contains(header.Get("Access-Control-Allow-Headers"), "Content-Type") {
+		t.Errorf("preflight from the allowed origin: %d %v, want 204 with CORS headers", code, header)
+	}
+	attack{method: "POST", path: "/v1/query", origin: "https://app.example", contentType: "application/json",
+		body: `{"query":"@calculator.add({\"a\":2,\"b\":3})"}`, want: 200, wantIn: `"output":"5"`}.check(t, base)
+	attack{method: "GET", path: "/v1/tools", host: "toolmesh.example", want: 200}.check(t, base)
+	attack{method: "GET", path: "/v1/tools", origin: "https://other.example", want: 403}.check(t, base)
+}
+
+// TestAttackOpenBind: `up` and `serve` refuse to start an api that listens beyond loopback
+// without tokens, naming the token flag and the opt-out; with either it starts.
+func TestAttackOpenBind(t *testing.T) {
+	t.Setenv("TOOLMESH_API_TOKENS", "")
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     string
+		refused string // the flag the error names; "" when it must start
+	}{
+		{name: "REST on every interface", args: []string{"--api.http-addr=0.0.0.0:0"}, refused: "api.http-addr"},
+		{name: "gRPC on every interface", args: []string{"--api.grpc-addr=0.0.0.0:0"}, refused: "api.grpc-addr"},
+		{name: "open on purpose", args: []string{"--api.http-addr=0.0.0.0:0", "--api.allow-open"}},
+		{name: "with tokens", args: []string{"--api.http-addr=0.0.0.0:0"}, env: "ci:a-long-enough-test-token-0123456789"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("TOOLMESH_API_TOKENS", tc.env)
+			_, _, err := launch(t, meshArgs(tc.args...), nil, nil, "executor", "api")
+			if tc.refused == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("an open api without tokens started")
+			}
+			for _, want := range []string{tc.refused, "--api.tokens-file", "TOOLMESH_API_TOKENS", "--api.allow-open"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %s", err, want)
+				}
+			}
+		})
+	}
+}
+
+// syncLog is a log sink the targets write to concurrently.
+type syncLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+const testToken = "a-long-enough-test-token-0123456789"
+
+// TestAttackUnauthenticated: with tokens, a client that guesses is refused before its body is
+// read, throttled after a few tries (429 with Retry-After, a good token from the same address
+// too), and leaves a few log lines, not one a try.
+func TestAttackUnauthenticated(t *testing.T) {
+	t.Setenv("TOOLMESH_API_TOKENS", "tester:"+testToken)
+	var logs syncLog
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	a, _, err := launch(t, meshArgs("--api.max-body-bytes=65536"), logger, nil, allTargets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := endpoint(a, "REST")
+	waitReady(t, base, testToken)
+	// Before any guessing: an unknown token with a body over the limit is a 401, not a 413.
+	huge := `{"query":"` + strings.Repeat("a", 100<<10) + `"}`
+	attack{method: "POST", path: "/v1/query", contentType: "application/json", body: huge, auth: "Bearer wrong-token-wrong-token-0000",
+		want: 401, wantIn: "unknown token"}.check(t, base)
+	attack{method: "POST", path: "/v1/tools/calculator/add:call", contentType: "application/json", body: "{",
+		want: 401, wantIn: "missing Authorization"}.check(t, base)
+
+	throttled := 0
+	for i := range 60 {
+		code, header, body := attack{method: "GET", path: "/v1/tools", auth: "Bearer guess-" + strconv.Itoa(i) + "-0123456789abcdef"}.send(t, base)
+		switch code {
+		case 401:
+		case 429:
+			throttled++
+			if secs, err := strconv.Atoi(header.Get("Retry-After")); err != nil || secs < 1 {
+				t.Fatalf("429 with Retry-After %q, want whole seconds", header.Get("Retry-After"))
+			}
+			if !strings.Contains(body, "too many failed authentication attempts") {
+				t.Fatalf("429 body %s", body)
+			}
+		default:
+			t.Fatalf("guess %d: %d %s", i, code, body)
+		}
+	}
+	if throttled < 45 {
+		t.Errorf("%d of 60 guesses throttled, want all but the first few", throttled)
+	}
+	// The guesser's address is throttled whatever it sends.
+	attack{method: "GET", path: "/v1/tools", auth: "Bearer " + testToken, want: 429}.check(t, base)
+	if n := strings.Count(logs.String(), "api call refused"); n > 15 {
+		t.Errorf("62 refused calls made %d log lines, want them sampled", n)
+	}
+}
+
+// TestAttackTrickledBody: a client that sends its body a byte at a time holds a connection no
+// longer than api.body-timeout, with or without a good token.
+func TestAttackTrickledBody(t *testing.T) {
+	t.Setenv("TOOLMESH_API_TOKENS", "tester:"+testToken)
+	a, _, err := launch(t, meshArgs("--api.body-timeout=1s"), nil, nil, allTargets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimPrefix(endpoint(a, "REST"), "http://")
+	for _, tc := range []struct{ name, token, want string }{
+		{"good token", testToken, "408"},
+		{"no token", "", "401"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			auth := ""
+			if tc.token != "" {
+				auth = "Authorization: Bearer " + tc.token + "\r\n"
+			}
+			start := time.Now()
+			fmt.Fprintf(conn, "POST /v1/query HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n%sContent-Length: 100000\r\n\r\n{", addr, auth)
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() {
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(100 * time.Millisecond):
+						if _, err := conn.Write([]byte(" ")); err != nil {
+							return
+						}
+					}
+				}
+			}()
+			_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+			line, err := bufio.NewReader(conn).ReadString('\n')
+			if took := time.Since(start); err != nil || !strings.Contains(line, tc.want) || took > 8*time.Second {
+				t.Fatalf("got %q (%v) after %s; want %s within the 1 s body timeout (and some slack)", line, err, took.Round(time.Millisecond), tc.want)
+			}
+		})
+	}
+}
+
+// TestSecretsNeverShown puts a secret in every place a user can put one in mcpServers (a URL's
+// query and userinfo, a header, a stdio server's env), lets the servers fail, asks every status
+// and calls their tools, and greps everything toolmesh says (logs at debug, the REST answers,
+// every span) for the secrets.
+func TestSecretsNeverShown(t *testing.T) {
+	secrets := map[string]string{
+		"query":    "S3CRET-query-value-1234",
+		"userinfo": "S3CRET-userinfo-pass-5678",
+		"user":     "S3CRET-user-token-9012",
+		"header":   "S3CRET-header-value-3456",
+		"env":      "S3CRET-env-value-7890",
+		"fragment": "S3CRET-fragment-2345",
+	}
+	closed := freeAddr(t) // nothing listens here
+	// A server that answers, but not as MCP: its errors quote the URL too.
+	broken := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "upstream says no to "+r.URL.String(), http.StatusInternalServerError)
+	}), ReadHeaderTimeout: time.Second}
+	bl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = broken.Serve(bl) }()
+	t.Cleanup(func() { _ = broken.Close() })
+	cfgPath := filepath.Join(t.TempDir(), "toolmesh.yaml")
+	doc := fmt.Sprintf(`mcpServers:
+  remote:
+    url: "http://me:%s@%s/sse?api_key=%s&page=1#%s"
+    transport: sse
+    headers:
+      Authorization: "Bearer %s"
+  streaming:
+    url: "http://%s@%s/mcp?token=%s"
+    transport: streamable-http
+  broken:
+    url: "http://%s/mcp?api_key=%s"
+    transport: streamable-http
+    headers:
+      X-Api-Key: "%s"
+  local:
+    command: sh
+    args: ["-c", "echo started; exit 3"]
+    env:
+      API_TOKEN: "%s"
+`, secrets["userinfo"], closed, secrets["query"], secrets["fragment"], secrets["header"],
+		secrets["user"], closed, secrets["query"],
+		bl.Addr(), secrets["query"], secrets["header"],
+		secrets["env"])
+	if err := os.WriteFile(cfgPath, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncLog
+	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	spans := tracetest.NewInMemoryExporter()
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+	a, _, err := launch(t, meshArgs("--config="+cfgPath), logger, func(c *Config) { c.Telemetry.SpanExporter = spans }, allTargets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := endpoint(a, "REST")
+
+	var answers []string
+	get := func(path string) string {
+		code, _, body := attack{method: "GET", path: path}.send(t, base)
+		answers = append(answers, fmt.Sprintf("GET %s %d %s", path, code, body))
+		return body
+	}
+	// Every failing server has tried, and said why, at least once.
+	eventually.True(t, 30*time.Second, "every failing MCP server reports a last_error", func() bool {
+		servers := get("/v1/servers")
+		return strings.Count(servers, `"last_error":"`)-strings.Count(servers, `"last_error":""`) >= 4
+	})
+	time.Sleep(2 * time.Second) // a retry or two, with their log lines
+	for _, path := range []string{"/v1/servers", "/readyz", "/v1/tools", "/v1/tools?server=remote", "/ui/", "/v1/tools:search?q=remote"} {
+		get(path)
+	}
+	for _, server := range []string{"remote", "streaming", "broken", "local"} {
+		for _, at := range []attack{
+			{method: "POST", path: "/v1/tools/" + server + "/anything:call", contentType: "application/json", body: `{"arguments":{}}`},
+			{method: "POST", path: "/v1/query", contentType: "application/json", body: `{"query":"@` + server + `.anything({})"}`},
+			{method: "POST", path: "/v1/query:stream", contentType: "application/json", body: `{"query":"@` + server + `.anything({})"}`},
+		} {
+			code, _, body := at.send(t, base)
+			answers = append(answers, fmt.Sprintf("%s %s %d %s", at.method, at.path, code, body))
+		}
+	}
+	// The spans of those calls leave in a batch.
+	eventually.True(t, 10*time.Second, "spans exported", func() bool { return len(spans.GetSpans()) > 0 })
+	time.Sleep(300 * time.Millisecond)
+	var spanText strings.Builder
+	for _, s := range spans.GetSpans() {
+		fmt.Fprintf(&spanText, "%+v\n", s)
+	}
+	outputs := map[string]string{"logs": logs.String(), "REST answers": strings.Join(answers, "\n"), "spans": spanText.String()}
+	for where, text := range outputs {
+		for place, secret := range secrets {
+			if i := strings.Index(text, secret); i >= 0 {
+				t.Errorf("the secret in the %s shows in the %s: ...%s...", place, where, text[max(0, i-200):min(len(text), i+100)])
+			}
+		}
+	}
+	// The outputs do talk about those servers' URLs, so the test would see a leak.
+	for where, want := range map[string]string{"logs": "api_key=REDACTED", "REST answers": "api_key=REDACTED", "spans": "REDACTED"} {
+		if !strings.Contains(outputs[where], want) {
+			t.Errorf("the %s never mention the masked URL (%q), so the test cannot see a leak there:\n%.2000s", where, want, outputs[where])
+		}
+	}
+}

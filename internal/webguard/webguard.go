@@ -1,0 +1,295 @@
+// Package webguard keeps web pages away from an HTTP API that listens where a browser can reach
+// it (loopback included): a page the user visits must neither call it nor read its answers.
+//
+// Three checks, in this order, on every request:
+//
+//   - Host: the name the client used must be a loopback name (localhost, *.localhost), an IP
+//     address, or one of Config.AllowedHosts. This is the defence against DNS rebinding, where a
+//     page's own host name is made to resolve to 127.0.0.1 so that the browser treats the API
+//     as same-origin: its requests then carry the attacker's name in Host. An IP address cannot
+//     be rebound, so IP literals are always allowed (as Vite and Jupyter do).
+//   - Origin: a request that carries an Origin (browsers send it on every cross-origin fetch and
+//     on every POST) must come from the API's own origin (the console's: Origin's host is the
+//     request's Host) or from one of Config.AllowedOrigins. Otherwise 403, as the MCP spec asks
+//     of servers. Only configured origins get CORS headers; CORS is closed by default.
+//   - Content-Type: a POST, PUT or PATCH must say application/json (415 otherwise), with a
+//     body or without. A page can send a cross-site POST without asking first only as text/plain,
+//     form data or multipart; requiring JSON turns every such "simple" request away even from a
+//     browser that sends no Origin.
+//
+// Refusals are answered with the API's JSON error body {"code","message","details"} and logged
+// sampled, so a page that keeps trying cannot flood the log.
+package webguard
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/toolmesh/toolmesh/internal/logsample"
+)
+
+// Config lists what is allowed beyond the defaults.
+type Config struct {
+	// AllowedHosts are extra host names the API may be reached under (a load balancer's or an
+	// ingress's name). "*.example.com" allows every name under example.com; "*" allows any
+	// host and turns the DNS-rebinding defence off.
+	AllowedHosts []string
+	// AllowedOrigins are the exact browser origins (scheme://host[:port]) other than the API's
+	// own that may call it, with CORS; "*" allows any.
+	AllowedOrigins []string
+
+	prefix string // of the flag names, so Validate can name the flag
+}
+
+// RegisterFlags binds prefix+"allowed-hosts" and prefix+"allowed-origins" (the api passes "api.").
+func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
+	c.prefix = prefix
+	fs.Var((*list)(&c.AllowedHosts), prefix+"allowed-hosts", "comma-separated host names the REST API may be reached under besides loopback names and IP addresses (e.g. toolmesh.example.com, *.example.com; * allows any and turns the DNS-rebinding check off)")
+	fs.Var((*list)(&c.AllowedOrigins), prefix+"allowed-origins", "comma-separated browser origins (scheme://host[:port]) besides the console's own that may call the REST API, with CORS; * allows any")
+}
+
+// Validate reports the first entry that is not a host name or an origin, naming its flag.
+func (c *Config) Validate() error {
+	for _, h := range c.AllowedHosts {
+		name := strings.TrimPrefix(h, "*.")
+		if h == "*" {
+			continue
+		}
+		if name == "" || strings.ContainsAny(name, ":/@?#[]* ") {
+			return fmt.Errorf("%sallowed-hosts: %q is not a host name (no scheme or port; *.example.com for a domain)", c.prefix, h)
+		}
+	}
+	for _, o := range c.AllowedOrigins {
+		if o == "*" {
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("%sallowed-origins: %q is not an origin (scheme://host[:port], e.g. https://app.example.com)", c.prefix, o)
+		}
+	}
+	return nil
+}
+
+// Guard runs the checks. A nil *Guard lets everything through.
+type Guard struct {
+	anyHost   bool
+	hosts     map[string]bool
+	suffixes  []string // ".example.com" for "*.example.com"
+	anyOrigin bool
+	origins   map[string]bool
+	log       *logsample.Sampler
+	prefix    string // of the flags, for messages
+}
+
+// New returns the Guard of cfg, logging refusals (sampled) to logger.
+func New(cfg Config, logger *slog.Logger) (*Guard, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	g := &Guard{hosts: map[string]bool{}, origins: map[string]bool{}, prefix: cfg.prefix,
+		// A page retrying in a loop makes one line every few seconds, not thousands.
+		log: logsample.New(logger, 10, 5*time.Second)}
+	for _, h := range cfg.AllowedHosts {
+		h = strings.TrimSuffix(strings.ToLower(h), ".")
+		switch {
+		case h == "*":
+			g.anyHost = true
+		case strings.HasPrefix(h, "*."):
+			g.suffixes = append(g.suffixes, h[1:])
+		default:
+			g.hosts[h] = true
+		}
+	}
+	for _, o := range cfg.AllowedOrigins {
+		if o == "*" {
+			g.anyOrigin = true
+			continue
+		}
+		g.origins[normalizeOrigin(o)] = true
+	}
+	return g, nil
+}
+
+// Refusal is why a request may not go on.
+type Refusal struct {
+	Status  int // HTTP status
+	Code    codes.Code
+	Message string
+	reason  string // for the log
+}
+
+// Check decides one request: nil when it may go on. originFree skips the Origin check (for a
+// liveness probe that any page may see).
+func (g *Guard) Check(r *http.Request, originFree bool) *Refusal {
+	if g == nil {
+		return nil
+	}
+	if !g.hostAllowed(r.Host) {
+		return &Refusal{Status: http.StatusForbidden, Code: codes.PermissionDenied, reason: "host not allowed",
+			Message: fmt.Sprintf("host %q is not allowed: this server answers to loopback names, IP addresses and --%sallowed-hosts (a defence against DNS rebinding)", cut(r.Host), g.prefix)}
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && !originFree && !g.originAllowed(origin, r.Host) {
+		return &Refusal{Status: http.StatusForbidden, Code: codes.PermissionDenied, reason: "origin not allowed",
+			Message: fmt.Sprintf("origin %q is not allowed: only the console's own origin and --%sallowed-origins may call this API from a browser", cut(origin), g.prefix)}
+	}
+	// A cross-site request that needs no preflight is a GET, HEAD or POST; PUT and PATCH are
+	// checked as well since they carry bodies. Other methods have no body to check (DELETE
+	// and the like are refused by the router).
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch:
+	default:
+		return nil
+	}
+	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
+		msg := "Content-Type is missing: send the body as application/json"
+		if ct != "" {
+			msg = fmt.Sprintf("Content-Type %q is not accepted: send the body as application/json", cut(ct))
+		}
+		return &Refusal{Status: http.StatusUnsupportedMediaType, Code: codes.InvalidArgument, reason: "not JSON", Message: msg}
+	}
+	return nil
+}
+
+// Handler runs the checks before next; originFree (may be nil) marks the requests that skip
+// the Origin check. Requests from a configured cross origin get CORS headers, and their
+// preflight requests are answered here.
+func (g *Guard) Handler(next http.Handler, originFree func(*http.Request) bool) http.Handler {
+	if g == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		free := originFree != nil && originFree(r)
+		if ref := g.Check(r, free); ref != nil {
+			g.refuse(w, r, ref)
+			return
+		}
+		if origin := r.Header.Get("Origin"); origin != "" && !free && !sameOrigin(origin, r.Host) {
+			if preflight := cors(w, r, origin); preflight {
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (g *Guard) refuse(w http.ResponseWriter, r *http.Request, ref *Refusal) {
+	g.log.Log(r.Context(), slog.LevelWarn, "http request refused", "reason", ref.reason, "method", r.Method,
+		"path", cut(r.URL.Path), "host", cut(r.Host), "origin", cut(r.Header.Get("Origin")), "remote", r.RemoteAddr)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Add("Vary", "Origin")
+	w.WriteHeader(ref.Status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"code": ref.Code, "message": ref.Message, "details": []any{}})
+}
+
+// cors adds the CORS headers of an allowed cross origin and answers a preflight request. The
+// API authenticates with a bearer token, never a cookie, so credentials are not allowed.
+func cors(w http.ResponseWriter, r *http.Request, origin string) (preflight bool) {
+	h := w.Header()
+	h.Add("Vary", "Origin")
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Set("Access-Control-Expose-Headers", "X-Trace-Id, Retry-After, WWW-Authenticate")
+	if r.Method != http.MethodOptions || r.Header.Get("Access-Control-Request-Method") == "" {
+		return false
+	}
+	h.Set("Access-Control-Allow-Methods", "GET, POST")
+	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
+	h.Set("Access-Control-Max-Age", "600")
+	w.WriteHeader(http.StatusNoContent)
+	return true
+}
+
+func (g *Guard) hostAllowed(hostport string) bool {
+	if hostport == "" || g.anyHost {
+		// No browser sends a request without Host; HTTP/1.0 clients may.
+		return true
+	}
+	h := hostname(hostport)
+	// Only an IPv4 address starts with a digit or an IPv6 one holds ':'; trying just those
+	// spares every host name ParseAddr's error.
+	if h != "" && ('0' <= h[0] && h[0] <= '9' || strings.IndexByte(h, ':') >= 0) {
+		if _, err := netip.ParseAddr(h); err == nil {
+			return true
+		}
+	}
+	h = strings.TrimSuffix(strings.ToLower(h), ".")
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") || g.hosts[h] {
+		return true
+	}
+	for _, s := range g.suffixes {
+		if strings.HasSuffix(h, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// hostname is the host of a Host header, without port or IPv6 brackets.
+func hostname(hostport string) string {
+	if strings.HasPrefix(hostport, "[") {
+		if i := strings.IndexByte(hostport, ']'); i > 0 {
+			return hostport[1:i]
+		}
+		return hostport
+	}
+	if i := strings.LastIndexByte(hostport, ':'); i >= 0 && strings.IndexByte(hostport, ':') == i {
+		return hostport[:i]
+	}
+	return hostport
+}
+
+func (g *Guard) originAllowed(origin, host string) bool {
+	return sameOrigin(origin, host) || g.anyOrigin || g.origins[normalizeOrigin(origin)]
+}
+
+// sameOrigin reports whether origin is the API's own: its host[:port] is the request's Host
+// (checked against the allowed hosts before). The scheme is not compared, so the console also
+// works behind a proxy that ends TLS.
+func sameOrigin(origin, host string) bool {
+	_, rest, ok := strings.Cut(origin, "://")
+	return ok && host != "" && strings.EqualFold(rest, host) &&
+		(strings.HasPrefix(origin, "http://") || strings.HasPrefix(origin, "https://"))
+}
+
+func normalizeOrigin(o string) string {
+	return strings.TrimSuffix(strings.ToLower(strings.TrimSpace(o)), "/")
+}
+
+// isJSON reports whether a Content-Type is application/json, parameters (charset) allowed.
+func isJSON(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "application/json")
+}
+
+// cut keeps what a client sent short in messages and logs.
+func cut(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "..."
+	}
+	return s
+}
+
+// list is a flag of comma-separated values; giving it again adds to it.
+type list []string
+
+func (l *list) String() string { return strings.Join(*l, ",") }
+
+func (l *list) Set(s string) error {
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l = append(*l, v)
+		}
+	}
+	return nil
+}
