@@ -108,11 +108,6 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	wg.Wait()
-	for _, sess := range s.sessions {
-		if sess.httpTransport != nil {
-			sess.httpTransport.CloseIdleConnections()
-		}
-	}
 	s.log.Info("executor stopped")
 	return nil
 }

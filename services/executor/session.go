@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +45,7 @@ type session struct {
 	cfg      Config
 	log      *slog.Logger
 	cat      *catalog
+	dial     *dialer
 	endpoint string
 	timeout  time.Duration
 	sem      chan struct{}
@@ -55,13 +55,11 @@ type session struct {
 	peerAttrs    []attribute.KeyValue // carried by every span to this server
 	ops          sync.Map             // opKey → metric.RecordOption, see opAttrs
 
-	// httpTransport is shared by every connection of this server, so the
-	// pool survives reconnects; nil for stdio.
-	httpTransport *http.Transport
-	httpClient    *http.Client
+	// legacyHTTP: a streamable HTTP server spoke a legacy protocol version
+	// last time. Only run's goroutine uses it.
+	legacyHTTP bool
 
-	cur       atomic.Pointer[conn] // the READY connection, nil otherwise
-	refreshCh chan struct{}        // cap 1: a tools/list refresh is wanted
+	cur atomic.Pointer[conn] // the READY connection, nil otherwise; changed under mu
 
 	mu           sync.Mutex
 	state        toolmeshv1.ServerState
@@ -72,24 +70,21 @@ type session struct {
 	connectedAt  time.Time
 	reconnecting bool          // an expired session is being re-initialized: calls wait
 	changed      chan struct{} // closed and replaced on every state change
-	legacyHTTP   bool          // streamable HTTP server spoke a legacy version last time
-
-	refreshMu sync.Mutex // serializes tools/list + catalog publish
 }
 
 func newSession(name string, srv mcpconfig.Server, cfg Config, log *slog.Logger, cat *catalog, ins *instruments) *session {
+	log = log.With("server", name, "transport", string(srv.Transport))
 	s := &session{
-		name:      name,
-		srv:       srv,
-		cfg:       cfg,
-		log:       log.With("server", name, "transport", string(srv.Transport)),
-		cat:       cat,
-		endpoint:  endpointOf(srv),
-		timeout:   cfg.CallTimeout,
-		refreshCh: make(chan struct{}, 1),
-		state:     toolmeshv1.ServerState_SERVER_STATE_CONNECTING,
-		changed:   make(chan struct{}),
-		ins:       ins,
+		name:     name,
+		srv:      srv,
+		cfg:      cfg,
+		log:      log,
+		cat:      cat,
+		endpoint: endpointOf(srv),
+		timeout:  cfg.CallTimeout,
+		state:    toolmeshv1.ServerState_SERVER_STATE_CONNECTING,
+		changed:  make(chan struct{}),
+		ins:      ins,
 	}
 	s.netTransport, s.peerAttrs = peerAttrs(name, srv)
 	if srv.Timeout > 0 {
@@ -100,35 +95,24 @@ func newSession(name string, srv mcpconfig.Server, cfg Config, log *slog.Logger,
 		limit = srv.MaxConcurrency
 	}
 	s.sem = make(chan struct{}, limit)
-	if srv.Transport != mcpconfig.TransportStdio {
-		// mcp-go's default client keeps 2 idle connections per host; under
-		// load that opens a new TCP connection per call. Size the pool for
-		// the concurrency limit plus the long-lived streams.
-		s.httpTransport = &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConns:          0,
-			MaxIdleConnsPerHost:   limit + 4,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   cfg.ConnectTimeout,
-			ExpectContinueTimeout: time.Second,
-		}
-		s.httpClient = &http.Client{Transport: limitBodies{next: tracedWithinSpans(ins.tel, s.httpTransport)}}
-	}
+	s.dial = newDialer(srv, cfg, limit, log, ins.tel)
 	return s
 }
 
-// conn is one connection (one initialized mcp-go client) of a session.
+// conn is one connection (one initialized mcp-go client) of a session. What
+// it starts (the listen stream, the refresher, the stdio watcher) runs in wg
+// and ends with ctx.
 type conn struct {
 	client    *client.Client
 	hooks     *hooks
 	proc      *childProcess // stdio only
+	ctx       context.Context
 	cancel    context.CancelFunc
 	protocol  string
 	sessionID string // mcp.session.id: the Mcp-Session-Id, or the SSE sessionId; "" for none
 	info      mcp.Implementation
-	listen    bool // the server announced tools.listChanged
+	listen    bool          // the server announced tools.listChanged
+	refresh   chan struct{} // cap 1: a tools/list refresh is wanted
 
 	broken    chan struct{}
 	breakOnce sync.Once
@@ -144,6 +128,13 @@ func (c *conn) isBroken() bool {
 		return true
 	default:
 		return false
+	}
+}
+
+func (c *conn) requestRefresh() {
+	select {
+	case c.refresh <- struct{}{}:
+	default:
 	}
 }
 
@@ -198,19 +189,13 @@ func (s *session) notifyLocked() {
 
 // run keeps the session connected until ctx ends.
 func (s *session) run(ctx context.Context) {
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.refreshLoop(ctx)
-	}()
 	defer func() {
-		wg.Wait()
 		s.mu.Lock()
 		s.state = toolmeshv1.ServerState_SERVER_STATE_STOPPED
 		s.reconnecting = false
 		s.notifyLocked()
 		s.mu.Unlock()
+		s.dial.close()
 	}()
 
 	attempt := 0
@@ -235,7 +220,7 @@ func (s *session) run(ctx context.Context) {
 			continue
 		}
 		up := time.Now()
-		s.publish(cn, tools)
+		s.publish(tools)
 		s.mu.Lock()
 		s.state = toolmeshv1.ServerState_SERVER_STATE_READY
 		s.lastErr = ""
@@ -248,6 +233,11 @@ func (s *session) run(ctx context.Context) {
 		s.mu.Unlock()
 		s.log.Info("mcp server connected", "protocol", cn.protocol, "server_name", cn.info.Name,
 			"server_version", cn.info.Version, "tools", len(tools))
+		cn.wg.Add(1)
+		go func() {
+			defer cn.wg.Done()
+			s.refreshLoop(cn)
+		}()
 
 		select {
 		case <-ctx.Done():
@@ -298,22 +288,22 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// connect opens a connection: start the transport, initialize (server/discover
-// first, then the legacy handshake, unless a version is pinned), list tools.
-// The whole attempt is bounded by ConnectTimeout.
+// connect opens a connection and lists its tools, as the MCP Go SDK's
+// Client.Connect does over a Transport: open the transport (dialer.open),
+// start it, initialize (server/discover first, then the legacy handshake,
+// unless a version is pinned), tools/list. The whole attempt is bounded by
+// ConnectTimeout.
 func (s *session) connect(ctx context.Context) (*conn, []*tool, error) {
 	cn, tools, err := s.connectOnce(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	if s.srv.Transport == mcpconfig.TransportStreamableHTTP && !mcp.IsModernProtocol(cn.protocol) && !s.legacyHTTPKnown() {
+	if s.srv.Transport == mcpconfig.TransportStreamableHTTP && !mcp.IsModernProtocol(cn.protocol) && !s.legacyHTTP {
 		// A legacy streamable HTTP server only sends notifications on the
 		// standalone GET stream, which mcp-go opens only when the transport
 		// is built with continuous listening (and that pins the legacy
 		// handshake). Reconnect that way; remembered for later reconnects.
-		s.mu.Lock()
 		s.legacyHTTP = true
-		s.mu.Unlock()
 		s.log.Debug("legacy streamable HTTP server; reconnecting with the GET notification stream", "protocol", cn.protocol)
 		cn.close()
 		return s.connectOnce(ctx)
@@ -321,15 +311,9 @@ func (s *session) connect(ctx context.Context) (*conn, []*tool, error) {
 	return cn, tools, nil
 }
 
-func (s *session) legacyHTTPKnown() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.legacyHTTP
-}
-
 func (s *session) connectOnce(ctx context.Context) (_ *conn, _ []*tool, err error) {
 	cctx, cancel := context.WithCancel(ctx)
-	cn := &conn{cancel: cancel, broken: make(chan struct{})}
+	cn := &conn{ctx: cctx, cancel: cancel, refresh: make(chan struct{}, 1), broken: make(chan struct{})}
 	// One timer bounds everything below, including a server that accepts the
 	// TCP connection and then says nothing.
 	timedOut := atomic.Bool{}
@@ -349,58 +333,13 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ []*tool, err erro
 		}
 	}()
 
-	var opts []client.ClientOption
-	pinned := s.srv.ProtocolVersion
-	legacyHTTP := s.srv.Transport == mcpconfig.TransportStreamableHTTP && s.legacyHTTPKnown()
-	if pinned != "" {
-		opts = append(opts, client.WithProtocolVersion(pinned))
+	legacyHTTP := s.srv.Transport == mcpconfig.TransportStreamableHTTP && s.legacyHTTP
+	ln, err := s.dial.open(legacyHTTP)
+	if err != nil {
+		return nil, nil, err
 	}
-	if s.ins.tel != nil && s.srv.Transport != mcpconfig.TransportStdio {
-		opts = append(opts, client.WithPropagator(headerPropagator{s.ins.tel}))
-	}
-
-	var tr transport.Interface
-	switch s.srv.Transport {
-	case mcpconfig.TransportSSE:
-		sse, err := transport.NewSSE(s.srv.URL,
-			transport.WithHTTPClient(s.httpClient),
-			transport.WithHeaders(s.srv.Headers),
-			transport.WithEndpointTimeout(s.cfg.ConnectTimeout),
-			// Calls carry their own deadline; mcp-go's 60 s default would cut longer ones.
-			transport.WithResponseTimeout(24*time.Hour),
-			transport.WithSSELogger(s.log),
-		)
-		if err != nil {
-			return nil, nil, fmt.Errorf("sse transport: %w", err)
-		}
-		cn.hooks = &hooks{cancelOverHTTP: true, notify: sse.SendNotification, maxLine: lineLimit(s.cfg)}
-		tr = &sseTransport{SSE: sse, h: cn.hooks}
-		// Start's context is the event stream's: limitBodies reads it through a lineCap.
-		cctx = context.WithValue(cctx, lineCapKey{}, cn.hooks)
-	case mcpconfig.TransportStreamableHTTP:
-		hopts := []transport.StreamableHTTPCOption{
-			transport.WithHTTPBasicClient(s.httpClient),
-			transport.WithHTTPHeaders(s.srv.Headers),
-			transport.WithHTTPLogger(s.log),
-		}
-		if legacyHTTP || (pinned != "" && !mcp.IsModernProtocol(pinned)) {
-			hopts = append(hopts, transport.WithContinuousListening())
-		}
-		st, err := transport.NewStreamableHTTP(s.srv.URL, hopts...)
-		if err != nil {
-			return nil, nil, fmt.Errorf("streamable http transport: %w", err)
-		}
-		cn.hooks = &hooks{cancelOverHTTP: true, onlyLegacyCancel: true, notify: st.SendNotification}
-		tr = &streamableTransport{StreamableHTTP: st, h: cn.hooks}
-	case mcpconfig.TransportStdio:
-		p, err := startChild(s.srv)
-		if err != nil {
-			return nil, nil, err
-		}
-		cn.proc = p
-		cn.hooks = &hooks{maxLine: lineLimit(s.cfg)}
-		stdio := transport.NewIO(newLineCap(p.stdout, cn.hooks.maxLine, cn.hooks), p.stdin, nil)
-		tr = &stdioTransport{Stdio: stdio, h: cn.hooks}
+	cn.hooks, cn.proc = ln.hooks, ln.proc
+	if p := ln.proc; p != nil {
 		cn.wg.Add(1)
 		go func() {
 			defer cn.wg.Done()
@@ -410,15 +349,21 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ []*tool, err erro
 			case <-cctx.Done():
 			}
 		}()
-	default:
-		return nil, nil, fmt.Errorf("unknown transport %q", s.srv.Transport)
 	}
 
-	c := client.NewClient(tr, opts...)
+	pinned := s.srv.ProtocolVersion
+	var opts []client.ClientOption
+	if pinned != "" {
+		opts = append(opts, client.WithProtocolVersion(pinned))
+	}
+	if s.ins.tel != nil && s.srv.Transport != mcpconfig.TransportStdio {
+		opts = append(opts, client.WithPropagator(headerPropagator{s.ins.tel}))
+	}
+	c := client.NewClient(ln.tr, opts...)
 	cn.client = c
 	c.OnNotification(func(n mcp.JSONRPCNotification) {
 		if n.Method == mcp.MethodNotificationToolsListChanged {
-			s.requestRefresh()
+			cn.requestRefresh()
 		}
 	})
 	c.OnConnectionLost(func(err error) {
@@ -427,30 +372,12 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ []*tool, err erro
 		}
 		s.markBroken(cn, fmt.Errorf("sse stream lost: %w", err), false)
 	})
-	if err := c.Start(cctx); err != nil {
+	if err := c.Start(ln.startContext(cctx)); err != nil {
 		return nil, nil, fmt.Errorf("start: %w", err)
 	}
-	req := mcp.InitializeRequest{}
-	req.Params.ProtocolVersion = pinned
-	if legacyHTTP && pinned == "" {
-		req.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
-	}
-	req.Params.ClientInfo = clientInfo
-	ictx, rc := s.startRPC(cctx, string(mcp.MethodInitialize), "")
-	res, err := c.Initialize(ictx, req)
-	if err == nil {
-		cn.protocol = c.ProtocolVersion()
-		cn.sessionID = sessionIDOf(tr)
-		rc.connected(cn)
-	}
-	rc.end(ictx, nil, err)
-	if err != nil {
+	if err := s.initialize(cctx, cn, ln.tr, legacyHTTP); err != nil {
 		return nil, nil, fmt.Errorf("initialize: %w", err)
 	}
-	cn.info = res.ServerInfo
-	cn.hooks.modern.Store(mcp.IsModernProtocol(cn.protocol))
-	cn.listen = res.Capabilities.Tools != nil && res.Capabilities.Tools.ListChanged
-
 	tools, err := s.listTools(cctx, cn)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tools/list: %w", err)
@@ -459,15 +386,41 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ []*tool, err erro
 		cn.wg.Add(1)
 		go func() {
 			defer cn.wg.Done()
-			s.listenLoop(cctx, cn)
+			s.listenLoop(cn)
 		}()
 	}
 	return cn, tools, nil
 }
 
+// initialize does the MCP handshake on a started client.
+func (s *session) initialize(ctx context.Context, cn *conn, tr transport.Interface, legacyHTTP bool) error {
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = s.srv.ProtocolVersion
+	if legacyHTTP && req.Params.ProtocolVersion == "" {
+		req.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	}
+	req.Params.ClientInfo = clientInfo
+	ictx, rc := s.startRPC(ctx, string(mcp.MethodInitialize), "")
+	res, err := cn.client.Initialize(ictx, req)
+	if err == nil {
+		cn.protocol = cn.client.ProtocolVersion()
+		cn.sessionID = sessionIDOf(tr)
+		rc.connected(cn)
+	}
+	rc.end(ictx, nil, err)
+	if err != nil {
+		return err
+	}
+	cn.info = res.ServerInfo
+	cn.hooks.modern.Store(mcp.IsModernProtocol(cn.protocol))
+	cn.listen = res.Capabilities.Tools != nil && res.Capabilities.Tools.ListChanged
+	return nil
+}
+
 // listenLoop keeps a 2026-07-28 subscriptions/listen stream open for
 // tools/list_changed; legacy sessions get notifications without it.
-func (s *session) listenLoop(ctx context.Context, cn *conn) {
+func (s *session) listenLoop(cn *conn) {
+	ctx := cn.ctx
 	delay := 500 * time.Millisecond
 	for {
 		started := time.Now()
@@ -493,7 +446,7 @@ func (s *session) listenLoop(ctx context.Context, cn *conn) {
 			return
 		}
 		delay = min(delay*2, 30*time.Second)
-		s.requestRefresh()
+		cn.requestRefresh()
 	}
 }
 
@@ -542,10 +495,9 @@ func (s *session) listTools(ctx context.Context, cn *conn) (_ []*tool, err error
 	return out, nil
 }
 
-// publish puts a connection's tools in the catalog.
-func (s *session) publish(cn *conn, tools []*tool) {
-	s.refreshMu.Lock()
-	defer s.refreshMu.Unlock()
+// publish puts the server's tools in the catalog. Only run's goroutine and
+// the current connection's refresher call it, one after the other.
+func (s *session) publish(tools []*tool) {
 	up, rm := s.cat.replaceServer(s.name, tools)
 	s.mu.Lock()
 	s.toolCount = len(tools)
@@ -555,31 +507,24 @@ func (s *session) publish(cn *conn, tools []*tool) {
 	}
 }
 
-func (s *session) requestRefresh() {
-	select {
-	case s.refreshCh <- struct{}{}:
-	default:
-	}
-}
-
-// refreshLoop re-lists tools after tools/list_changed, debounced.
-func (s *session) refreshLoop(ctx context.Context) {
+// refreshLoop re-lists cn's tools after tools/list_changed, debounced.
+func (s *session) refreshLoop(cn *conn) {
+	ctx := cn.ctx
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.refreshCh:
+		case <-cn.refresh:
 		}
 		if !sleepCtx(ctx, s.cfg.ListChangedDebounce) {
 			return
 		}
 		// Requests that arrived during the debounce are covered by this refresh.
 		select {
-		case <-s.refreshCh:
+		case <-cn.refresh:
 		default:
 		}
-		cn := s.cur.Load()
-		if cn == nil {
+		if s.cur.Load() != cn {
 			continue // the reconnect lists tools anyway
 		}
 		lctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
@@ -600,7 +545,7 @@ func (s *session) refreshLoop(ctx context.Context) {
 			continue
 		}
 		if s.cur.Load() == cn {
-			s.publish(cn, tools)
+			s.publish(tools)
 		}
 	}
 }
