@@ -30,6 +30,20 @@ func (e *unknownToolError) Is(target error) bool {
 	return target == ErrUnknownTool
 }
 
+// refusedError says which limit a listed tool breaks: the tool is listed in
+// ListServers as refused, and never indexed or called.
+type refusedError struct{ reason string }
+
+func (e *refusedError) Error() string { return e.reason }
+
+// refusedToolError is a call to a refused tool.
+type refusedToolError struct{ id, reason string }
+
+func (e *refusedToolError) Error() string {
+	return fmt.Sprintf("tool %q is not callable: refused when its server listed it: %s", e.id, e.reason)
+}
+func (e *refusedToolError) Is(target error) bool { return target == ErrUnknownTool }
+
 // unavailableError says which server is down and why.
 type unavailableError struct {
 	server string

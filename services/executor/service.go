@@ -156,6 +156,10 @@ func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct
 			}
 			return nil, err
 		}
+		_, name, _ := toolid.Split(id)
+		if why, ok := sess.refusal(name); ok {
+			return nil, &refusedToolError{id: id, reason: why}
+		}
 		return nil, &unknownToolError{id: id}
 	}
 	var m map[string]any
@@ -166,7 +170,7 @@ func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct
 	}
 	if t.schema != nil {
 		dropOptionalNulls(t.schema, m)
-		if err := validateArgs(id, t.schema, m); err != nil {
+		if err := validateArgs(ctx, id, t.schema, m); err != nil {
 			return nil, err
 		}
 	}

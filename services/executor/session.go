@@ -67,6 +67,7 @@ type session struct {
 	protocol     string
 	info         mcp.Implementation
 	toolCount    int
+	refused      []*toolmeshv1.RefusedTool // immutable once set
 	connectedAt  time.Time
 	reconnecting bool          // an expired session is being re-initialized: calls wait
 	changed      chan struct{} // closed and replaced on every state change
@@ -232,7 +233,7 @@ func (s *session) run(ctx context.Context) {
 		s.notifyLocked()
 		s.mu.Unlock()
 		s.log.Info("mcp server connected", "protocol", cn.protocol, "server_name", cn.info.Name,
-			"server_version", cn.info.Version, "tools", len(tools))
+			"server_version", cn.info.Version, "tools", len(tools.tools), "refused", len(tools.refused))
 		cn.wg.Add(1)
 		go func() {
 			defer cn.wg.Done()
@@ -293,7 +294,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // start it, initialize (server/discover first, then the legacy handshake,
 // unless a version is pinned), tools/list. The whole attempt is bounded by
 // ConnectTimeout.
-func (s *session) connect(ctx context.Context) (*conn, []*tool, error) {
+func (s *session) connect(ctx context.Context) (*conn, *listing, error) {
 	cn, tools, err := s.connectOnce(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -311,7 +312,7 @@ func (s *session) connect(ctx context.Context) (*conn, []*tool, error) {
 	return cn, tools, nil
 }
 
-func (s *session) connectOnce(ctx context.Context) (_ *conn, _ []*tool, err error) {
+func (s *session) connectOnce(ctx context.Context) (_ *conn, _ *listing, err error) {
 	cctx, cancel := context.WithCancel(ctx)
 	cn := &conn{ctx: cctx, cancel: cancel, refresh: make(chan struct{}, 1), broken: make(chan struct{})}
 	// One timer bounds everything below, including a server that accepts the
@@ -451,7 +452,7 @@ func (s *session) listenLoop(cn *conn) {
 }
 
 // listTools lists every page of the server's tools and builds catalog entries.
-func (s *session) listTools(ctx context.Context, cn *conn) (_ []*tool, err error) {
+func (s *session) listTools(ctx context.Context, cn *conn) (_ *listing, err error) {
 	ctx, rc := s.startRPC(ctx, string(mcp.MethodToolsList), "")
 	rc.connected(cn)
 	defer func() { rc.end(ctx, nil, err) }()
@@ -476,7 +477,8 @@ func (s *session) listTools(ctx context.Context, cn *conn) (_ []*tool, err error
 	}
 	pages.mu.Unlock()
 	prev := s.cat.serverTools(s.name)
-	out := make([]*tool, 0, len(res.Tools))
+	lim := s.cfg.schemaLimits()
+	l := &listing{tools: make([]*tool, 0, len(res.Tools))}
 	seen := map[string]bool{}
 	for _, t := range res.Tools {
 		if t.Name == "" || seen[t.Name] || !s.cat.admits(s.name, t.Name) {
@@ -484,27 +486,52 @@ func (s *session) listTools(ctx context.Context, cn *conn) (_ []*tool, err error
 		}
 		seen[t.Name] = true
 		id := toolid.Join(s.name, t.Name)
-		entry, err := buildTool(s.name, t, raw[t.Name], prev[id])
-		if err != nil {
+		entry, err := buildTool(s.name, t, raw[t.Name], prev[id], lim)
+		var refused *refusedError
+		switch {
+		case errors.As(err, &refused):
+			l.refused = append(l.refused, &toolmeshv1.RefusedTool{Name: t.Name, Reason: refused.reason})
+			s.log.Warn("tool refused", "tool", id, "reason", refused.reason)
+		case err != nil:
 			s.log.Warn("tool input schema does not compile; calling it without validation", "tool", id, "err", err)
 		}
 		if entry != nil {
-			out = append(out, entry)
+			l.tools = append(l.tools, entry)
 		}
 	}
-	return out, nil
+	return l, nil
+}
+
+// listing is the outcome of one tools/list: the tools for the catalog, and
+// those refused, by name, with the reason.
+type listing struct {
+	tools   []*tool
+	refused []*toolmeshv1.RefusedTool
 }
 
 // publish puts the server's tools in the catalog. Only run's goroutine and
 // the current connection's refresher call it, one after the other.
-func (s *session) publish(tools []*tool) {
-	up, rm := s.cat.replaceServer(s.name, tools)
+func (s *session) publish(l *listing) {
+	up, rm := s.cat.replaceServer(s.name, l.tools)
 	s.mu.Lock()
-	s.toolCount = len(tools)
+	s.toolCount = len(l.tools)
+	s.refused = l.refused
 	s.mu.Unlock()
 	if up > 0 || rm > 0 {
-		s.log.Info("tools changed", "upserted", up, "removed", rm, "total", len(tools))
+		s.log.Info("tools changed", "upserted", up, "removed", rm, "total", len(l.tools))
 	}
+}
+
+// refusal returns why tool name was refused at the last listing, if it was.
+func (s *session) refusal(name string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.refused {
+		if r.GetName() == name {
+			return r.GetReason(), true
+		}
+	}
+	return "", false
 }
 
 // refreshLoop re-lists cn's tools after tools/list_changed, debounced.
@@ -724,6 +751,7 @@ func (s *session) status() *toolmeshv1.Server {
 		ServerVersion:   s.info.Version,
 		ToolCount:       int32(s.toolCount),
 		LastError:       s.lastErr,
+		RefusedTools:    s.refused,
 	}
 	if !s.connectedAt.IsZero() {
 		out.ConnectedAt = timestampOf(s.connectedAt)
