@@ -105,7 +105,8 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	var bad []notReady
 	for _, srv := range servers {
-		if srv.GetState() != toolmeshv1.ServerState_SERVER_STATE_READY {
+		// A degraded server is connected and its tools are callable.
+		if st := srv.GetState(); st != toolmeshv1.ServerState_SERVER_STATE_READY && st != toolmeshv1.ServerState_SERVER_STATE_DEGRADED {
 			bad = append(bad, notReady{Name: srv.GetName(), State: srv.GetState().String(), Error: srv.GetLastError()})
 		}
 	}

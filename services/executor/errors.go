@@ -44,6 +44,34 @@ func (e *refusedToolError) Error() string {
 }
 func (e *refusedToolError) Is(target error) bool { return target == ErrUnknownTool }
 
+// listLimitError: a tools/list broke executor.max-tools-per-server or
+// executor.max-list-bytes. The listing stops there; the catalog keeps the
+// server's last good tools.
+type listLimitError struct {
+	tools, pages int // tools in the pages read, when maxTools broke
+	maxTools     int
+	bytes        int64 // bytes read, when maxBytes broke
+	over         bool  // bytes is a lower bound: reading stopped there
+	maxBytes     int
+}
+
+func (e *listLimitError) Error() string {
+	if e.maxTools > 0 {
+		return fmt.Sprintf("the server lists more than %d tools (%d in the first %d pages), the limit (executor.max-tools-per-server)", e.maxTools, e.tools, e.pages)
+	}
+	size := fmt.Sprintf("%d bytes", e.bytes)
+	if e.over {
+		size = fmt.Sprintf("more than %d bytes", e.bytes)
+	}
+	return fmt.Sprintf("the tool list is %s, over the %d-byte limit (executor.max-list-bytes)", size, e.maxBytes)
+}
+
+// lostError: a request failed because the connection is gone.
+type lostError struct{ err error }
+
+func (e *lostError) Error() string { return e.err.Error() }
+func (e *lostError) Unwrap() error { return e.err }
+
 // unavailableError says which server is down and why.
 type unavailableError struct {
 	server string

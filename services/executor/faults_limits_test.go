@@ -6,18 +6,25 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"runtime"
+	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 	"google.golang.org/grpc/codes"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/eventually"
 	"github.com/toolmesh/toolmesh/internal/fdcheck"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 )
@@ -29,9 +36,10 @@ import (
 
 // processGuard watches the test process from outside the code under test.
 type processGuard struct {
-	base, peak atomic.Int64 // resident set, bytes
-	stop       chan struct{}
-	done       chan struct{}
+	base, peak         atomic.Int64 // resident set, bytes
+	heapBase, heapPeak atomic.Int64 // live Go heap objects, bytes
+	stop               chan struct{}
+	done               chan struct{}
 }
 
 // guardProcess samples the process's resident set every 10 ms and ends the
@@ -64,6 +72,9 @@ func guardProcess(t *testing.T, maxGrowth int64, maxTime time.Duration) *process
 			if rss > g.peak.Load() {
 				g.peak.Store(rss)
 			}
+			if h := heapBytes(); h > g.heapPeak.Load() {
+				g.heapPeak.Store(h)
+			}
 			if grown := rss - g.base.Load(); grown > maxGrowth {
 				panic(fmt.Sprintf("%s: process guard: resident set grew %d MiB, over %d MiB\n\n%s",
 					name, grown>>20, maxGrowth>>20, allStacks()))
@@ -82,12 +93,29 @@ func (g *processGuard) mark() {
 	rss := residentBytes()
 	g.base.Store(rss)
 	g.peak.Store(rss)
+	h := heapBytes()
+	g.heapBase.Store(h)
+	g.heapPeak.Store(h)
 }
 
 // growth is how far the resident set grew over the mark, at its peak.
 func (g *processGuard) growth() int64 {
 	time.Sleep(20 * time.Millisecond) // one more sample
 	return g.peak.Load() - g.base.Load()
+}
+
+// heapGrowth is how far the live Go heap grew over the mark, at its peak
+// (sampled, so a short peak may be missed). Under the race detector the
+// resident set is several times the heap, which this is not.
+func (g *processGuard) heapGrowth() int64 {
+	time.Sleep(20 * time.Millisecond)
+	return g.heapPeak.Load() - g.heapBase.Load()
+}
+
+func heapBytes() int64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64())
 }
 
 // residentBytes is VmRSS from /proc/self/status, or the Go runtime's view
@@ -196,4 +224,312 @@ func boolInt(b bool) int32 {
 		return 1
 	}
 	return 0
+}
+
+// fillerTools are n tools named filler_N, for AddTools.
+func fillerTools(n int) ([]server.ServerTool, []string) {
+	tools := make([]server.ServerTool, n)
+	names := make([]string, n)
+	for i := range tools {
+		names[i] = fmt.Sprintf("filler_%05d", i)
+		tools[i] = server.ServerTool{
+			Tool: mcp.NewTool(names[i], mcp.WithDescription("filler")),
+			Handler: func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return mcp.NewToolResultText("ok"), nil
+			},
+		}
+	}
+	return tools, names
+}
+
+// TestFaultHugeListing: a server (its own process, so the memory measured is
+// the executor's) lists 50,000 tools in one page. The listing stops at
+// executor.max-tools-per-server before mcp-go decodes it: the server is
+// DEGRADED, saying why, no tools are served from it, and the process grows by
+// a bounded amount; another server is unaffected.
+func TestFaultHugeListing(t *testing.T) {
+	guard := guardProcess(t, 500<<20, 90*time.Second)
+	fdcheck.Check(t, 2)
+	srv, _ := stdioServer(t, 50000)
+	srv.Env[envPageSize] = "0"
+	okh := newHTTPHarness(t, streamableHandler(fixed(newTestMCP("ok", 0))))
+	h := startExecutor(t, Config{ConnectTimeout: 30 * time.Second, Servers: map[string]mcpconfig.Server{
+		"huge": srv,
+		"ok":   {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://" + okh.addr + "/mcp"},
+	}})
+	guard.mark()
+	start := time.Now()
+	var s *toolmeshv1.Server
+	eventually.Check(t, 60*time.Second, "the huge listing judged", func() string {
+		s = serverState(t, h, "huge")
+		if s.GetState() != toolmeshv1.ServerState_SERVER_STATE_DEGRADED {
+			return fmt.Sprintf("state %v (%s)", s.GetState(), s.GetLastError())
+		}
+		return ""
+	})
+	took, grown, heap := time.Since(start), guard.growth(), guard.heapGrowth()
+	t.Logf("50,006 tools listed: judged in %s (the child's start included); Go heap grew %d MiB at its peak, resident set %d MiB; last_error %q",
+		took.Round(time.Millisecond), heap>>20, grown>>20, s.GetLastError())
+	for _, want := range []string{"tools/list: the server lists more than 2000 tools (50006 in the first 1 pages), the limit (executor.max-tools-per-server)",
+		"no tools are served from it"} {
+		if !strings.Contains(s.GetLastError(), want) {
+			t.Errorf("last_error %q, want it to contain %q", s.GetLastError(), want)
+		}
+	}
+	if s.GetToolCount() != 0 || len(toolIDs(t, h, "huge")) != 0 {
+		t.Errorf("tool_count %d, catalog %d tools; want none", s.GetToolCount(), len(toolIDs(t, h, "huge")))
+	}
+	if heap > 100<<20 {
+		// Accepted, these 50,006 tools made the mesh grow by 840 MB.
+		t.Errorf("Go heap grew %d MiB for a listing refused at 2000 tools", heap>>20)
+	}
+	_, err := call(t, h, "huge.add", map[string]any{"a": 1, "b": 2})
+	wantCode(t, err, codes.NotFound, `unknown tool "huge.add"`)
+	if r, err := call(t, h, "ok.add", map[string]any{"a": 1, "b": 2}); err != nil || text(r) != "3" {
+		t.Fatalf("another server: %v %v", r, err)
+	}
+	if ok, why := h.svc.Ready(); !ok {
+		t.Errorf("Ready = false (%s): a degraded server is connected", why)
+	}
+}
+
+// TestFaultListingLimits: a server whose tools grow past a listing limit keeps
+// its last good catalog (and its tools work) while DEGRADED, and is READY with
+// the new list once it is back within the limits.
+func TestFaultListingLimits(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  Config
+		grow int
+		want string
+	}{
+		{"tools", Config{MaxToolsPerServer: 100}, 200, "the server lists more than 100 tools (104 in the first 26 pages), the limit (executor.max-tools-per-server)"},
+		{"bytes", Config{MaxListBytes: 16 << 10}, 200, "over the 16384-byte limit (executor.max-list-bytes)"},
+		{"bytes in one page", Config{MaxListBytes: 16 << 10}, 200, "over the 16384-byte limit (executor.max-list-bytes)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fdcheck.Check(t, 2)
+			var opts []server.ServerOption
+			if tc.name != "bytes in one page" {
+				opts = append(opts, server.WithPaginationLimit(4))
+			}
+			ts := newTestMCP("grow", 0, opts...)
+			hh := newHTTPHarness(t, streamableHandler(fixed(ts)))
+			tc.cfg.Servers = map[string]mcpconfig.Server{"grow": {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://" + hh.addr + "/mcp"}}
+			h := startExecutor(t, tc.cfg)
+			h.waitReady(t)
+			before := toolIDs(t, h, "grow")
+
+			tools, names := fillerTools(tc.grow)
+			ts.srv.AddTools(tools...)
+			eventually.Check(t, 5*time.Second, "degraded", func() string {
+				s := serverState(t, h, "grow")
+				if s.GetState() != toolmeshv1.ServerState_SERVER_STATE_DEGRADED {
+					return fmt.Sprintf("state %v", s.GetState())
+				}
+				if !strings.Contains(s.GetLastError(), tc.want) || !strings.Contains(s.GetLastError(), "keeping the last good tool list") {
+					return fmt.Sprintf("last_error %q", s.GetLastError())
+				}
+				return ""
+			})
+			if got := toolIDs(t, h, "grow"); !slices.Equal(got, before) {
+				t.Errorf("catalog %d tools, want the last good %d", len(got), len(before))
+			}
+			if r, err := call(t, h, "grow.add", map[string]any{"a": 1, "b": 2}); err != nil || text(r) != "3" {
+				t.Fatalf("a tool of the last good list: %v %v", r, err)
+			}
+
+			ts.srv.DeleteTools(names[5:]...)
+			eventually.Check(t, 5*time.Second, "READY with the new list", func() string {
+				s := serverState(t, h, "grow")
+				if s.GetState() != toolmeshv1.ServerState_SERVER_STATE_READY || s.GetLastError() != "" || int(s.GetToolCount()) != len(before)+5 {
+					return fmt.Sprintf("state %v (%s), %d tools", s.GetState(), s.GetLastError(), s.GetToolCount())
+				}
+				return ""
+			})
+		})
+	}
+}
+
+// methodCounter counts the JSON-RPC requests reaching a handler, by method.
+type methodCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *methodCounter) wrap(next func() (http.Handler, func())) func() (http.Handler, func()) {
+	return func() (http.Handler, func()) {
+		inner, closeFn := next()
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost {
+				body, _ := io.ReadAll(r.Body)
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				var msg rpcMessage
+				if json.Unmarshal(body, &msg) == nil && msg.Method != "" {
+					c.mu.Lock()
+					c.n[msg.Method]++
+					c.mu.Unlock()
+				}
+			}
+			inner.ServeHTTP(w, r)
+		}), closeFn
+	}
+}
+
+func (c *methodCounter) count(method string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[method]
+}
+
+// TestFaultListChangedFlood: a server sends tools/list_changed as fast as it
+// can for 2 s. The debounce holds: at most one tools/list per debounce
+// interval (plus the one in flight), calls keep working meanwhile, and the
+// catalog ends up true.
+func TestFaultListChangedFlood(t *testing.T) {
+	guardProcess(t, 500<<20, 60*time.Second)
+	fdcheck.Check(t, 2)
+	ts := newTestMCP("flood", 0)
+	counter := &methodCounter{n: map[string]int{}}
+	hh := newHTTPHarness(t, counter.wrap(streamableHandler(fixed(ts))))
+	const debounce = 200 * time.Millisecond
+	h := startExecutor(t, Config{ListChangedDebounce: debounce, Servers: map[string]mcpconfig.Server{
+		"flood": {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://" + hh.addr + "/mcp"},
+	}})
+	h.waitReady(t)
+	listsBefore := counter.count(string(mcp.MethodToolsList))
+
+	const flood = 2 * time.Second
+	start := time.Now()
+	sent := 0
+	for time.Since(start) < flood {
+		ts.srv.SendNotificationToAllClients(mcp.MethodNotificationToolsListChanged, nil)
+		sent++
+		if sent%1000 == 0 {
+			if r, err := call(t, h, "flood.add", map[string]any{"a": 1, "b": 2}); err != nil || text(r) != "3" {
+				t.Fatalf("a call during the flood: %v %v", r, err)
+			}
+		}
+	}
+	ts.srv.AddTool(mcp.NewTool("after_flood"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("ok"), nil
+	})
+	eventually.Check(t, 5*time.Second, "the catalog after the flood", func() string {
+		if !slices.Contains(toolIDs(t, h, "flood"), "flood.after_flood") {
+			return "flood.after_flood not listed"
+		}
+		return ""
+	})
+	lists := counter.count(string(mcp.MethodToolsList)) - listsBefore
+	took := time.Since(start)
+	t.Logf("%d notifications in %s: %d tools/list in %s", sent, flood, lists, took.Round(time.Millisecond))
+	if most := int(took/debounce) + 2; lists > most {
+		t.Errorf("%d tools/list, want at most %d (one per %s)", lists, most, debounce)
+	}
+	if s := serverState(t, h, "flood"); s.GetState() != toolmeshv1.ServerState_SERVER_STATE_READY {
+		t.Errorf("state %v (%s), want READY", s.GetState(), s.GetLastError())
+	}
+}
+
+// TestFaultNotificationStreamErrors: the server's subscriptions/listen fails
+// (a JSON-RPC error, then an HTTP 500) while its tool list changes. The
+// server is DEGRADED, saying why, its tools stay callable, and the executor
+// keeps trying; once the stream works again the catalog follows the new list
+// within seconds, and the server is READY. Without notifications at all, the
+// periodic re-list alone brings the catalog up to date.
+func TestFaultNotificationStreamErrors(t *testing.T) {
+	cases := []struct {
+		name   string
+		answer fault
+		want   string
+	}{
+		{"JSON-RPC error", jsonAnswer(`{"jsonrpc":"2.0","id":%ID%,"error":{"code":-32603,"message":"listen exploded"}}`), "listen exploded"},
+		{"HTTP 500", rawAnswer(http.StatusInternalServerError, "text/plain", "upstream down"), "request failed with status 500"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fdcheck.Check(t, 2)
+			p := newFaultProxy()
+			ts := newTestMCP("flaky", 0)
+			hh := newHTTPHarness(t, p.wrap(streamableHandler(fixed(ts))))
+			h := startExecutor(t, Config{Servers: map[string]mcpconfig.Server{
+				"flaky": {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://" + hh.addr + "/mcp"},
+			}})
+			h.waitReady(t)
+			before := toolIDs(t, h, "flaky")
+
+			// Break the stream: end the one open now (the server restarts
+			// it) and fail every new one.
+			p.set(string(mcp.MethodSubscriptionsListen), tc.answer)
+			hh.kill()
+			hh.restart()
+			eventually.Check(t, 10*time.Second, "degraded", func() string {
+				s := serverState(t, h, "flaky")
+				if s.GetState() != toolmeshv1.ServerState_SERVER_STATE_DEGRADED || !strings.Contains(s.GetLastError(), tc.want) ||
+					!strings.Contains(s.GetLastError(), "notification stream:") {
+					return fmt.Sprintf("state %v (%s)", s.GetState(), s.GetLastError())
+				}
+				return ""
+			})
+			if r, err := call(t, h, "flaky.add", map[string]any{"a": 1, "b": 2}); err != nil || text(r) != "3" {
+				t.Fatalf("a call while the stream is down: %v %v", r, err)
+			}
+			// The tool list changes while no notification can arrive.
+			ts.srv.DeleteTools("whoami", "fail")
+			ts.srv.AddTool(mcp.NewTool("newcomer"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return mcp.NewToolResultText("new"), nil
+			})
+			tries := p.count(string(mcp.MethodSubscriptionsListen))
+			eventually.Check(t, 5*time.Second, "listening again and again", func() string {
+				if n := p.count(string(mcp.MethodSubscriptionsListen)); n < tries+3 {
+					return fmt.Sprintf("%d more attempts", n-tries)
+				}
+				return ""
+			})
+			if got := toolIDs(t, h, "flaky"); !slices.Equal(got, before) {
+				t.Fatalf("catalog changed without a notification or a re-list: %v", got)
+			}
+
+			p.set(string(mcp.MethodSubscriptionsListen), nil)
+			back := time.Now()
+			want := []string{"flaky.add", "flaky.grow", "flaky.newcomer", "flaky.pid", "flaky.slow"}
+			eventually.Check(t, 5*time.Second, "the catalog follows", func() string {
+				if got := toolIDs(t, h, "flaky"); !slices.Equal(got, want) {
+					return fmt.Sprintf("catalog %v", got)
+				}
+				s := serverState(t, h, "flaky")
+				if s.GetState() != toolmeshv1.ServerState_SERVER_STATE_READY || s.GetLastError() != "" {
+					return fmt.Sprintf("state %v (%s)", s.GetState(), s.GetLastError())
+				}
+				return ""
+			})
+			t.Logf("catalog true %s after the stream came back", time.Since(back).Round(time.Millisecond))
+			if r, err := call(t, h, "flaky.newcomer", nil); err != nil || text(r) != "new" {
+				t.Fatalf("the new tool: %v %v", r, err)
+			}
+		})
+	}
+
+	t.Run("periodic re-list", func(t *testing.T) {
+		fdcheck.Check(t, 2)
+		p := newFaultProxy()
+		ts := newTestMCP("quiet", 0)
+		hh := newHTTPHarness(t, p.wrap(streamableHandler(fixed(ts))))
+		// The stream never works, and list_changed is never seen.
+		p.set(string(mcp.MethodSubscriptionsListen), hang)
+		h := startExecutor(t, Config{RelistInterval: 300 * time.Millisecond, Servers: map[string]mcpconfig.Server{
+			"quiet": {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://" + hh.addr + "/mcp"},
+		}})
+		h.waitReady(t)
+		ts.srv.AddTool(mcp.NewTool("late"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("late"), nil
+		})
+		eventually.Check(t, 5*time.Second, "re-listed", func() string {
+			if !slices.Contains(toolIDs(t, h, "quiet"), "quiet.late") {
+				return "quiet.late not listed"
+			}
+			return ""
+		})
+	})
 }

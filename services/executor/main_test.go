@@ -30,6 +30,7 @@ const (
 	envStdioServer = "EXECUTOR_TEST_STDIO_SERVER"
 	envCancelFile  = "EXECUTOR_TEST_CANCEL_FILE"
 	envFillers     = "EXECUTOR_TEST_FILLERS"
+	envPageSize    = "EXECUTOR_TEST_PAGE_SIZE" // tools per tools/list page; 0: one page
 )
 
 func TestMain(m *testing.M) {
@@ -41,7 +42,11 @@ func TestMain(m *testing.M) {
 		// Re-executed as a stdio MCP server.
 		fillers, _ := strconv.Atoi(os.Getenv(envFillers))
 		opts := []server.ServerOption{}
-		if fillers > 0 {
+		if size, err := strconv.Atoi(os.Getenv(envPageSize)); err == nil {
+			if size > 0 {
+				opts = append(opts, server.WithPaginationLimit(size))
+			}
+		} else if fillers > 0 {
 			opts = append(opts, server.WithPaginationLimit(4))
 		}
 		ts := newTestMCP("stdio", fillers, opts...)

@@ -61,16 +61,19 @@ type session struct {
 
 	cur atomic.Pointer[conn] // the READY connection, nil otherwise; changed under mu
 
-	mu           sync.Mutex
-	state        toolmeshv1.ServerState
-	lastErr      string
-	protocol     string
-	info         mcp.Implementation
-	toolCount    int
-	refused      []*toolmeshv1.RefusedTool // immutable once set
-	connectedAt  time.Time
-	reconnecting bool          // an expired session is being re-initialized: calls wait
-	changed      chan struct{} // closed and replaced on every state change
+	mu      sync.Mutex
+	state   toolmeshv1.ServerState // READY while connected, even when degraded (see health)
+	lastErr string
+	// Why the READY connection is degraded: its notification stream is down,
+	// or its last tools/list failed or broke a limit.
+	streamErr, listErr string
+	protocol           string
+	info               mcp.Implementation
+	toolCount          int
+	refused            []*toolmeshv1.RefusedTool // immutable once set
+	connectedAt        time.Time
+	reconnecting       bool          // an expired session is being re-initialized: calls wait
+	changed            chan struct{} // closed and replaced on every state change
 }
 
 func newSession(name string, srv mcpconfig.Server, cfg Config, log *slog.Logger, cat *catalog, ins *instruments) *session {
@@ -221,6 +224,9 @@ func (s *session) run(ctx context.Context) {
 			continue
 		}
 		up := time.Now()
+		s.mu.Lock()
+		s.streamErr, s.listErr = "", ""
+		s.mu.Unlock()
 		s.publish(tools)
 		s.mu.Lock()
 		s.state = toolmeshv1.ServerState_SERVER_STATE_READY
@@ -234,11 +240,7 @@ func (s *session) run(ctx context.Context) {
 		s.mu.Unlock()
 		s.log.Info("mcp server connected", "protocol", cn.protocol, "server_name", cn.info.Name,
 			"server_version", cn.info.Version, "tools", len(tools.tools), "refused", len(tools.refused))
-		cn.wg.Add(1)
-		go func() {
-			defer cn.wg.Done()
-			s.refreshLoop(cn)
-		}()
+		s.live(cn)
 
 		select {
 		case <-ctx.Done():
@@ -363,8 +365,13 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ *listing, err err
 	c := client.NewClient(ln.tr, opts...)
 	cn.client = c
 	c.OnNotification(func(n mcp.JSONRPCNotification) {
-		if n.Method == mcp.MethodNotificationToolsListChanged {
+		switch n.Method {
+		case mcp.MethodNotificationToolsListChanged:
+			s.streamUp(cn)
 			cn.requestRefresh()
+		case mcp.MethodNotificationSubscriptionsAcknowledged:
+			// The first message of a subscriptions/listen stream.
+			s.streamUp(cn)
 		}
 	})
 	c.OnConnectionLost(func(err error) {
@@ -380,9 +387,26 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ *listing, err err
 		return nil, nil, fmt.Errorf("initialize: %w", err)
 	}
 	tools, err := s.listTools(cctx, cn)
-	if err != nil {
+	var over *listLimitError
+	switch {
+	case errors.As(err, &over):
+		// The connection works; the tool list is what is wrong.
+		tools = &listing{over: over}
+	case err != nil:
 		return nil, nil, fmt.Errorf("tools/list: %w", err)
 	}
+	return cn, tools, nil
+}
+
+// live starts what a current connection runs until it closes: the refresher
+// and, where the server announced tools/list_changed on 2026-07-28, the
+// notification stream.
+func (s *session) live(cn *conn) {
+	cn.wg.Add(1)
+	go func() {
+		defer cn.wg.Done()
+		s.refreshLoop(cn)
+	}()
 	if mcp.IsModernProtocol(cn.protocol) && cn.listen {
 		cn.wg.Add(1)
 		go func() {
@@ -390,7 +414,6 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ *listing, err err
 			s.listenLoop(cn)
 		}()
 	}
-	return cn, tools, nil
 }
 
 // initialize does the MCP handshake on a started client.
@@ -419,47 +442,111 @@ func (s *session) initialize(ctx context.Context, cn *conn, tr transport.Interfa
 }
 
 // listenLoop keeps a 2026-07-28 subscriptions/listen stream open for
-// tools/list_changed; legacy sessions get notifications without it.
+// tools/list_changed for as long as cn lives (legacy sessions get
+// notifications without it). A stream that fails is opened again with capped
+// backoff; meanwhile the server is DEGRADED, and the periodic re-list keeps
+// its tools true.
 func (s *session) listenLoop(cn *conn) {
 	ctx := cn.ctx
-	delay := 500 * time.Millisecond
+	attempt := 0
 	for {
 		started := time.Now()
 		err := cn.client.Listen(ctx, mcp.SubscriptionFilter{ToolsListChanged: true})
 		if ctx.Err() != nil || cn.isBroken() {
 			return
 		}
-		if err != nil {
-			var te *transport.Error
-			if errors.As(err, &te) && isConnError(err) {
-				s.markBroken(cn, fmt.Errorf("notification stream: %w", err), false)
-				return
-			}
-			s.log.Warn("subscriptions/listen failed; tools/list_changed will not be seen", "err", err)
+		var te *transport.Error
+		switch {
+		case err == nil:
+			// The server ended the stream: the stream was up.
+			s.streamUp(cn)
+		case errors.As(err, &te) && isConnError(err):
+			s.markBroken(cn, fmt.Errorf("notification stream: %w", err), false)
 			return
+		default:
+			s.streamDown(cn, err)
 		}
-		// The server ended the stream: listen again, and re-list in case a
-		// change happened while we were not listening.
 		if time.Since(started) > time.Minute {
-			delay = 500 * time.Millisecond
+			attempt = 0
+		}
+		delay := backoff(attempt)
+		attempt++
+		if err != nil {
+			s.log.Warn("notification stream failed; listening again", "err", err, "retry_in", delay.Round(time.Millisecond))
 		}
 		if !sleepCtx(ctx, delay) {
 			return
 		}
-		delay = min(delay*2, 30*time.Second)
+		if err == nil {
+			// A change may have happened while we were not listening.
+			cn.requestRefresh()
+		}
+	}
+}
+
+// streamDown marks cn's server DEGRADED: its notification stream failed.
+func (s *session) streamDown(cn *conn, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur.Load() == cn {
+		s.streamErr = fmt.Sprintf("notification stream: %s (listening again with backoff; tools re-listed every %s meanwhile)",
+			shorten(err.Error(), maxReason), s.cfg.RelistInterval)
+	}
+}
+
+// streamUp clears streamDown, and re-lists: a change may have been missed.
+func (s *session) streamUp(cn *conn) {
+	s.mu.Lock()
+	was := s.streamErr != "" && s.cur.Load() == cn
+	if was {
+		s.streamErr = ""
+	}
+	s.mu.Unlock()
+	if was {
+		s.log.Info("notification stream back")
 		cn.requestRefresh()
 	}
 }
 
-// listTools lists every page of the server's tools and builds catalog entries.
+// listTools lists every page of the server's tools, within the listing
+// limits, and builds catalog entries. Its errors: a *listLimitError (the
+// listing broke a limit; nothing is wrong with the connection), a *lostError
+// (the connection is gone), or the request failing otherwise.
 func (s *session) listTools(ctx context.Context, cn *conn) (_ *listing, err error) {
 	ctx, rc := s.startRPC(ctx, string(mcp.MethodToolsList), "")
 	rc.connected(cn)
 	defer func() { rc.end(ctx, nil, err) }()
-	ctx, pages := withRawPages(ctx)
-	res, err := cn.client.ListTools(ctx, mcp.ListToolsRequest{})
-	if err != nil {
-		return nil, err
+	ctx, pages := withRawPages(ctx, s.cfg.MaxToolsPerServer, s.cfg.MaxListBytes)
+	var listed []mcp.Tool
+	req := mcp.ListToolsRequest{}
+	cursors := map[mcp.Cursor]bool{}
+	for {
+		// One page's body may take what the listing has left.
+		pctx, probe := withAnswerProbe(ctx, pages.remaining())
+		res, err := cn.client.ListToolsByPage(pctx, req)
+		var over *listLimitError
+		switch {
+		case errors.As(err, &over):
+			return nil, over
+		case err != nil && probe.tripped.Load():
+			pages.mu.Lock()
+			read := int64(pages.bytes) + max(probe.size.Load(), probe.cut.Load(), probe.limit)
+			pages.mu.Unlock()
+			return nil, &listLimitError{bytes: read, over: probe.size.Load() == 0, maxBytes: s.cfg.MaxListBytes}
+		case err != nil && probe.brokenBy(err):
+			return nil, &lostError{err}
+		case err != nil:
+			return nil, err
+		}
+		listed = append(listed, res.Tools...)
+		if res.NextCursor == "" {
+			break
+		}
+		if cursors[res.NextCursor] {
+			return nil, fmt.Errorf("the server sent cursor %q twice", shorten(string(res.NextCursor), 64))
+		}
+		cursors[res.NextCursor] = true
+		req.Params.Cursor = res.NextCursor
 	}
 	raw := map[string]*rawTool{}
 	pages.mu.Lock()
@@ -478,9 +565,9 @@ func (s *session) listTools(ctx context.Context, cn *conn) (_ *listing, err erro
 	pages.mu.Unlock()
 	prev := s.cat.serverTools(s.name)
 	lim := s.cfg.schemaLimits()
-	l := &listing{tools: make([]*tool, 0, len(res.Tools))}
+	l := &listing{tools: make([]*tool, 0, len(listed))}
 	seen := map[string]bool{}
-	for _, t := range res.Tools {
+	for _, t := range listed {
 		if t.Name == "" || seen[t.Name] || !s.cat.admits(s.name, t.Name) {
 			continue
 		}
@@ -503,23 +590,43 @@ func (s *session) listTools(ctx context.Context, cn *conn) (_ *listing, err erro
 }
 
 // listing is the outcome of one tools/list: the tools for the catalog, and
-// those refused, by name, with the reason.
+// those refused, by name, with the reason; or, when over is set, a listing
+// that broke a limit, which leaves the catalog as it was.
 type listing struct {
 	tools   []*tool
 	refused []*toolmeshv1.RefusedTool
+	over    *listLimitError
 }
 
 // publish puts the server's tools in the catalog. Only run's goroutine and
 // the current connection's refresher call it, one after the other.
 func (s *session) publish(l *listing) {
+	if l.over != nil {
+		s.listFailed(l.over)
+		return
+	}
 	up, rm := s.cat.replaceServer(s.name, l.tools)
 	s.mu.Lock()
 	s.toolCount = len(l.tools)
 	s.refused = l.refused
+	s.listErr = ""
 	s.mu.Unlock()
 	if up > 0 || rm > 0 {
 		s.log.Info("tools changed", "upserted", up, "removed", rm, "total", len(l.tools))
 	}
+}
+
+// listFailed marks the server DEGRADED: its tools could not be listed, and
+// the catalog keeps the last good ones.
+func (s *session) listFailed(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keep := "keeping the last good tool list"
+	if s.toolCount == 0 {
+		keep = "no tools are served from it"
+	}
+	s.listErr = fmt.Sprintf("tools/list: %s; %s", shorten(err.Error(), maxReason), keep)
+	s.log.Warn("tool list refused or failed", "err", err, "tools", s.toolCount)
 }
 
 // refusal returns why tool name was refused at the last listing, if it was.
@@ -534,47 +641,58 @@ func (s *session) refusal(name string) (string, bool) {
 	return "", false
 }
 
-// refreshLoop re-lists cn's tools after tools/list_changed, debounced.
+// refreshLoop re-lists cn's tools after tools/list_changed, debounced, and
+// every RelistInterval (with jitter) in case a notification was lost.
 func (s *session) refreshLoop(cn *conn) {
 	ctx := cn.ctx
+	relist := time.NewTimer(jitter(s.cfg.RelistInterval))
+	defer relist.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-relist.C:
 		case <-cn.refresh:
+			if !sleepCtx(ctx, s.cfg.ListChangedDebounce) {
+				return
+			}
+			// Requests that arrived during the debounce are covered by this refresh.
+			select {
+			case <-cn.refresh:
+			default:
+			}
 		}
-		if !sleepCtx(ctx, s.cfg.ListChangedDebounce) {
-			return
-		}
-		// Requests that arrived during the debounce are covered by this refresh.
-		select {
-		case <-cn.refresh:
-		default:
-		}
+		relist.Reset(jitter(s.cfg.RelistInterval))
 		if s.cur.Load() != cn {
 			continue // the reconnect lists tools anyway
 		}
 		lctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
-		lctx, probe := withAnswerProbe(lctx, 0)
 		tools, err := s.listTools(lctx, cn)
 		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
+		var lost *lostError
+		var over *listLimitError
+		switch {
+		case err == nil:
+			if s.cur.Load() == cn {
+				s.publish(tools)
 			}
-			if errors.Is(err, transport.ErrSessionTerminated) {
-				s.markBroken(cn, ErrSessionExpired, true)
-			} else if probe.brokenBy(err) {
-				s.markBroken(cn, err, false)
-			} else {
-				s.log.Warn("tools/list refresh failed; keeping the last good tool list", "err", err)
-			}
-			continue
-		}
-		if s.cur.Load() == cn {
-			s.publish(tools)
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, transport.ErrSessionTerminated):
+			s.markBroken(cn, ErrSessionExpired, true)
+		case errors.As(err, &lost):
+			s.markBroken(cn, lost.err, false)
+		case errors.As(err, &over):
+			s.listFailed(over)
+		default:
+			s.listFailed(err)
 		}
 	}
+}
+
+// jitter spreads d over ±20%, so servers are not all listed at once.
+func jitter(d time.Duration) time.Duration {
+	return d*4/5 + rand.N(d*2/5+1)
 }
 
 // current returns the READY connection. While an expired session is being
@@ -741,16 +859,17 @@ func isConnError(err error) bool {
 func (s *session) status() *toolmeshv1.Server {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	state, lastErr := s.healthLocked()
 	out := &toolmeshv1.Server{
 		Name:            s.name,
 		Transport:       transportEnum(s.srv.Transport),
 		Endpoint:        s.endpoint,
-		State:           s.state,
+		State:           state,
 		ProtocolVersion: s.protocol,
 		ServerName:      s.info.Name,
 		ServerVersion:   s.info.Version,
 		ToolCount:       int32(s.toolCount),
-		LastError:       s.lastErr,
+		LastError:       lastErr,
 		RefusedTools:    s.refused,
 	}
 	if !s.connectedAt.IsZero() {
@@ -759,6 +878,23 @@ func (s *session) status() *toolmeshv1.Server {
 	return out
 }
 
+// healthLocked is the state and error ListServers reports: a READY server
+// whose catalog may be stale is DEGRADED, saying why.
+func (s *session) healthLocked() (toolmeshv1.ServerState, string) {
+	if s.state != toolmeshv1.ServerState_SERVER_STATE_READY || (s.streamErr == "" && s.listErr == "") {
+		return s.state, s.lastErr
+	}
+	why := s.streamErr
+	if s.listErr != "" {
+		if why != "" {
+			why += "; "
+		}
+		why += s.listErr
+	}
+	return toolmeshv1.ServerState_SERVER_STATE_DEGRADED, why
+}
+
+// ready: connected, degraded or not (its tools are callable).
 func (s *session) ready() (bool, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -101,7 +101,7 @@ func (ins *instruments) observeSessions(sessions []*session) (metric.Registratio
 	return ins.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, s := range sessions {
 			s.mu.Lock()
-			st := s.state
+			st, _ := s.healthLocked()
 			s.mu.Unlock()
 			o.ObserveInt64(ins.sessions, 1, metric.WithAttributes(attrServer.String(s.name),
 				semconv.NetworkTransportKey.String(s.netTransport), attrState.String(stateName(st))))

@@ -148,16 +148,51 @@ func (d *dialer) close() {
 
 type rawPagesKey struct{}
 
-// rawPages collects the raw results of the tools/list requests sent with a
-// context made by withRawPages.
+// rawPages collects the raw results of one listing's tools/list requests
+// (sent with a context made by withRawPages), and stops the listing at its
+// limits: a page that takes it past them is refused before mcp-go decodes it.
 type rawPages struct {
+	maxTools, maxBytes int
+
 	mu    sync.Mutex
 	pages []json.RawMessage
+	tools int // in the pages so far
+	bytes int
 }
 
-func withRawPages(ctx context.Context) (context.Context, *rawPages) {
-	p := &rawPages{}
+func withRawPages(ctx context.Context, maxTools, maxBytes int) (context.Context, *rawPages) {
+	p := &rawPages{maxTools: maxTools, maxBytes: maxBytes}
 	return context.WithValue(ctx, rawPagesKey{}, p), p
+}
+
+// add records one page, or says which limit it breaks.
+func (p *rawPages) add(page json.RawMessage) error {
+	// Counted without decoding: a page of 50,000 tools costs no more here
+	// than reading it. A page of another shape is mcp-go's to refuse, with
+	// its own words.
+	var v struct {
+		Tools []struct{} `json:"tools"`
+	}
+	_ = json.Unmarshal(page, &v)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tools += len(v.Tools)
+	p.bytes += len(page)
+	switch {
+	case p.tools > p.maxTools:
+		return &listLimitError{tools: p.tools, pages: len(p.pages) + 1, maxTools: p.maxTools}
+	case p.bytes > p.maxBytes:
+		return &listLimitError{bytes: int64(p.bytes), maxBytes: p.maxBytes}
+	}
+	p.pages = append(p.pages, page)
+	return nil
+}
+
+// remaining is how many bytes the listing's next page may have.
+func (p *rawPages) remaining() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return max(p.maxBytes-p.bytes, 1)
 }
 
 // hooks is the shared part of the transport wrappers.
@@ -176,7 +211,7 @@ type hooks struct {
 	oversized sync.Map
 }
 
-func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *transport.JSONRPCResponse, err error) *transport.JSONRPCResponse {
+func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *transport.JSONRPCResponse, err error) (*transport.JSONRPCResponse, error) {
 	if r := rpcFrom(ctx); r != nil {
 		r.answered(req, resp)
 	}
@@ -194,14 +229,14 @@ func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *t
 	case string(mcp.MethodToolsList):
 		if err == nil && resp != nil && resp.Error == nil {
 			if p, ok := ctx.Value(rawPagesKey{}).(*rawPages); ok {
-				p.mu.Lock()
-				p.pages = append(p.pages, resp.Result)
-				p.mu.Unlock()
+				if err := p.add(resp.Result); err != nil {
+					return nil, err
+				}
 			}
 			if slim, ok := slimToolsPage(resp.Result); ok {
 				out := *resp
 				out.Result = slim
-				return &out
+				return &out, nil
 			}
 		}
 	case string(mcp.MethodToolsCall), string(mcp.MethodSubscriptionsListen):
@@ -211,7 +246,7 @@ func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *t
 			h.sendCancelled(ctx, req.ID)
 		}
 	}
-	return resp
+	return resp, err
 }
 
 // slimSchema is the input schema mcp-go is given for a tool whose schema has no
@@ -319,7 +354,7 @@ func (t *sseTransport) SendRequest(ctx context.Context, req transport.JSONRPCReq
 	if err == nil {
 		err = checkResponse(req, resp)
 	}
-	return t.h.after(ctx, req, resp, err), err
+	return t.h.after(ctx, req, resp, err)
 }
 
 type streamableTransport struct {
@@ -332,7 +367,7 @@ func (t *streamableTransport) SendRequest(ctx context.Context, req transport.JSO
 	if err == nil {
 		err = checkResponse(req, resp)
 	}
-	return t.h.after(ctx, req, resp, err), err
+	return t.h.after(ctx, req, resp, err)
 }
 
 type stdioTransport struct {
@@ -345,7 +380,7 @@ func (t *stdioTransport) SendRequest(ctx context.Context, req transport.JSONRPCR
 	if err == nil {
 		err = checkResponse(req, resp)
 	}
-	return t.h.after(ctx, req, resp, err), err
+	return t.h.after(ctx, req, resp, err)
 }
 
 // ctxEnded reports whether ctx is done or (nearly) past its deadline: mcp-go's

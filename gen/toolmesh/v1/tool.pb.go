@@ -87,6 +87,11 @@ const (
 	ServerState_SERVER_STATE_UNHEALTHY ServerState = 3
 	// SERVER_STATE_STOPPED: the executor is shutting down.
 	ServerState_SERVER_STATE_STOPPED ServerState = 4
+	// SERVER_STATE_DEGRADED: a session is open and its tools are callable, but the catalog may
+	// be stale or incomplete: the notification stream is down (tools are re-listed periodically
+	// meanwhile), or the last tools/list failed or broke a listing limit (the last good tools
+	// are kept). last_error says which.
+	ServerState_SERVER_STATE_DEGRADED ServerState = 5
 )
 
 // Enum value maps for ServerState.
@@ -97,6 +102,7 @@ var (
 		2: "SERVER_STATE_READY",
 		3: "SERVER_STATE_UNHEALTHY",
 		4: "SERVER_STATE_STOPPED",
+		5: "SERVER_STATE_DEGRADED",
 	}
 	ServerState_value = map[string]int32{
 		"SERVER_STATE_UNSPECIFIED": 0,
@@ -104,6 +110,7 @@ var (
 		"SERVER_STATE_READY":       2,
 		"SERVER_STATE_UNHEALTHY":   3,
 		"SERVER_STATE_STOPPED":     4,
+		"SERVER_STATE_DEGRADED":    5,
 	}
 )
 
@@ -703,13 +710,14 @@ const file_toolmesh_v1_tool_proto_rawDesc = "" +
 	"\x15TRANSPORT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rTRANSPORT_SSE\x10\x01\x12\x1d\n" +
 	"\x19TRANSPORT_STREAMABLE_HTTP\x10\x02\x12\x13\n" +
-	"\x0fTRANSPORT_STDIO\x10\x03*\x96\x01\n" +
+	"\x0fTRANSPORT_STDIO\x10\x03*\xb1\x01\n" +
 	"\vServerState\x12\x1c\n" +
 	"\x18SERVER_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17SERVER_STATE_CONNECTING\x10\x01\x12\x16\n" +
 	"\x12SERVER_STATE_READY\x10\x02\x12\x1a\n" +
 	"\x16SERVER_STATE_UNHEALTHY\x10\x03\x12\x18\n" +
-	"\x14SERVER_STATE_STOPPED\x10\x04B9Z7github.com/toolmesh/toolmesh/gen/toolmesh/v1;toolmeshv1b\x06proto3"
+	"\x14SERVER_STATE_STOPPED\x10\x04\x12\x19\n" +
+	"\x15SERVER_STATE_DEGRADED\x10\x05B9Z7github.com/toolmesh/toolmesh/gen/toolmesh/v1;toolmeshv1b\x06proto3"
 
 var (
 	file_toolmesh_v1_tool_proto_rawDescOnce sync.Once
