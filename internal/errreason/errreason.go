@@ -33,6 +33,10 @@ const (
 	// PolicyDenied: PERMISSION_DENIED because internal/policy refused the call; the ErrorInfo's
 	// metadata says the action, the tool and the rule.
 	PolicyDenied = "POLICY_DENIED"
+	// UnknownTool: the executor's catalog has no such tool (NOT_FOUND; or UNAVAILABLE when its
+	// server has never listed its tools). Callers label metrics by tool only when a call did
+	// not fail with it, so a name anyone can make up never becomes a series.
+	UnknownTool = "UNKNOWN_TOOL"
 )
 
 // Status is a status of code and msg carrying reason.

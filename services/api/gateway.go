@@ -84,7 +84,7 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 	skip := auth.Paths("/healthz", "/v1/")
 	h := s.guard.HTTP(checkBody(s.cfg.MaxBodyBytes, mux), func(r *http.Request) bool { return skip(r) || ui.Public(r) })
 	// Probes and scrapes would drown the traces of real requests.
-	h = s.tel.HTTPHandler(traceHeader(h), "rest", auth.Paths("/healthz", "/readyz", "/metrics", "/ui/"))
+	h = s.tel.HTTPHandler(traceHeader(h), "rest", s.cfg.HTTPAddr, auth.Paths("/healthz", "/readyz", "/metrics", "/ui/"))
 	return h, func() { _ = conn.Close() }, nil
 }
 

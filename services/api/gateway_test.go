@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -15,10 +16,10 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -35,7 +36,7 @@ func (f *fakeExecutor) ListServers(context.Context, *toolmeshv1.ExecutorServiceL
 
 func (f *fakeExecutor) CallTool(_ context.Context, req *toolmeshv1.ExecutorServiceCallToolRequest) (*toolmeshv1.ExecutorServiceCallToolResponse, error) {
 	if req.GetToolId() != "calc.add" {
-		return nil, status.Errorf(codes.NotFound, "unknown tool %q", req.GetToolId())
+		return nil, errreason.Error(codes.NotFound, errreason.UnknownTool, fmt.Sprintf("unknown tool %q", req.GetToolId()))
 	}
 	return &toolmeshv1.ExecutorServiceCallToolResponse{Content: []*toolmeshv1.Content{{Type: "text", Text: proto.String("5")}}}, nil
 }

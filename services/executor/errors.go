@@ -72,6 +72,13 @@ type lostError struct{ err error }
 func (e *lostError) Error() string { return e.err.Error() }
 func (e *lostError) Unwrap() error { return e.err }
 
+// notInCatalogError: the tool is not in the catalog, and err says more (its
+// server is down, say). handler.go marks it UNKNOWN_TOOL.
+type notInCatalogError struct{ err error }
+
+func (e *notInCatalogError) Error() string { return e.err.Error() }
+func (e *notInCatalogError) Unwrap() error { return e.err }
+
 // unavailableError says which server is down and why.
 type unavailableError struct {
 	server string

@@ -21,12 +21,16 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc/codes"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/eventually"
 	"github.com/toolmesh/toolmesh/internal/fdcheck"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
 
 // Fault tests of issue 17: a server that publishes what would take the mesh
@@ -242,6 +246,68 @@ func fillerTools(n int) ([]server.ServerTool, []string) {
 	return tools, names
 }
 
+// envListingDouble makes the test binary a stdio MCP server double (see
+// serveListingDouble) listing that many tools.
+const envListingDouble = "EXECUTOR_TEST_LISTING_DOUBLE"
+
+// serveListingDouble is a test double of a stdio MCP server that lists n
+// tools in one tools/list page: it speaks the legacy handshake (it answers
+// server/discover with "method not found", as a server of 2025-11-25 does),
+// initialize, ping and tools/list, and nothing else. Its page is written as
+// bytes, so its cost under the race detector is the executor's, not an MCP
+// SDK encoding 50,000 tools (mcp-go's server takes about 20 s for that).
+func serveListingDouble(n string) int {
+	count, err := strconv.Atoi(n)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "listing double:", err)
+		return 1
+	}
+	var page bytes.Buffer
+	page.WriteString(`{"tools":[`)
+	for i := range count {
+		if i > 0 {
+			page.WriteByte(',')
+		}
+		fmt.Fprintf(&page, `{"name":"filler_%05d","description":"filler","inputSchema":{"type":"object"}}`, i)
+	}
+	page.WriteString(`]}`)
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(nil, 1<<20)
+	out := bufio.NewWriter(os.Stdout)
+	for in.Scan() {
+		var req struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				ProtocolVersion string `json:"protocolVersion"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(in.Bytes(), &req) != nil || len(req.ID) == 0 {
+			continue // a notification
+		}
+		var result string
+		switch req.Method {
+		case "initialize":
+			v := req.Params.ProtocolVersion
+			if v == "" || mcp.IsModernProtocol(v) {
+				v = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+			}
+			result = fmt.Sprintf(`{"protocolVersion":%q,"capabilities":{"tools":{}},"serverInfo":{"name":"listing-double","version":"1"}}`, v)
+		case "ping":
+			result = `{}`
+		case "tools/list":
+			result = page.String()
+		default:
+			fmt.Fprintf(out, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"method not found"}}`+"\n", req.ID)
+			out.Flush()
+			continue
+		}
+		fmt.Fprintf(out, `{"jsonrpc":"2.0","id":%s,"result":%s}`+"\n", req.ID, result)
+		out.Flush()
+	}
+	return 0
+}
+
 // TestFaultHugeListing: a server (its own process, so the memory measured is
 // the executor's) lists 50,000 tools in one page. The listing stops at
 // executor.max-tools-per-server before mcp-go decodes it: the server is
@@ -250,17 +316,17 @@ func fillerTools(n int) ([]server.ServerTool, []string) {
 func TestFaultHugeListing(t *testing.T) {
 	guard := guardProcess(t, 500<<20, 90*time.Second)
 	fdcheck.Check(t, 2)
-	srv, _ := stdioServer(t, 50000)
-	srv.Env[envPageSize] = "0"
+	srv := mcpconfig.Server{Transport: mcpconfig.TransportStdio, Command: os.Args[0], Args: []string{"-test.run=^$"},
+		Env: map[string]string{envListingDouble: "50000"}}
 	okh := newHTTPHarness(t, streamableHandler(fixed(newTestMCP("ok", 0))))
-	h := startExecutor(t, Config{ConnectTimeout: 30 * time.Second, Servers: map[string]mcpconfig.Server{
+	h := startExecutor(t, Config{Servers: map[string]mcpconfig.Server{
 		"huge": srv,
 		"ok":   {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://" + okh.addr + "/mcp"},
 	}})
 	guard.mark()
 	start := time.Now()
 	var s *toolmeshv1.Server
-	eventually.Check(t, 60*time.Second, "the huge listing judged", func() string {
+	eventually.Check(t, 30*time.Second, "the huge listing judged", func() string {
 		s = serverState(t, h, "huge")
 		if s.GetState() != toolmeshv1.ServerState_SERVER_STATE_DEGRADED {
 			return fmt.Sprintf("state %v (%s)", s.GetState(), s.GetLastError())
@@ -268,9 +334,9 @@ func TestFaultHugeListing(t *testing.T) {
 		return ""
 	})
 	took, grown, heap := time.Since(start), guard.growth(), guard.heapGrowth()
-	t.Logf("50,006 tools listed: judged in %s (the child's start included); Go heap grew %d MiB at its peak, resident set %d MiB; last_error %q",
+	t.Logf("50,000 tools listed: judged in %s (the child's start included); Go heap grew %d MiB at its peak, resident set %d MiB; last_error %q",
 		took.Round(time.Millisecond), heap>>20, grown>>20, s.GetLastError())
-	for _, want := range []string{"tools/list: the server lists more than 2000 tools (50006 in the first 1 pages), the limit (executor.max-tools-per-server)",
+	for _, want := range []string{"tools/list: the server lists more than 2000 tools (50000 in the first 1 pages), the limit (executor.max-tools-per-server)",
 		"no tools are served from it"} {
 		if !strings.Contains(s.GetLastError(), want) {
 			t.Errorf("last_error %q, want it to contain %q", s.GetLastError(), want)
@@ -283,8 +349,8 @@ func TestFaultHugeListing(t *testing.T) {
 		// Accepted, these 50,006 tools made the mesh grow by 840 MB.
 		t.Errorf("Go heap grew %d MiB for a listing refused at 2000 tools", heap>>20)
 	}
-	_, err := call(t, h, "huge.add", map[string]any{"a": 1, "b": 2})
-	wantCode(t, err, codes.NotFound, `unknown tool "huge.add"`)
+	_, err := call(t, h, "huge.filler_00000", nil)
+	wantCode(t, err, codes.NotFound, `unknown tool "huge.filler_00000"`)
 	if r, err := call(t, h, "ok.add", map[string]any{"a": 1, "b": 2}); err != nil || text(r) != "3" {
 		t.Fatalf("another server: %v %v", r, err)
 	}
@@ -532,4 +598,81 @@ func TestFaultNotificationStreamErrors(t *testing.T) {
 			return ""
 		})
 	})
+}
+
+// TestFaultBoundedLabels: callers and servers cannot make up metric series. 38
+// calls to tools the catalog does not have add none to
+// mcp.client.operation.duration (the executor never calls them, and says
+// UNKNOWN_TOOL, so the api labels them "unknown" too); a server answering
+// with a new JSON-RPC error code on every call adds one series (_OTHER), not
+// one per code.
+func TestFaultBoundedLabels(t *testing.T) {
+	fdcheck.Check(t, 2)
+	p := newFaultProxy()
+	ts := newTestMCP("calc", 0)
+	ts.srv.AddTool(mcp.NewTool("odd"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("even"), nil
+	})
+	var code atomic.Int32
+	code.Store(1000)
+	p.set("tools/call:odd", func(w http.ResponseWriter, r *http.Request, msg rpcMessage) {
+		jsonAnswer(fmt.Sprintf(`{"jsonrpc":"2.0","id":%%ID%%,"error":{"code":%d,"message":"odd"}}`, code.Add(1)))(w, r, msg)
+	})
+	hh := newHTTPHarness(t, p.wrap(streamableHandler(fixed(ts))))
+	rec := newRecorded(t, "toolmesh-executor", telemetry.PayloadPolicy{})
+	h := startTracedExecutor(t, Config{Servers: map[string]mcpconfig.Server{
+		"calc": {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://" + hh.addr + "/mcp"},
+		"down": {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://127.0.0.1:1/mcp"},
+	}}, rec.tel)
+	eventually.Check(t, 10*time.Second, "calc ready", func() string {
+		if s := serverState(t, h, "calc"); s.GetState() != toolmeshv1.ServerState_SERVER_STATE_READY {
+			return s.GetState().String()
+		}
+		return ""
+	})
+	series := func() []string {
+		h, _ := rec.collect(t, "mcp.client.operation.duration").(metricdata.Histogram[float64])
+		var out []string
+		for _, dp := range h.DataPoints {
+			out = append(out, dp.Attributes.Encoded(attribute.DefaultEncoder()))
+		}
+		slices.Sort(out)
+		return out
+	}
+	if _, err := call(t, h, "calc.add", map[string]any{"a": 1, "b": 2}); err != nil {
+		t.Fatal(err)
+	}
+	before := series()
+	for i := range 38 {
+		_, err := call(t, h, fmt.Sprintf("calc.nope_%02d", i), nil)
+		st := wantCode(t, err, codes.NotFound, "unknown tool")
+		if errreason.Of(st.Err()) != errreason.UnknownTool {
+			t.Fatalf("NOT_FOUND without UNKNOWN_TOOL: %v", st.Details())
+		}
+	}
+	if got := series(); !slices.Equal(got, before) {
+		t.Errorf("38 unknown tools changed the series from %v to %v", before, got)
+	}
+	// A server that never listed its tools cannot say whether it has one.
+	_, err := call(t, h, "down.anything", nil)
+	if st := wantCode(t, err, codes.Unavailable, `server "down" is unavailable`); errreason.Of(st.Err()) != errreason.UnknownTool {
+		t.Errorf("UNAVAILABLE for a tool not in the catalog without UNKNOWN_TOOL: %v", st.Details())
+	}
+
+	for range 10 {
+		_, err := call(t, h, "calc.odd", nil)
+		wantCode(t, err, codes.Unknown, "odd")
+	}
+	added := 0
+	for _, s := range series() {
+		if !slices.Contains(before, s) {
+			added++
+			if !strings.Contains(s, "error.type=_OTHER") || !strings.Contains(s, "gen_ai.tool.name=odd") {
+				t.Errorf("new series %s, want error.type _OTHER", s)
+			}
+		}
+	}
+	if added != 1 {
+		t.Errorf("10 error codes added %d series, want 1", added)
+	}
 }

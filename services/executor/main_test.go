@@ -30,7 +30,6 @@ const (
 	envStdioServer = "EXECUTOR_TEST_STDIO_SERVER"
 	envCancelFile  = "EXECUTOR_TEST_CANCEL_FILE"
 	envFillers     = "EXECUTOR_TEST_FILLERS"
-	envPageSize    = "EXECUTOR_TEST_PAGE_SIZE" // tools per tools/list page; 0: one page
 )
 
 func TestMain(m *testing.M) {
@@ -38,15 +37,15 @@ func TestMain(m *testing.M) {
 		// Re-executed as a traced stdio MCP server.
 		os.Exit(serveTracedStdio())
 	}
+	if n := os.Getenv(envListingDouble); n != "" {
+		// Re-executed as a stdio MCP server double that lists n tools.
+		os.Exit(serveListingDouble(n))
+	}
 	if os.Getenv(envStdioServer) != "" {
 		// Re-executed as a stdio MCP server.
 		fillers, _ := strconv.Atoi(os.Getenv(envFillers))
 		opts := []server.ServerOption{}
-		if size, err := strconv.Atoi(os.Getenv(envPageSize)); err == nil {
-			if size > 0 {
-				opts = append(opts, server.WithPaginationLimit(size))
-			}
-		} else if fillers > 0 {
+		if fillers > 0 {
 			opts = append(opts, server.WithPaginationLimit(4))
 		}
 		ts := newTestMCP("stdio", fillers, opts...)

@@ -154,7 +154,7 @@ func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, err
+			return nil, &notInCatalogError{err}
 		}
 		_, name, _ := toolid.Split(id)
 		if why, ok := sess.refusal(name); ok {

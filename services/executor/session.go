@@ -54,6 +54,7 @@ type session struct {
 	netTransport string               // network.transport: tcp, or pipe for stdio
 	peerAttrs    []attribute.KeyValue // carried by every span to this server
 	ops          sync.Map             // opKey → metric.RecordOption, see opAttrs
+	opsLen       atomic.Int64         // entries of ops, about
 
 	// legacyHTTP: a streamable HTTP server spoke a legacy protocol version
 	// last time. Only run's goroutine uses it.
