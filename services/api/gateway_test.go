@@ -20,6 +20,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/errreason"
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -75,7 +76,13 @@ func testConfig(execAddr, retrieverAddr string) Config {
 // gatewayHandler runs the api with cfg until the test ends and returns its REST handler.
 func gatewayHandler(t *testing.T, cfg Config) http.Handler {
 	t.Helper()
-	svc, err := New(cfg, slog.New(slog.DiscardHandler), nil)
+	return tracedGatewayHandler(t, cfg, nil)
+}
+
+// tracedGatewayHandler is gatewayHandler with telemetry.
+func tracedGatewayHandler(t *testing.T, cfg Config, tel *telemetry.Service) http.Handler {
+	t.Helper()
+	svc, err := New(cfg, slog.New(slog.DiscardHandler), tel)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -31,17 +30,7 @@ func TestToolLabelsBounded(t *testing.T) {
 	exec := &fakeExecutor{}
 	cfg := testConfig(startGRPC(t, func(g *grpc.Server) { toolmeshv1.RegisterExecutorServiceServer(g, exec) }), "")
 	cfg.QueryTimeout, cfg.MaxParallelCalls, cfg.MaxOutputBytes = 10*time.Second, 4, 4096
-	svc, err := New(cfg, slog.New(slog.DiscardHandler), telemetry.NewForTest("api", nil, mp, telemetry.PayloadPolicy{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(svc.Close)
-	apiAddr := startGRPC(t, func(g *grpc.Server) { svc.Register(g) })
-	h, closeGW, err := svc.Gateway(context.Background(), apiAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeGW)
+	h := tracedGatewayHandler(t, cfg, telemetry.NewForTest("api", nil, mp, telemetry.PayloadPolicy{}))
 	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
 

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"runtime"
@@ -14,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -418,37 +416,6 @@ func TestFaultListingLimits(t *testing.T) {
 	}
 }
 
-// methodCounter counts the JSON-RPC requests reaching a handler, by method.
-type methodCounter struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *methodCounter) wrap(next func() (http.Handler, func())) func() (http.Handler, func()) {
-	return func() (http.Handler, func()) {
-		inner, closeFn := next()
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodPost {
-				body, _ := io.ReadAll(r.Body)
-				r.Body = io.NopCloser(bytes.NewReader(body))
-				var msg rpcMessage
-				if json.Unmarshal(body, &msg) == nil && msg.Method != "" {
-					c.mu.Lock()
-					c.n[msg.Method]++
-					c.mu.Unlock()
-				}
-			}
-			inner.ServeHTTP(w, r)
-		}), closeFn
-	}
-}
-
-func (c *methodCounter) count(method string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[method]
-}
-
 // TestFaultListChangedFlood: a server sends tools/list_changed as fast as it
 // can for 2 s. The debounce holds: at most one tools/list per debounce
 // interval (plus the one in flight), calls keep working meanwhile, and the
@@ -457,7 +424,7 @@ func TestFaultListChangedFlood(t *testing.T) {
 	guardProcess(t, 500<<20, 60*time.Second)
 	fdcheck.Check(t, 2)
 	ts := newTestMCP("flood", 0)
-	counter := &methodCounter{n: map[string]int{}}
+	counter := newFaultProxy() // no faults: it counts
 	hh := newHTTPHarness(t, counter.wrap(streamableHandler(fixed(ts))))
 	const debounce = 200 * time.Millisecond
 	h := startExecutor(t, Config{ListChangedDebounce: debounce, Servers: map[string]mcpconfig.Server{

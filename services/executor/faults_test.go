@@ -50,7 +50,7 @@ type fault func(w http.ResponseWriter, r *http.Request, msg rpcMessage)
 type faultProxy struct {
 	mu     sync.Mutex
 	faults map[string]fault // "tools/call:NAME" or "tools/list"
-	seen   map[string]int   // intercepted requests by key
+	seen   map[string]int   // requests by key, faulted or not
 	active atomic.Int32     // fault handlers running now
 }
 
@@ -89,9 +89,7 @@ func (p *faultProxy) wrap(next func() (http.Handler, func())) func() (http.Handl
 					}
 					p.mu.Lock()
 					f := p.faults[key]
-					if f != nil {
-						p.seen[key]++
-					}
+					p.seen[key]++
 					p.mu.Unlock()
 					if f != nil {
 						p.active.Add(1)

@@ -16,7 +16,7 @@ import (
 
 // shippedSchemas is the input schema of every tool the demo servers ship, as the executor
 // receives them over MCP.
-func shippedSchemas(f *testing.F) []string {
+func shippedSchemas(f testing.TB) []string {
 	f.Helper()
 	var out []string
 	for _, s := range []*server.MCPServer{calculator.New(), converter.New()} {

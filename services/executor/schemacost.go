@@ -193,27 +193,30 @@ func (m *costMeter) inPlace(s *jsonschema.Schema) [][]*jsonschema.Schema {
 	return out
 }
 
-// childApps are the applicators of one schema that evaluate child values.
+// childApps are the applicators of one schema that evaluate child values:
+// of an object, of an array, and the content of a string.
 type childApps struct {
-	// Objects: props[k] applies to property k, other to the rest, anyKey may
-	// apply to any property.
-	props  map[string]*jsonschema.Schema
-	other  *jsonschema.Schema
-	anyKey []*jsonschema.Schema
-	// Arrays: prefix[i] applies to item i, rest to the items after them,
-	// anyItem may apply to any item.
-	prefix  []*jsonschema.Schema
-	rest    *jsonschema.Schema
-	anyItem []*jsonschema.Schema
-	// Strings: contentSchema.
-	content *jsonschema.Schema
+	obj, arr childSet
+	content  *jsonschema.Schema
+}
+
+// childSet: named[k] applies to the child k (a property; an array's prefix
+// item, by index), rest to the other children, and each of anyChild may
+// apply to any child.
+type childSet struct {
+	named    map[string]*jsonschema.Schema
+	rest     *jsonschema.Schema
+	anyChild []*jsonschema.Schema
 }
 
 func (c childApps) all() []*jsonschema.Schema {
-	out := append([]*jsonschema.Schema{c.other, c.rest, c.content}, sortedValues(c.props)...)
-	out = append(out, c.anyKey...)
-	out = append(out, c.prefix...)
-	return append(out, c.anyItem...)
+	out := []*jsonschema.Schema{c.content}
+	for _, cs := range []childSet{c.obj, c.arr} {
+		out = append(out, cs.rest)
+		out = append(out, sortedValues(cs.named)...)
+		out = append(out, cs.anyChild...)
+	}
+	return out
 }
 
 func children(s *jsonschema.Schema) childApps {
@@ -221,39 +224,45 @@ func children(s *jsonschema.Schema) childApps {
 	if s.Bool != nil {
 		return c
 	}
-	c.props = s.Properties
+	c.obj.named = s.Properties
 	if t, ok := s.AdditionalProperties.(*jsonschema.Schema); ok {
-		c.other = t
+		c.obj.rest = t
 	}
 	for _, p := range slices.SortedFunc(maps.Keys(s.PatternProperties), func(a, b jsonschema.Regexp) int {
 		return strings.Compare(a.String(), b.String())
 	}) {
-		c.anyKey = append(c.anyKey, s.PatternProperties[p])
+		c.obj.anyChild = append(c.obj.anyChild, s.PatternProperties[p])
 	}
 	if s.PropertyNames != nil {
-		c.anyKey = append(c.anyKey, s.PropertyNames)
+		c.obj.anyChild = append(c.obj.anyChild, s.PropertyNames)
 	}
 	if s.UnevaluatedProperties != nil {
-		c.anyKey = append(c.anyKey, s.UnevaluatedProperties)
+		c.obj.anyChild = append(c.obj.anyChild, s.UnevaluatedProperties)
 	}
-	c.prefix = append(c.prefix, s.PrefixItems...)
+	prefix := s.PrefixItems
 	switch items := s.Items.(type) {
 	case []*jsonschema.Schema:
-		c.prefix = append(c.prefix, items...)
+		prefix = items
 		if t, ok := s.AdditionalItems.(*jsonschema.Schema); ok {
-			c.rest = t
+			c.arr.rest = t
 		}
 	case *jsonschema.Schema:
-		c.rest = items
+		c.arr.rest = items
 	}
 	if s.Items2020 != nil {
-		c.rest = s.Items2020
+		c.arr.rest = s.Items2020
+	}
+	if len(prefix) > 0 {
+		c.arr.named = make(map[string]*jsonschema.Schema, len(prefix))
+		for i, t := range prefix {
+			c.arr.named[strconv.Itoa(i)] = t
+		}
 	}
 	if s.Contains != nil {
-		c.anyItem = append(c.anyItem, s.Contains)
+		c.arr.anyChild = append(c.arr.anyChild, s.Contains)
 	}
 	if s.UnevaluatedItems != nil {
-		c.anyItem = append(c.anyItem, s.UnevaluatedItems)
+		c.arr.anyChild = append(c.arr.anyChild, s.UnevaluatedItems)
 	}
 	c.content = s.ContentSchema
 	return c
@@ -396,37 +405,9 @@ func (m *costMeter) profile(s *jsonschema.Schema, d int) *profile {
 		return &profile{str: costCap} // measureSchema reports it
 	}
 	c := children(s)
-	at := func(t *jsonschema.Schema) int64 {
-		if t == nil {
-			return 0
-		}
-		return m.perValue(t, d-1)
-	}
-	sum := func(l []*jsonschema.Schema) int64 {
-		n := int64(0)
-		for _, t := range l {
-			n = add(n, at(t))
-		}
-		return n
-	}
-	p := &profile{str: at(c.content)}
-	anyKey := sum(c.anyKey)
-	p.obj.rest = add(at(c.other), anyKey)
-	if len(c.props) > 0 {
-		p.obj.named = make(map[string]int64, len(c.props))
-		m.work += int64(len(c.props))
-		for name, t := range c.props {
-			p.obj.named[name] = add(at(t), anyKey)
-		}
-	}
-	anyItem := sum(c.anyItem)
-	p.arr.rest = add(at(c.rest), anyItem)
-	if len(c.prefix) > 0 {
-		p.arr.named = make(map[string]int64, len(c.prefix))
-		m.work += int64(len(c.prefix))
-		for i, t := range c.prefix {
-			p.arr.named[strconv.Itoa(i)] = add(at(t), anyItem)
-		}
+	p := &profile{obj: m.slots(c.obj, d), arr: m.slots(c.arr, d)}
+	if c.content != nil {
+		p.str = m.perValue(c.content, d-1)
 	}
 	for _, alt := range m.inPlace(s) {
 		q := m.profile(alt[0], d)
@@ -442,6 +423,30 @@ func (m *costMeter) profile(s *jsonschema.Schema, d int) *profile {
 	}
 	m.g[k] = p
 	return p
+}
+
+// slots is what one schema's child applicators evaluate at each child, d
+// levels deep.
+func (m *costMeter) slots(cs childSet, d int) slots {
+	at := func(t *jsonschema.Schema) int64 {
+		if t == nil {
+			return 0
+		}
+		return m.perValue(t, d-1)
+	}
+	shared := int64(0)
+	for _, t := range cs.anyChild {
+		shared = add(shared, at(t))
+	}
+	out := slots{rest: add(at(cs.rest), shared)}
+	if len(cs.named) > 0 {
+		out.named = make(map[string]int64, len(cs.named))
+		m.work += int64(len(cs.named))
+		for k, t := range cs.named {
+			out.named[k] = add(at(t), shared)
+		}
+	}
+	return out
 }
 
 // perValue is M(s, d).

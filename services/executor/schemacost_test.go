@@ -13,14 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/server"
-
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/eventually"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/testbackend"
-	"github.com/toolmesh/toolmesh/mcpservers/calculator"
-	"github.com/toolmesh/toolmesh/mcpservers/converter"
 )
 
 // noLimits measures without refusing anything.
@@ -218,20 +214,8 @@ func realSchemas(t *testing.T) map[string]json.RawMessage {
 			t.Fatal(err)
 		}
 	}
-	for name, s := range map[string]*server.MCPServer{"calculator": calculator.New(), "converter": converter.New()} {
-		for n, tl := range s.ListTools() {
-			b, err := json.Marshal(tl.Tool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var v struct {
-				InputSchema json.RawMessage `json:"inputSchema"`
-			}
-			if err := json.Unmarshal(b, &v); err != nil {
-				t.Fatal(err)
-			}
-			out[name+"."+n] = v.InputSchema
-		}
+	for i, s := range shippedSchemas(t) {
+		out[fmt.Sprintf("shipped.%d", i)] = json.RawMessage(s)
 	}
 	servers := map[string]mcpconfig.Server{}
 	if paths, ok := testbackend.Everything.Lookup(); !ok {
