@@ -576,7 +576,8 @@ func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord) {
 const unknownToolLabel = "unknown"
 
 // knownTool says whether the executor's answer to a call shows the tool is in its catalog:
-// it answered, and not with UNKNOWN_TOOL. An unreachable executor or our own deadline says
+// it answered, and not with UNKNOWN_TOOL or a policy denial (the executor decides those by the
+// name alone, before it looks the tool up). An unreachable executor or our own deadline says
 // nothing either way.
 func knownTool(ctx context.Context, err error) bool {
 	switch {
@@ -585,7 +586,11 @@ func knownTool(ctx context.Context, err error) bool {
 	case ctx.Err() != nil, unreachable(err), status.Code(err) == codes.Canceled:
 		return false
 	}
-	return errreason.Of(err) != errreason.UnknownTool
+	switch errreason.Of(err) {
+	case errreason.UnknownTool, errreason.PolicyDenied:
+		return false
+	}
+	return true
 }
 
 // compose asks the model for the final answer from the calls' results and streams it. When

@@ -30,6 +30,7 @@ func TestToolLabelsBounded(t *testing.T) {
 	exec := &fakeExecutor{}
 	cfg := testConfig(startGRPC(t, func(g *grpc.Server) { toolmeshv1.RegisterExecutorServiceServer(g, exec) }), "")
 	cfg.QueryTimeout, cfg.MaxParallelCalls, cfg.MaxOutputBytes = 10*time.Second, 4, 4096
+	cfg.MaxToolCalls = 64 // the 39 calls of the request in one query
 	h := tracedGatewayHandler(t, cfg, telemetry.NewForTest("api", nil, mp, telemetry.PayloadPolicy{}))
 	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
