@@ -26,7 +26,7 @@ const (
 	DefaultMaxResultBytes = 1 << 20
 
 	// Listing limits; docs/operations/README.md gives the measurements behind them.
-	DefaultMaxToolsPerServer = 2000
+	DefaultMaxToolsPerServer = 10_000
 	DefaultMaxListBytes      = 16 << 20
 	DefaultRelistInterval    = 5 * time.Minute
 

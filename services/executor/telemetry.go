@@ -272,7 +272,7 @@ var knownCodes = map[int]bool{
 
 // maxOpSets bounds a session's cache of attribute sets (opAttrs): tools come
 // and go with the server's listings, and the cache starts over past it.
-const maxOpSets = 4 * DefaultMaxToolsPerServer
+const maxOpSets = 4096
 
 // opKey names one series of mcp.client.operation.duration of a server.
 type opKey struct{ method, tool, errType string }
