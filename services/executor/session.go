@@ -63,7 +63,7 @@ type session struct {
 	cur atomic.Pointer[conn] // the READY connection, nil otherwise; changed under mu
 
 	mu      sync.Mutex
-	state   toolmeshv1.ServerState // READY while connected, even when degraded (see health)
+	state   toolmeshv1.ServerState // READY while connected, even when degraded (see healthLocked)
 	lastErr string
 	// Why the READY connection is degraded: its notification stream is down,
 	// or its last tools/list failed or broke a limit.
