@@ -68,7 +68,8 @@ func TestToolLabelsBounded(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || strings.Count(string(b), `"is_error":true`) != 38 {
+		// Every call runs; the answer is the status of the first that failed.
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), `unknown tool \"`+prefix+`.tool_00\"`) {
 			t.Fatalf("query: %d %s", resp.StatusCode, b)
 		}
 	}
