@@ -191,7 +191,7 @@ func waitConnected(ctx context.Context, svc *executor.Service, retry time.Durati
 		}
 		for _, s := range ls.GetServers() {
 			switch s.GetState() {
-			case toolmeshv1.ServerState_SERVER_STATE_READY:
+			case toolmeshv1.ServerState_SERVER_STATE_READY, toolmeshv1.ServerState_SERVER_STATE_DEGRADED:
 				return nil
 			case toolmeshv1.ServerState_SERVER_STATE_UNHEALTHY:
 				if failingSince.IsZero() {

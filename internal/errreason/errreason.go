@@ -36,6 +36,10 @@ const (
 	// Stopping: UNAVAILABLE because the service is draining before it stops; the caller
 	// retries, on another replica when there is one.
 	Stopping = "STOPPING"
+	// UnknownTool: the executor's catalog has no such tool (NOT_FOUND; or UNAVAILABLE when its
+	// server has never listed its tools). Callers label metrics by tool only when a call did
+	// not fail with it, so a name anyone can make up never becomes a series.
+	UnknownTool = "UNKNOWN_TOOL"
 )
 
 // Status is a status of code and msg carrying reason.

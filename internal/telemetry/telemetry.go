@@ -355,13 +355,17 @@ func (t sampledTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.plain.RoundTrip(r)
 }
 
-// HTTPHandler traces inbound HTTP requests, continuing a trace the caller sent.
-func (s *Service) HTTPHandler(h http.Handler, operation string, skip func(*http.Request) bool) http.Handler {
+// HTTPHandler traces and measures inbound HTTP requests to the server listening on addr,
+// continuing a trace the caller sent. addr is the server.address of the metrics: left to
+// otelhttp, that is the request's Host header, which the caller chooses, and each host made
+// up would be a series for good.
+func (s *Service) HTTPHandler(h http.Handler, operation, addr string, skip func(*http.Request) bool) http.Handler {
 	if s == nil {
 		return h
 	}
 	opts := []otelhttp.Option{otelhttp.WithTracerProvider(s.tracerProvider),
 		otelhttp.WithMeterProvider(s.meterProvider), otelhttp.WithPropagators(s.Propagator),
+		otelhttp.WithServerName(addr),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + r.URL.Path })}
 	if skip != nil {
 		opts = append(opts, otelhttp.WithFilter(func(r *http.Request) bool { return !skip(r) }))

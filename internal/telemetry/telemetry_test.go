@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
 )
 
@@ -114,4 +118,41 @@ func TestPayloadCut(t *testing.T) {
 			t.Errorf("Cut(%q, %d) = %q, want %q", tc.in, tc.limit, got, tc.want)
 		}
 	}
+}
+
+// TestHTTPServerAddressIsNotTheCallers: 38 requests with made-up Host headers make one
+// series of http.server.request.duration, whose server.address is the server's own.
+func TestHTTPServerAddressIsNotTheCallers(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	s := NewForTest("toolmesh-api", nil, mp, PayloadPolicy{})
+	h := s.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), "rest", "127.0.0.1:7700", nil)
+	for i := range 38 {
+		r := httptest.NewRequest("GET", "/v1/tools", nil)
+		r.Host = fmt.Sprintf("made-up-%d.example:%d", i, 1000+i)
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "http.server.request.duration" {
+				continue
+			}
+			dps := m.Data.(metricdata.Histogram[float64]).DataPoints
+			if len(dps) != 1 {
+				t.Fatalf("%d series, want 1", len(dps))
+			}
+			addr, _ := dps[0].Attributes.Value("server.address")
+			port, _ := dps[0].Attributes.Value("server.port")
+			if addr.AsString() != "127.0.0.1" || port.AsInt64() != 7700 {
+				t.Errorf("server.address %v server.port %v, want 127.0.0.1 7700", addr, port)
+			}
+			return
+		}
+	}
+	t.Fatal("no http.server.request.duration")
 }

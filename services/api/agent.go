@@ -520,6 +520,9 @@ func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord) {
 	ctx, span := r.h.tracer.Start(ctx, "execute_tool "+c.GetTool(), trace.WithAttributes(
 		attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", c.GetTool()),
 		attribute.String("gen_ai.tool.call.id", strconv.Itoa(int(c.GetIndex()))), attribute.Int("toolmesh.step.number", int(c.GetStep()))))
+	// A metric names the tool only once the executor has shown it knows it: a caller or a
+	// model can name any tool, and each name would otherwise be a series for good.
+	label := unknownToolLabel
 	defer func() {
 		outcome := "ok"
 		if c.GetIsError() {
@@ -538,12 +541,15 @@ func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord) {
 				attribute.String("gen_ai.tool.call.result", r.h.payloads.Cut(c.GetOutput())))
 		}
 		span.End()
-		r.h.calls.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("gen_ai.tool.name", c.GetTool()), attribute.String("outcome", outcome)))
+		r.h.calls.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("gen_ai.tool.name", label), attribute.String("outcome", outcome)))
 	}()
 	ctx, cancel := context.WithTimeout(ctx, r.h.cfg.CallTimeout)
 	defer cancel()
 	start := time.Now()
 	res, err := r.h.executor.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: c.GetTool(), Arguments: c.GetArguments()})
+	if knownTool(ctx, err) {
+		label = c.GetTool()
+	}
 	if err != nil {
 		err = dependencyError(ctx, "executor", r.h.cfg.ExecutorAddr, err)
 		if unreachable(err) && ctx.Err() == nil {
@@ -564,6 +570,27 @@ func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord) {
 	c.Output = renderOutput(res.GetContent(), res.GetStructuredContent(), r.h.cfg.MaxOutputBytes)
 	c.IsError = res.GetIsError()
 	c.DurationMs = res.GetDurationMs()
+}
+
+// unknownToolLabel stands for every tool the executor does not know in metric labels.
+const unknownToolLabel = "unknown"
+
+// knownTool says whether the executor's answer to a call shows the tool is in its catalog:
+// it answered, and not with UNKNOWN_TOOL or a policy denial (the executor decides those by the
+// name alone, before it looks the tool up). An unreachable executor or our own deadline says
+// nothing either way.
+func knownTool(ctx context.Context, err error) bool {
+	switch {
+	case err == nil:
+		return true
+	case ctx.Err() != nil, unreachable(err), status.Code(err) == codes.Canceled:
+		return false
+	}
+	switch errreason.Of(err) {
+	case errreason.UnknownTool, errreason.PolicyDenied:
+		return false
+	}
+	return true
 }
 
 // compose asks the model for the final answer from the calls' results and streams it. When

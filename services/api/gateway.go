@@ -91,7 +91,7 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 	// foreign Origin, a body that is not JSON). Any page may see that /healthz is up.
 	h = s.web.Handler(h, healthz)
 	// Probes and scrapes would drown the traces of real requests.
-	h = s.tel.HTTPHandler(traceHeader(h), "rest", auth.Paths("/healthz", "/readyz", "/metrics", "/ui/"))
+	h = s.tel.HTTPHandler(traceHeader(h), "rest", s.cfg.HTTPAddr, auth.Paths("/healthz", "/readyz", "/metrics", "/ui/"))
 	h = bodyDeadline(s.cfg.BodyTimeout, h)
 	return h, func() { _ = conn.Close() }, nil
 }
@@ -113,7 +113,8 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	var bad []notReady
 	for _, srv := range servers {
-		if srv.GetState() != toolmeshv1.ServerState_SERVER_STATE_READY {
+		// A degraded server is connected and its tools are callable.
+		if st := srv.GetState(); st != toolmeshv1.ServerState_SERVER_STATE_READY && st != toolmeshv1.ServerState_SERVER_STATE_DEGRADED {
 			bad = append(bad, notReady{Name: srv.GetName(), State: srv.GetState().String(), Error: srv.GetLastError()})
 		}
 	}

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -15,10 +16,11 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/errreason"
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -35,7 +37,7 @@ func (f *fakeExecutor) ListServers(context.Context, *toolmeshv1.ExecutorServiceL
 
 func (f *fakeExecutor) CallTool(_ context.Context, req *toolmeshv1.ExecutorServiceCallToolRequest) (*toolmeshv1.ExecutorServiceCallToolResponse, error) {
 	if req.GetToolId() != "calc.add" {
-		return nil, status.Errorf(codes.NotFound, "unknown tool %q", req.GetToolId())
+		return nil, errreason.Error(codes.NotFound, errreason.UnknownTool, fmt.Sprintf("unknown tool %q", req.GetToolId()))
 	}
 	return &toolmeshv1.ExecutorServiceCallToolResponse{Content: []*toolmeshv1.Content{{Type: "text", Text: proto.String("5")}}}, nil
 }
@@ -74,7 +76,13 @@ func testConfig(execAddr, retrieverAddr string) Config {
 // gatewayHandler runs the api with cfg until the test ends and returns its REST handler.
 func gatewayHandler(t *testing.T, cfg Config) http.Handler {
 	t.Helper()
-	svc, err := New(cfg, slog.New(slog.DiscardHandler), nil)
+	return tracedGatewayHandler(t, cfg, nil)
+}
+
+// tracedGatewayHandler is gatewayHandler with telemetry.
+func tracedGatewayHandler(t *testing.T, cfg Config, tel *telemetry.Service) http.Handler {
+	t.Helper()
+	svc, err := New(cfg, slog.New(slog.DiscardHandler), tel)
 	if err != nil {
 		t.Fatal(err)
 	}

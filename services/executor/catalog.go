@@ -4,12 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"sort"
 	"sync"
 	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
@@ -23,7 +23,7 @@ type tool struct {
 	server string
 	name   string // the name the MCP server knows
 	proto  *toolmeshv1.Tool
-	schema *jsonschema.Schema // nil: the schema did not compile; call unvalidated
+	schema *argSchema // nil: the schema did not compile; call unvalidated
 }
 
 // watchBuffer is how many change events a WatchTools subscriber may lag behind
@@ -223,8 +223,10 @@ type rawTool struct {
 
 // buildTool turns one listed tool into a catalog entry. prev is the entry the
 // catalog has for the id, if any: when the definition is unchanged, its
-// compiled schema and proto are reused.
-func buildTool(server string, t mcp.Tool, raw *rawTool, prev *tool) (*tool, error) {
+// compiled schema and proto are reused. A tool over the schema limits is
+// refused: no entry, and a *refusedError saying why. A tool whose schema does
+// not compile gets an entry without a schema (called unvalidated) and the error.
+func buildTool(server string, t mcp.Tool, raw *rawTool, prev *tool, lim schemaLimits) (*tool, error) {
 	id := toolid.Join(server, t.Name)
 	var in, out json.RawMessage
 	if raw != nil {
@@ -236,6 +238,9 @@ func buildTool(server string, t mcp.Tool, raw *rawTool, prev *tool) (*tool, erro
 			return nil, err
 		}
 		in = b
+	}
+	if err := checkSchemaText(in, lim); err != nil {
+		return nil, err
 	}
 	if (len(out) == 0 || string(out) == "null") && t.OutputSchema.Type != "" {
 		if b, err := json.Marshal(t.OutputSchema); err == nil {
@@ -280,8 +285,12 @@ func buildTool(server string, t mcp.Tool, raw *rawTool, prev *tool) (*tool, erro
 		}
 	}
 	entry := &tool{id: id, server: server, name: t.Name, proto: p}
-	sch, err := compileSchema(id, in)
-	if err != nil {
+	sch, err := compileSchema(id, in, lim)
+	var refused *refusedError
+	switch {
+	case errors.As(err, &refused):
+		return nil, err
+	case err != nil:
 		// The caller logs it; the tool stays callable, unvalidated.
 		return entry, err
 	}

@@ -11,7 +11,7 @@ import (
 
 func mustTool(t *testing.T, server, name, desc string) *tool {
 	t.Helper()
-	tl, err := buildTool(server, mcp.NewTool(name, mcp.WithDescription(desc), mcp.WithNumber("x")), nil, nil)
+	tl, err := buildTool(server, mcp.NewTool(name, mcp.WithDescription(desc), mcp.WithNumber("x")), nil, nil, testLimits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestWatchOverflow(t *testing.T) {
 
 func TestSchemaThatDoesNotCompileIsSkipped(t *testing.T) {
 	raw := &rawTool{Name: "bad", InputSchema: []byte(`{"type":"object","properties":{"a":{"$ref":"http://example.com/x.json"}}}`)}
-	tl, err := buildTool("s", mcp.NewTool("bad"), raw, nil)
+	tl, err := buildTool("s", mcp.NewTool("bad"), raw, nil, testLimits)
 	if err == nil || tl == nil || tl.schema != nil {
 		t.Fatalf("got tool %v err %v; want the tool, no schema, an error", tl, err)
 	}

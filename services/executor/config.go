@@ -24,6 +24,18 @@ const (
 	// one call may make the executor buffer. A megabyte of text is already
 	// more than any model's context; the api keeps only api.max-output-bytes.
 	DefaultMaxResultBytes = 1 << 20
+
+	// Listing limits; docs/operations/README.md gives the measurements behind them.
+	DefaultMaxToolsPerServer = 10_000
+	DefaultMaxListBytes      = 16 << 20
+	DefaultRelistInterval    = 5 * time.Minute
+
+	// Input schema limits; docs/operations/README.md gives the measurements behind them.
+	DefaultSchemaMaxBytes          = 64 << 10
+	DefaultSchemaMaxDepth          = 64
+	DefaultSchemaMaxEvaluations    = 1000
+	DefaultSchemaValidationSteps   = 100_000
+	DefaultSchemaValidationTimeout = time.Second
 )
 
 // Config configures the executor.
@@ -44,6 +56,26 @@ type Config struct {
 	// from the server, and the gRPC response made of it. A larger result fails
 	// the call with ResourceExhausted rather than being cut.
 	MaxResultBytes int
+	// MaxToolsPerServer and MaxListBytes bound one server's tools/list (all
+	// its pages). A listing over either stops there: the server is DEGRADED,
+	// saying why, and the catalog keeps its last good tools, or none.
+	MaxToolsPerServer int
+	MaxListBytes      int
+	// RelistInterval is how often each server's tools are listed again, with
+	// jitter, to keep the catalog true when notifications are lost.
+	RelistInterval time.Duration
+	// SchemaMaxBytes, SchemaMaxDepth and SchemaMaxEvaluations bound a tool's
+	// input schema: its size as listed, the nesting of its objects and arrays,
+	// and the most subschema evaluations validating one argument value may
+	// take (schemacost.go). A tool over any of them is refused: listed in
+	// ListServers with the reason, never indexed or called.
+	SchemaMaxBytes       int
+	SchemaMaxDepth       int
+	SchemaMaxEvaluations int
+	// SchemaValidationSteps and SchemaValidationTimeout bound validating one
+	// call's arguments; over either, the call fails with InvalidArgument.
+	SchemaValidationSteps   int
+	SchemaValidationTimeout time.Duration
 }
 
 // RegisterFlags registers the executor flags on fs and sets the defaults.
@@ -59,6 +91,22 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"bound of one connection attempt to an MCP server (connect, initialize, first tools/list)")
 	fs.IntVar(&c.MaxResultBytes, "executor.max-result-bytes", DefaultMaxResultBytes,
 		"largest tool call result, in bytes, as read from the MCP server and as returned over gRPC; a larger result fails the call (ResourceExhausted) instead of being truncated")
+	fs.IntVar(&c.MaxToolsPerServer, "executor.max-tools-per-server", DefaultMaxToolsPerServer,
+		"most tools one MCP server may list; past it the listing stops, the server is marked degraded with the reason and keeps its last good tool list (or none)")
+	fs.IntVar(&c.MaxListBytes, "executor.max-list-bytes", DefaultMaxListBytes,
+		"largest tool list, in bytes, one MCP server may send (all pages of one tools/list); past it as --executor.max-tools-per-server")
+	fs.DurationVar(&c.RelistInterval, "executor.relist-interval", DefaultRelistInterval,
+		"how often each MCP server's tools are listed again (with ±20% jitter), so the catalog stays true when change notifications are lost")
+	fs.IntVar(&c.SchemaMaxBytes, "executor.schema-max-bytes", DefaultSchemaMaxBytes,
+		"largest tool input schema, in bytes as listed; a tool with a larger one is refused (listed in /v1/servers with the reason, never indexed or callable)")
+	fs.IntVar(&c.SchemaMaxDepth, "executor.schema-max-depth", DefaultSchemaMaxDepth,
+		"deepest nesting of objects and arrays in a tool input schema; a tool with a deeper one is refused")
+	fs.IntVar(&c.SchemaMaxEvaluations, "executor.schema-max-evaluations", DefaultSchemaMaxEvaluations,
+		"most subschema evaluations validating one argument value may take, measured from the input schema when the tool is listed ($ref, anyOf, allOf, ... counted as the validator runs them); a tool over it is refused")
+	fs.IntVar(&c.SchemaValidationSteps, "executor.schema-validation-steps", DefaultSchemaValidationSteps,
+		"most subschema evaluations validating one call's arguments may take; a call over it fails (InvalidArgument) before or while validating")
+	fs.DurationVar(&c.SchemaValidationTimeout, "executor.schema-validation-timeout", DefaultSchemaValidationTimeout,
+		"longest validation of one call's arguments; a call over it fails (InvalidArgument)")
 }
 
 // Validate checks the configuration. Zero durations and limits are valid and mean the default.
@@ -82,6 +130,27 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxResultBytes < 0 {
 		errs = append(errs, fmt.Errorf("executor.max-result-bytes: must not be negative, got %d", c.MaxResultBytes))
+	}
+	for _, l := range []struct {
+		flag string
+		v    int64
+	}{
+		{"executor.max-tools-per-server", int64(c.MaxToolsPerServer)},
+		{"executor.max-list-bytes", int64(c.MaxListBytes)},
+		{"executor.schema-max-bytes", int64(c.SchemaMaxBytes)},
+		{"executor.schema-max-depth", int64(c.SchemaMaxDepth)},
+		{"executor.schema-max-evaluations", int64(c.SchemaMaxEvaluations)},
+		{"executor.schema-validation-steps", int64(c.SchemaValidationSteps)},
+	} {
+		if l.v < 0 {
+			errs = append(errs, fmt.Errorf("%s: must not be negative, got %d", l.flag, l.v))
+		}
+	}
+	if c.RelistInterval < 0 {
+		errs = append(errs, fmt.Errorf("executor.relist-interval: must not be negative, got %s", c.RelistInterval))
+	}
+	if c.SchemaValidationTimeout < 0 {
+		errs = append(errs, fmt.Errorf("executor.schema-validation-timeout: must not be negative, got %s", c.SchemaValidationTimeout))
 	}
 	for key, srv := range c.Servers {
 		if err := validateServer(key, srv); err != nil {
@@ -143,5 +212,40 @@ func (c Config) withDefaults() Config {
 	if c.MaxResultBytes == 0 {
 		c.MaxResultBytes = DefaultMaxResultBytes
 	}
+	if c.MaxToolsPerServer == 0 {
+		c.MaxToolsPerServer = DefaultMaxToolsPerServer
+	}
+	if c.MaxListBytes == 0 {
+		c.MaxListBytes = DefaultMaxListBytes
+	}
+	if c.RelistInterval == 0 {
+		c.RelistInterval = DefaultRelistInterval
+	}
+	if c.SchemaMaxBytes == 0 {
+		c.SchemaMaxBytes = DefaultSchemaMaxBytes
+	}
+	if c.SchemaMaxDepth == 0 {
+		c.SchemaMaxDepth = DefaultSchemaMaxDepth
+	}
+	if c.SchemaMaxEvaluations == 0 {
+		c.SchemaMaxEvaluations = DefaultSchemaMaxEvaluations
+	}
+	if c.SchemaValidationSteps == 0 {
+		c.SchemaValidationSteps = DefaultSchemaValidationSteps
+	}
+	if c.SchemaValidationTimeout == 0 {
+		c.SchemaValidationTimeout = DefaultSchemaValidationTimeout
+	}
 	return c
+}
+
+// schemaLimits are the executor.schema-* limits; c has its defaults.
+func (c Config) schemaLimits() schemaLimits {
+	return schemaLimits{
+		maxBytes:    c.SchemaMaxBytes,
+		maxDepth:    c.SchemaMaxDepth,
+		maxPerValue: int64(c.SchemaMaxEvaluations),
+		maxSteps:    int64(c.SchemaValidationSteps),
+		maxTime:     c.SchemaValidationTimeout,
+	}
 }

@@ -30,6 +30,55 @@ func (e *unknownToolError) Is(target error) bool {
 	return target == ErrUnknownTool
 }
 
+// refusedError says which limit a listed tool breaks: the tool is listed in
+// ListServers as refused, and never indexed or called.
+type refusedError struct{ reason string }
+
+func (e *refusedError) Error() string { return e.reason }
+
+// refusedToolError is a call to a refused tool.
+type refusedToolError struct{ id, reason string }
+
+func (e *refusedToolError) Error() string {
+	return fmt.Sprintf("tool %q is not callable: refused when its server listed it: %s", e.id, e.reason)
+}
+func (e *refusedToolError) Is(target error) bool { return target == ErrUnknownTool }
+
+// listLimitError: a tools/list broke executor.max-tools-per-server or
+// executor.max-list-bytes. The listing stops there; the catalog keeps the
+// server's last good tools.
+type listLimitError struct {
+	tools, pages int // tools in the pages read, when maxTools broke
+	maxTools     int
+	bytes        int64 // bytes read, when maxBytes broke
+	over         bool  // bytes is a lower bound: reading stopped there
+	maxBytes     int
+}
+
+func (e *listLimitError) Error() string {
+	if e.maxTools > 0 {
+		return fmt.Sprintf("the server lists more than %d tools (%d in the first %d pages), the limit (executor.max-tools-per-server)", e.maxTools, e.tools, e.pages)
+	}
+	size := fmt.Sprintf("%d bytes", e.bytes)
+	if e.over {
+		size = fmt.Sprintf("more than %d bytes", e.bytes)
+	}
+	return fmt.Sprintf("the tool list is %s, over the %d-byte limit (executor.max-list-bytes)", size, e.maxBytes)
+}
+
+// lostError: a request failed because the connection is gone.
+type lostError struct{ err error }
+
+func (e *lostError) Error() string { return e.err.Error() }
+func (e *lostError) Unwrap() error { return e.err }
+
+// notInCatalogError: the tool is not in the catalog, and err says more (its
+// server is down, say). handler.go marks it UNKNOWN_TOOL.
+type notInCatalogError struct{ err error }
+
+func (e *notInCatalogError) Error() string { return e.err.Error() }
+func (e *notInCatalogError) Unwrap() error { return e.err }
+
 // unavailableError says which server is down and why.
 type unavailableError struct {
 	server string

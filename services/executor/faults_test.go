@@ -50,7 +50,7 @@ type fault func(w http.ResponseWriter, r *http.Request, msg rpcMessage)
 type faultProxy struct {
 	mu     sync.Mutex
 	faults map[string]fault // "tools/call:NAME" or "tools/list"
-	seen   map[string]int   // intercepted requests by key
+	seen   map[string]int   // requests by key, faulted or not
 	active atomic.Int32     // fault handlers running now
 }
 
@@ -89,9 +89,7 @@ func (p *faultProxy) wrap(next func() (http.Handler, func())) func() (http.Handl
 					}
 					p.mu.Lock()
 					f := p.faults[key]
-					if f != nil {
-						p.seen[key]++
-					}
+					p.seen[key]++
 					p.mu.Unlock()
 					if f != nil {
 						p.active.Add(1)
@@ -554,15 +552,13 @@ func addBigTool(ts *testMCP) {
 }
 
 // TestFaultOversizedResultStream: over stdio and the legacy SSE transport the
-// answers of all calls share one stream. A line over minLineLimit (16 MiB;
-// 1 MiB here, to keep the test fast) is dropped as it arrives and answered
+// answers of all calls share one stream. A line over executor.max-list-bytes
+// (16 MiB; 1 MiB here, to keep the test fast) is dropped as it arrives and answered
 // in its place (RESOURCE_EXHAUSTED for its call only); a smaller one over the
 // limit is refused after decoding; either way the connection stays (same
 // connected_at) and the next call works.
 func TestFaultOversizedResultStream(t *testing.T) {
 	const limit = 64 << 10
-	defer func(v int) { minLineLimit = v }(minLineLimit)
-	minLineLimit = 1 << 20
 	cases := []struct {
 		name  string
 		stdio bool
@@ -580,7 +576,7 @@ func TestFaultOversizedResultStream(t *testing.T) {
 				hh := newHTTPHarness(t, sseHandler(fixed(ts)))
 				srv = mcpconfig.Server{Transport: mcpconfig.TransportSSE, URL: "http://" + hh.addr + "/sse"}
 			}
-			h := startExecutor(t, Config{MaxResultBytes: limit, Servers: map[string]mcpconfig.Server{"big": srv}})
+			h := startExecutor(t, Config{MaxResultBytes: limit, MaxListBytes: 1 << 20, Servers: map[string]mcpconfig.Server{"big": srv}})
 			h.waitReady(t)
 			up := serverState(t, h, "big").GetConnectedAt().AsTime()
 

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"sort"
@@ -15,7 +16,7 @@ import (
 
 // shippedSchemas is the input schema of every tool the demo servers ship, as the executor
 // receives them over MCP.
-func shippedSchemas(f *testing.F) []string {
+func shippedSchemas(f testing.TB) []string {
 	f.Helper()
 	var out []string
 	for _, s := range []*server.MCPServer{calculator.New(), converter.New()} {
@@ -66,16 +67,16 @@ func FuzzValidateArgs(f *testing.F) {
 		f.Add(s, args[i%len(args)])
 	}
 	f.Fuzz(func(t *testing.T, schema, argsJSON string) {
-		sch, err := compileSchema("fuzz.tool", json.RawMessage(schema))
+		sch, err := compileSchema("fuzz.tool", json.RawMessage(schema), testLimits)
 		if err != nil {
-			return // such tools are called unvalidated
+			return // such tools are called unvalidated, or refused
 		}
 		var args map[string]any
 		if json.Unmarshal([]byte(argsJSON), &args) != nil || args == nil {
 			return
 		}
 		dropOptionalNulls(sch, args)
-		err = validateArgs("fuzz.tool", sch, args)
+		err = validateArgs(context.Background(), "fuzz.tool", sch, args)
 		if err == nil {
 			return
 		}

@@ -106,6 +106,11 @@ func (s *Service) WatchTools(_ *toolmeshv1.WatchToolsRequest, stream grpc.Server
 // toStatus maps the executor's errors to gRPC status; this is the only place
 // that knows about codes.
 func toStatus(err error) error {
+	var nic *notInCatalogError
+	if errors.As(err, &nic) {
+		st := status.Convert(toStatus(nic.err))
+		return errreason.Error(st.Code(), errreason.UnknownTool, st.Message())
+	}
 	var ve *ValidationError
 	var se *ServerError
 	var pd *policy.Denial
@@ -123,7 +128,7 @@ func toStatus(err error) error {
 		}
 		return st.Err()
 	case errors.Is(err, ErrUnknownTool):
-		return status.Error(codes.NotFound, err.Error())
+		return errreason.Error(codes.NotFound, errreason.UnknownTool, err.Error())
 	case errors.Is(err, ErrResultTooLarge):
 		return errreason.Error(codes.ResourceExhausted, errreason.ToolResultTooLarge, err.Error())
 	case errors.Is(err, ErrTimeout):

@@ -162,14 +162,11 @@ func (b *limitedBody) Close() error { return b.rc.Close() }
 // stream is read through a lineCap.
 type lineCapKey struct{}
 
-// lineLimit is the longest line lineCap passes on: the result limit, but no
-// less than minLineLimit, because the line may be a tools/list answer too,
-// which the result limit is not meant for. A result between the two is still
-// refused, by its size, after decoding (handler.go).
-func lineLimit(cfg Config) int { return max(cfg.MaxResultBytes, minLineLimit) }
-
-// minLineLimit is a variable for the tests.
-var minLineLimit = 16 << 20
+// lineLimit is the longest line lineCap passes on: the larger of the result
+// and the listing limits, because the line may be a tools/list answer too. A
+// result between the two is still refused, by its size, after decoding
+// (handler.go).
+func lineLimit(cfg Config) int { return max(cfg.MaxResultBytes, cfg.MaxListBytes) }
 
 // lineCap bounds the lines of a stream that carries the answers of many
 // requests: stdio's stdout and the legacy SSE transport's event stream. A

@@ -37,6 +37,10 @@ func TestMain(m *testing.M) {
 		// Re-executed as a traced stdio MCP server.
 		os.Exit(serveTracedStdio())
 	}
+	if n := os.Getenv(envListingDouble); n != "" {
+		// Re-executed as a stdio MCP server double that lists n tools.
+		os.Exit(serveListingDouble(n))
+	}
 	if os.Getenv(envStdioServer) != "" {
 		// Re-executed as a stdio MCP server.
 		fillers, _ := strconv.Atoi(os.Getenv(envFillers))

@@ -108,11 +108,6 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	wg.Wait()
-	for _, sess := range s.sessions {
-		if sess.httpTransport != nil {
-			sess.httpTransport.CloseIdleConnections()
-		}
-	}
 	s.log.Info("executor stopped")
 	return nil
 }
@@ -159,7 +154,11 @@ func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, err
+			return nil, &notInCatalogError{err}
+		}
+		_, name, _ := toolid.Split(id)
+		if why, ok := sess.refusal(name); ok {
+			return nil, &refusedToolError{id: id, reason: why}
 		}
 		return nil, &unknownToolError{id: id}
 	}
@@ -171,7 +170,7 @@ func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct
 	}
 	if t.schema != nil {
 		dropOptionalNulls(t.schema, m)
-		if err := validateArgs(id, t.schema, m); err != nil {
+		if err := validateArgs(ctx, id, t.schema, m); err != nil {
 			return nil, err
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +45,7 @@ type session struct {
 	cfg      Config
 	log      *slog.Logger
 	cat      *catalog
+	dial     *dialer
 	endpoint string
 	timeout  time.Duration
 	sem      chan struct{}
@@ -54,42 +54,42 @@ type session struct {
 	netTransport string               // network.transport: tcp, or pipe for stdio
 	peerAttrs    []attribute.KeyValue // carried by every span to this server
 	ops          sync.Map             // opKey → metric.RecordOption, see opAttrs
+	opsLen       atomic.Int64         // entries of ops, about
 
-	// httpTransport is shared by every connection of this server, so the
-	// pool survives reconnects; nil for stdio.
-	httpTransport *http.Transport
-	httpClient    *http.Client
+	// legacyHTTP: a streamable HTTP server spoke a legacy protocol version
+	// last time. Only run's goroutine uses it.
+	legacyHTTP bool
 
-	cur       atomic.Pointer[conn] // the READY connection, nil otherwise
-	refreshCh chan struct{}        // cap 1: a tools/list refresh is wanted
+	cur atomic.Pointer[conn] // the READY connection, nil otherwise; changed under mu
 
-	mu           sync.Mutex
-	state        toolmeshv1.ServerState
-	lastErr      string
-	protocol     string
-	info         mcp.Implementation
-	toolCount    int
-	connectedAt  time.Time
-	reconnecting bool          // an expired session is being re-initialized: calls wait
-	changed      chan struct{} // closed and replaced on every state change
-	legacyHTTP   bool          // streamable HTTP server spoke a legacy version last time
-
-	refreshMu sync.Mutex // serializes tools/list + catalog publish
+	mu      sync.Mutex
+	state   toolmeshv1.ServerState // READY while connected, even when degraded (see healthLocked)
+	lastErr string
+	// Why the READY connection is degraded: its notification stream is down,
+	// or its last tools/list failed or broke a limit.
+	streamErr, listErr string
+	protocol           string
+	info               mcp.Implementation
+	toolCount          int
+	refused            []*toolmeshv1.RefusedTool // immutable once set
+	connectedAt        time.Time
+	reconnecting       bool          // an expired session is being re-initialized: calls wait
+	changed            chan struct{} // closed and replaced on every state change
 }
 
 func newSession(name string, srv mcpconfig.Server, cfg Config, log *slog.Logger, cat *catalog, ins *instruments) *session {
+	log = log.With("server", name, "transport", string(srv.Transport))
 	s := &session{
-		name:      name,
-		srv:       srv,
-		cfg:       cfg,
-		log:       log.With("server", name, "transport", string(srv.Transport)),
-		cat:       cat,
-		endpoint:  endpointOf(srv),
-		timeout:   cfg.CallTimeout,
-		refreshCh: make(chan struct{}, 1),
-		state:     toolmeshv1.ServerState_SERVER_STATE_CONNECTING,
-		changed:   make(chan struct{}),
-		ins:       ins,
+		name:     name,
+		srv:      srv,
+		cfg:      cfg,
+		log:      log,
+		cat:      cat,
+		endpoint: endpointOf(srv),
+		timeout:  cfg.CallTimeout,
+		state:    toolmeshv1.ServerState_SERVER_STATE_CONNECTING,
+		changed:  make(chan struct{}),
+		ins:      ins,
 	}
 	s.netTransport, s.peerAttrs = peerAttrs(name, srv)
 	if srv.Timeout > 0 {
@@ -100,35 +100,24 @@ func newSession(name string, srv mcpconfig.Server, cfg Config, log *slog.Logger,
 		limit = srv.MaxConcurrency
 	}
 	s.sem = make(chan struct{}, limit)
-	if srv.Transport != mcpconfig.TransportStdio {
-		// mcp-go's default client keeps 2 idle connections per host; under
-		// load that opens a new TCP connection per call. Size the pool for
-		// the concurrency limit plus the long-lived streams.
-		s.httpTransport = &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConns:          0,
-			MaxIdleConnsPerHost:   limit + 4,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   cfg.ConnectTimeout,
-			ExpectContinueTimeout: time.Second,
-		}
-		s.httpClient = &http.Client{Transport: limitBodies{next: tracedWithinSpans(ins.tel, s.httpTransport)}}
-	}
+	s.dial = newDialer(srv, cfg, limit, log, ins.tel)
 	return s
 }
 
-// conn is one connection (one initialized mcp-go client) of a session.
+// conn is one connection (one initialized mcp-go client) of a session. What
+// it starts (the listen stream, the refresher, the stdio watcher) runs in wg
+// and ends with ctx.
 type conn struct {
 	client    *client.Client
 	hooks     *hooks
 	proc      *childProcess // stdio only
+	ctx       context.Context
 	cancel    context.CancelFunc
 	protocol  string
 	sessionID string // mcp.session.id: the Mcp-Session-Id, or the SSE sessionId; "" for none
 	info      mcp.Implementation
-	listen    bool // the server announced tools.listChanged
+	listen    bool          // the server announced tools.listChanged
+	refresh   chan struct{} // cap 1: a tools/list refresh is wanted
 
 	broken    chan struct{}
 	breakOnce sync.Once
@@ -144,6 +133,13 @@ func (c *conn) isBroken() bool {
 		return true
 	default:
 		return false
+	}
+}
+
+func (c *conn) requestRefresh() {
+	select {
+	case c.refresh <- struct{}{}:
+	default:
 	}
 }
 
@@ -198,19 +194,13 @@ func (s *session) notifyLocked() {
 
 // run keeps the session connected until ctx ends.
 func (s *session) run(ctx context.Context) {
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.refreshLoop(ctx)
-	}()
 	defer func() {
-		wg.Wait()
 		s.mu.Lock()
 		s.state = toolmeshv1.ServerState_SERVER_STATE_STOPPED
 		s.reconnecting = false
 		s.notifyLocked()
 		s.mu.Unlock()
+		s.dial.close()
 	}()
 
 	attempt := 0
@@ -235,7 +225,10 @@ func (s *session) run(ctx context.Context) {
 			continue
 		}
 		up := time.Now()
-		s.publish(cn, tools)
+		s.mu.Lock()
+		s.streamErr, s.listErr = "", ""
+		s.mu.Unlock()
+		s.publish(tools)
 		s.mu.Lock()
 		s.state = toolmeshv1.ServerState_SERVER_STATE_READY
 		s.lastErr = ""
@@ -247,7 +240,8 @@ func (s *session) run(ctx context.Context) {
 		s.notifyLocked()
 		s.mu.Unlock()
 		s.log.Info("mcp server connected", "protocol", cn.protocol, "server_name", cn.info.Name,
-			"server_version", cn.info.Version, "tools", len(tools))
+			"server_version", cn.info.Version, "tools", len(tools.tools), "refused", len(tools.refused))
+		s.live(cn)
 
 		select {
 		case <-ctx.Done():
@@ -298,22 +292,22 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// connect opens a connection: start the transport, initialize (server/discover
-// first, then the legacy handshake, unless a version is pinned), list tools.
-// The whole attempt is bounded by ConnectTimeout.
-func (s *session) connect(ctx context.Context) (*conn, []*tool, error) {
+// connect opens a connection and lists its tools, as the MCP Go SDK's
+// Client.Connect does over a Transport: open the transport (dialer.open),
+// start it, initialize (server/discover first, then the legacy handshake,
+// unless a version is pinned), tools/list. The whole attempt is bounded by
+// ConnectTimeout.
+func (s *session) connect(ctx context.Context) (*conn, *listing, error) {
 	cn, tools, err := s.connectOnce(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	if s.srv.Transport == mcpconfig.TransportStreamableHTTP && !mcp.IsModernProtocol(cn.protocol) && !s.legacyHTTPKnown() {
+	if s.srv.Transport == mcpconfig.TransportStreamableHTTP && !mcp.IsModernProtocol(cn.protocol) && !s.legacyHTTP {
 		// A legacy streamable HTTP server only sends notifications on the
 		// standalone GET stream, which mcp-go opens only when the transport
 		// is built with continuous listening (and that pins the legacy
 		// handshake). Reconnect that way; remembered for later reconnects.
-		s.mu.Lock()
 		s.legacyHTTP = true
-		s.mu.Unlock()
 		s.log.Debug("legacy streamable HTTP server; reconnecting with the GET notification stream", "protocol", cn.protocol)
 		cn.close()
 		return s.connectOnce(ctx)
@@ -321,15 +315,9 @@ func (s *session) connect(ctx context.Context) (*conn, []*tool, error) {
 	return cn, tools, nil
 }
 
-func (s *session) legacyHTTPKnown() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.legacyHTTP
-}
-
-func (s *session) connectOnce(ctx context.Context) (_ *conn, _ []*tool, err error) {
+func (s *session) connectOnce(ctx context.Context) (_ *conn, _ *listing, err error) {
 	cctx, cancel := context.WithCancel(ctx)
-	cn := &conn{cancel: cancel, broken: make(chan struct{})}
+	cn := &conn{ctx: cctx, cancel: cancel, refresh: make(chan struct{}, 1), broken: make(chan struct{})}
 	// One timer bounds everything below, including a server that accepts the
 	// TCP connection and then says nothing.
 	timedOut := atomic.Bool{}
@@ -349,58 +337,13 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ []*tool, err erro
 		}
 	}()
 
-	var opts []client.ClientOption
-	pinned := s.srv.ProtocolVersion
-	legacyHTTP := s.srv.Transport == mcpconfig.TransportStreamableHTTP && s.legacyHTTPKnown()
-	if pinned != "" {
-		opts = append(opts, client.WithProtocolVersion(pinned))
+	legacyHTTP := s.srv.Transport == mcpconfig.TransportStreamableHTTP && s.legacyHTTP
+	ln, err := s.dial.open(legacyHTTP)
+	if err != nil {
+		return nil, nil, err
 	}
-	if s.ins.tel != nil && s.srv.Transport != mcpconfig.TransportStdio {
-		opts = append(opts, client.WithPropagator(headerPropagator{s.ins.tel}))
-	}
-
-	var tr transport.Interface
-	switch s.srv.Transport {
-	case mcpconfig.TransportSSE:
-		sse, err := transport.NewSSE(s.srv.URL,
-			transport.WithHTTPClient(s.httpClient),
-			transport.WithHeaders(s.srv.Headers),
-			transport.WithEndpointTimeout(s.cfg.ConnectTimeout),
-			// Calls carry their own deadline; mcp-go's 60 s default would cut longer ones.
-			transport.WithResponseTimeout(24*time.Hour),
-			transport.WithSSELogger(s.log),
-		)
-		if err != nil {
-			return nil, nil, fmt.Errorf("sse transport: %w", err)
-		}
-		cn.hooks = &hooks{cancelOverHTTP: true, notify: sse.SendNotification, maxLine: lineLimit(s.cfg)}
-		tr = &sseTransport{SSE: sse, h: cn.hooks}
-		// Start's context is the event stream's: limitBodies reads it through a lineCap.
-		cctx = context.WithValue(cctx, lineCapKey{}, cn.hooks)
-	case mcpconfig.TransportStreamableHTTP:
-		hopts := []transport.StreamableHTTPCOption{
-			transport.WithHTTPBasicClient(s.httpClient),
-			transport.WithHTTPHeaders(s.srv.Headers),
-			transport.WithHTTPLogger(s.log),
-		}
-		if legacyHTTP || (pinned != "" && !mcp.IsModernProtocol(pinned)) {
-			hopts = append(hopts, transport.WithContinuousListening())
-		}
-		st, err := transport.NewStreamableHTTP(s.srv.URL, hopts...)
-		if err != nil {
-			return nil, nil, fmt.Errorf("streamable http transport: %w", err)
-		}
-		cn.hooks = &hooks{cancelOverHTTP: true, onlyLegacyCancel: true, notify: st.SendNotification}
-		tr = &streamableTransport{StreamableHTTP: st, h: cn.hooks}
-	case mcpconfig.TransportStdio:
-		p, err := startChild(s.srv)
-		if err != nil {
-			return nil, nil, err
-		}
-		cn.proc = p
-		cn.hooks = &hooks{maxLine: lineLimit(s.cfg)}
-		stdio := transport.NewIO(newLineCap(p.stdout, cn.hooks.maxLine, cn.hooks), p.stdin, nil)
-		tr = &stdioTransport{Stdio: stdio, h: cn.hooks}
+	cn.hooks, cn.proc = ln.hooks, ln.proc
+	if p := ln.proc; p != nil {
 		cn.wg.Add(1)
 		go func() {
 			defer cn.wg.Done()
@@ -410,15 +353,26 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ []*tool, err erro
 			case <-cctx.Done():
 			}
 		}()
-	default:
-		return nil, nil, fmt.Errorf("unknown transport %q", s.srv.Transport)
 	}
 
-	c := client.NewClient(tr, opts...)
+	pinned := s.srv.ProtocolVersion
+	var opts []client.ClientOption
+	if pinned != "" {
+		opts = append(opts, client.WithProtocolVersion(pinned))
+	}
+	if s.ins.tel != nil && s.srv.Transport != mcpconfig.TransportStdio {
+		opts = append(opts, client.WithPropagator(headerPropagator{s.ins.tel}))
+	}
+	c := client.NewClient(ln.tr, opts...)
 	cn.client = c
 	c.OnNotification(func(n mcp.JSONRPCNotification) {
-		if n.Method == mcp.MethodNotificationToolsListChanged {
-			s.requestRefresh()
+		switch n.Method {
+		case mcp.MethodNotificationToolsListChanged:
+			s.streamUp(cn)
+			cn.requestRefresh()
+		case mcp.MethodNotificationSubscriptionsAcknowledged:
+			// The first message of a subscriptions/listen stream.
+			s.streamUp(cn)
 		}
 	})
 	c.OnConnectionLost(func(err error) {
@@ -427,85 +381,173 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ []*tool, err erro
 		}
 		s.markBroken(cn, fmt.Errorf("sse stream lost: %w", err), false)
 	})
-	if err := c.Start(cctx); err != nil {
+	if err := c.Start(ln.startContext(cctx)); err != nil {
 		return nil, nil, fmt.Errorf("start: %w", err)
 	}
+	if err := s.initialize(cctx, cn, ln.tr, legacyHTTP); err != nil {
+		return nil, nil, fmt.Errorf("initialize: %w", err)
+	}
+	tools, err := s.listTools(cctx, cn)
+	var over *listLimitError
+	switch {
+	case errors.As(err, &over):
+		// The connection works; the tool list is what is wrong.
+		tools = &listing{over: over}
+	case err != nil:
+		return nil, nil, fmt.Errorf("tools/list: %w", err)
+	}
+	return cn, tools, nil
+}
+
+// live starts what a current connection runs until it closes: the refresher
+// and, where the server announced tools/list_changed on 2026-07-28, the
+// notification stream.
+func (s *session) live(cn *conn) {
+	cn.wg.Add(1)
+	go func() {
+		defer cn.wg.Done()
+		s.refreshLoop(cn)
+	}()
+	if mcp.IsModernProtocol(cn.protocol) && cn.listen {
+		cn.wg.Add(1)
+		go func() {
+			defer cn.wg.Done()
+			s.listenLoop(cn)
+		}()
+	}
+}
+
+// initialize does the MCP handshake on a started client.
+func (s *session) initialize(ctx context.Context, cn *conn, tr transport.Interface, legacyHTTP bool) error {
 	req := mcp.InitializeRequest{}
-	req.Params.ProtocolVersion = pinned
-	if legacyHTTP && pinned == "" {
+	req.Params.ProtocolVersion = s.srv.ProtocolVersion
+	if legacyHTTP && req.Params.ProtocolVersion == "" {
 		req.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
 	}
 	req.Params.ClientInfo = clientInfo
-	ictx, rc := s.startRPC(cctx, string(mcp.MethodInitialize), "")
-	res, err := c.Initialize(ictx, req)
+	ictx, rc := s.startRPC(ctx, string(mcp.MethodInitialize), "")
+	res, err := cn.client.Initialize(ictx, req)
 	if err == nil {
-		cn.protocol = c.ProtocolVersion()
+		cn.protocol = cn.client.ProtocolVersion()
 		cn.sessionID = sessionIDOf(tr)
 		rc.connected(cn)
 	}
 	rc.end(ictx, nil, err)
 	if err != nil {
-		return nil, nil, fmt.Errorf("initialize: %w", err)
+		return err
 	}
 	cn.info = res.ServerInfo
 	cn.hooks.modern.Store(mcp.IsModernProtocol(cn.protocol))
 	cn.listen = res.Capabilities.Tools != nil && res.Capabilities.Tools.ListChanged
-
-	tools, err := s.listTools(cctx, cn)
-	if err != nil {
-		return nil, nil, fmt.Errorf("tools/list: %w", err)
-	}
-	if mcp.IsModernProtocol(cn.protocol) && cn.listen {
-		cn.wg.Add(1)
-		go func() {
-			defer cn.wg.Done()
-			s.listenLoop(cctx, cn)
-		}()
-	}
-	return cn, tools, nil
+	return nil
 }
 
 // listenLoop keeps a 2026-07-28 subscriptions/listen stream open for
-// tools/list_changed; legacy sessions get notifications without it.
-func (s *session) listenLoop(ctx context.Context, cn *conn) {
-	delay := 500 * time.Millisecond
+// tools/list_changed for as long as cn lives (legacy sessions get
+// notifications without it). A stream that fails is opened again with capped
+// backoff; meanwhile the server is DEGRADED, and the periodic re-list keeps
+// its tools true.
+func (s *session) listenLoop(cn *conn) {
+	ctx := cn.ctx
+	attempt := 0
 	for {
 		started := time.Now()
 		err := cn.client.Listen(ctx, mcp.SubscriptionFilter{ToolsListChanged: true})
 		if ctx.Err() != nil || cn.isBroken() {
 			return
 		}
-		if err != nil {
-			var te *transport.Error
-			if errors.As(err, &te) && isConnError(err) {
-				s.markBroken(cn, fmt.Errorf("notification stream: %w", err), false)
-				return
-			}
-			s.log.Warn("subscriptions/listen failed; tools/list_changed will not be seen", "err", err)
+		var te *transport.Error
+		switch {
+		case err == nil:
+			// The server ended the stream: the stream was up.
+			s.streamUp(cn)
+		case errors.As(err, &te) && isConnError(err):
+			s.markBroken(cn, fmt.Errorf("notification stream: %w", err), false)
 			return
+		default:
+			s.streamDown(cn, err)
 		}
-		// The server ended the stream: listen again, and re-list in case a
-		// change happened while we were not listening.
 		if time.Since(started) > time.Minute {
-			delay = 500 * time.Millisecond
+			attempt = 0
+		}
+		delay := backoff(attempt)
+		attempt++
+		if err != nil {
+			s.log.Warn("notification stream failed; listening again", "err", err, "retry_in", delay.Round(time.Millisecond))
 		}
 		if !sleepCtx(ctx, delay) {
 			return
 		}
-		delay = min(delay*2, 30*time.Second)
-		s.requestRefresh()
+		if err == nil {
+			// A change may have happened while we were not listening.
+			cn.requestRefresh()
+		}
 	}
 }
 
-// listTools lists every page of the server's tools and builds catalog entries.
-func (s *session) listTools(ctx context.Context, cn *conn) (_ []*tool, err error) {
+// streamDown marks cn's server DEGRADED: its notification stream failed.
+func (s *session) streamDown(cn *conn, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur.Load() == cn {
+		s.streamErr = fmt.Sprintf("notification stream: %s (listening again with backoff; tools re-listed every %s meanwhile)",
+			shorten(err.Error(), maxReason), s.cfg.RelistInterval)
+	}
+}
+
+// streamUp clears streamDown, and re-lists: a change may have been missed.
+func (s *session) streamUp(cn *conn) {
+	s.mu.Lock()
+	was := s.streamErr != "" && s.cur.Load() == cn
+	if was {
+		s.streamErr = ""
+	}
+	s.mu.Unlock()
+	if was {
+		s.log.Info("notification stream back")
+		cn.requestRefresh()
+	}
+}
+
+// listTools lists every page of the server's tools, within the listing
+// limits, and builds catalog entries. Its errors: a *listLimitError (the
+// listing broke a limit; nothing is wrong with the connection), a *lostError
+// (the connection is gone), or the request failing otherwise.
+func (s *session) listTools(ctx context.Context, cn *conn) (_ *listing, err error) {
 	ctx, rc := s.startRPC(ctx, string(mcp.MethodToolsList), "")
 	rc.connected(cn)
 	defer func() { rc.end(ctx, nil, err) }()
-	ctx, pages := withRawPages(ctx)
-	res, err := cn.client.ListTools(ctx, mcp.ListToolsRequest{})
-	if err != nil {
-		return nil, err
+	ctx, pages := withRawPages(ctx, s.cfg.MaxToolsPerServer, s.cfg.MaxListBytes)
+	var listed []mcp.Tool
+	req := mcp.ListToolsRequest{}
+	cursors := map[mcp.Cursor]bool{}
+	for {
+		// One page's body may take what the listing has left.
+		pctx, probe := withAnswerProbe(ctx, pages.remaining())
+		res, err := cn.client.ListToolsByPage(pctx, req)
+		var over *listLimitError
+		switch {
+		case errors.As(err, &over):
+			return nil, over
+		case err != nil && probe.tripped.Load():
+			pages.mu.Lock()
+			read := int64(pages.bytes) + max(probe.size.Load(), probe.cut.Load(), probe.limit)
+			pages.mu.Unlock()
+			return nil, &listLimitError{bytes: read, over: probe.size.Load() == 0, maxBytes: s.cfg.MaxListBytes}
+		case err != nil && probe.brokenBy(err):
+			return nil, &lostError{err}
+		case err != nil:
+			return nil, err
+		}
+		listed = append(listed, res.Tools...)
+		if res.NextCursor == "" {
+			break
+		}
+		if cursors[res.NextCursor] {
+			return nil, fmt.Errorf("the server sent cursor %q twice", shorten(string(res.NextCursor), 64))
+		}
+		cursors[res.NextCursor] = true
+		req.Params.Cursor = res.NextCursor
 	}
 	raw := map[string]*rawTool{}
 	pages.mu.Lock()
@@ -523,86 +565,135 @@ func (s *session) listTools(ctx context.Context, cn *conn) (_ []*tool, err error
 	}
 	pages.mu.Unlock()
 	prev := s.cat.serverTools(s.name)
-	out := make([]*tool, 0, len(res.Tools))
+	lim := s.cfg.schemaLimits()
+	l := &listing{tools: make([]*tool, 0, len(listed))}
 	seen := map[string]bool{}
-	for _, t := range res.Tools {
+	for _, t := range listed {
 		if t.Name == "" || seen[t.Name] || !s.cat.admits(s.name, t.Name) {
 			continue
 		}
 		seen[t.Name] = true
 		id := toolid.Join(s.name, t.Name)
-		entry, err := buildTool(s.name, t, raw[t.Name], prev[id])
-		if err != nil {
+		entry, err := buildTool(s.name, t, raw[t.Name], prev[id], lim)
+		var refused *refusedError
+		switch {
+		case errors.As(err, &refused):
+			l.refused = append(l.refused, &toolmeshv1.RefusedTool{Name: t.Name, Reason: refused.reason})
+			s.log.Warn("tool refused", "tool", id, "reason", refused.reason)
+		case err != nil:
 			s.log.Warn("tool input schema does not compile; calling it without validation", "tool", id, "err", err)
 		}
 		if entry != nil {
-			out = append(out, entry)
+			l.tools = append(l.tools, entry)
 		}
 	}
-	return out, nil
+	return l, nil
 }
 
-// publish puts a connection's tools in the catalog.
-func (s *session) publish(cn *conn, tools []*tool) {
-	s.refreshMu.Lock()
-	defer s.refreshMu.Unlock()
-	up, rm := s.cat.replaceServer(s.name, tools)
+// listing is the outcome of one tools/list: the tools for the catalog, and
+// those refused, by name, with the reason; or, when over is set, a listing
+// that broke a limit, which leaves the catalog as it was.
+type listing struct {
+	tools   []*tool
+	refused []*toolmeshv1.RefusedTool
+	over    *listLimitError
+}
+
+// publish puts the server's tools in the catalog. Only run's goroutine and
+// the current connection's refresher call it, one after the other.
+func (s *session) publish(l *listing) {
+	if l.over != nil {
+		s.listFailed(l.over)
+		return
+	}
+	up, rm := s.cat.replaceServer(s.name, l.tools)
 	s.mu.Lock()
-	s.toolCount = len(tools)
+	s.toolCount = len(l.tools)
+	s.refused = l.refused
+	s.listErr = ""
 	s.mu.Unlock()
 	if up > 0 || rm > 0 {
-		s.log.Info("tools changed", "upserted", up, "removed", rm, "total", len(tools))
+		s.log.Info("tools changed", "upserted", up, "removed", rm, "total", len(l.tools))
 	}
 }
 
-func (s *session) requestRefresh() {
-	select {
-	case s.refreshCh <- struct{}{}:
-	default:
+// listFailed marks the server DEGRADED: its tools could not be listed, and
+// the catalog keeps the last good ones.
+func (s *session) listFailed(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keep := "keeping the last good tool list"
+	if s.toolCount == 0 {
+		keep = "no tools are served from it"
 	}
+	s.listErr = fmt.Sprintf("tools/list: %s; %s", shorten(err.Error(), maxReason), keep)
+	s.log.Warn("tool list refused or failed", "err", err, "tools", s.toolCount)
 }
 
-// refreshLoop re-lists tools after tools/list_changed, debounced.
-func (s *session) refreshLoop(ctx context.Context) {
+// refusal returns why tool name was refused at the last listing, if it was.
+func (s *session) refusal(name string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.refused {
+		if r.GetName() == name {
+			return r.GetReason(), true
+		}
+	}
+	return "", false
+}
+
+// refreshLoop re-lists cn's tools after tools/list_changed, debounced, and
+// every RelistInterval (with jitter) in case a notification was lost.
+func (s *session) refreshLoop(cn *conn) {
+	ctx := cn.ctx
+	relist := time.NewTimer(jitter(s.cfg.RelistInterval))
+	defer relist.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.refreshCh:
+		case <-relist.C:
+		case <-cn.refresh:
+			if !sleepCtx(ctx, s.cfg.ListChangedDebounce) {
+				return
+			}
+			// Requests that arrived during the debounce are covered by this refresh.
+			select {
+			case <-cn.refresh:
+			default:
+			}
 		}
-		if !sleepCtx(ctx, s.cfg.ListChangedDebounce) {
-			return
-		}
-		// Requests that arrived during the debounce are covered by this refresh.
-		select {
-		case <-s.refreshCh:
-		default:
-		}
-		cn := s.cur.Load()
-		if cn == nil {
+		relist.Reset(jitter(s.cfg.RelistInterval))
+		if s.cur.Load() != cn {
 			continue // the reconnect lists tools anyway
 		}
 		lctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
-		lctx, probe := withAnswerProbe(lctx, 0)
 		tools, err := s.listTools(lctx, cn)
 		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
+		var lost *lostError
+		var over *listLimitError
+		switch {
+		case err == nil:
+			if s.cur.Load() == cn {
+				s.publish(tools)
 			}
-			if errors.Is(err, transport.ErrSessionTerminated) {
-				s.markBroken(cn, ErrSessionExpired, true)
-			} else if probe.brokenBy(err) {
-				s.markBroken(cn, err, false)
-			} else {
-				s.log.Warn("tools/list refresh failed; keeping the last good tool list", "err", err)
-			}
-			continue
-		}
-		if s.cur.Load() == cn {
-			s.publish(cn, tools)
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, transport.ErrSessionTerminated):
+			s.markBroken(cn, ErrSessionExpired, true)
+		case errors.As(err, &lost):
+			s.markBroken(cn, lost.err, false)
+		case errors.As(err, &over):
+			s.listFailed(over)
+		default:
+			s.listFailed(err)
 		}
 	}
+}
+
+// jitter spreads d over ±20%, so servers are not all listed at once.
+func jitter(d time.Duration) time.Duration {
+	return d*4/5 + rand.N(d*2/5+1)
 }
 
 // current returns the READY connection. While an expired session is being
@@ -769,16 +860,18 @@ func isConnError(err error) bool {
 func (s *session) status() *toolmeshv1.Server {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	state, lastErr := s.healthLocked()
 	out := &toolmeshv1.Server{
 		Name:            s.name,
 		Transport:       transportEnum(s.srv.Transport),
 		Endpoint:        s.endpoint,
-		State:           s.state,
+		State:           state,
 		ProtocolVersion: s.protocol,
 		ServerName:      s.info.Name,
 		ServerVersion:   s.info.Version,
 		ToolCount:       int32(s.toolCount),
-		LastError:       s.lastErr,
+		LastError:       lastErr,
+		RefusedTools:    s.refused,
 	}
 	if !s.connectedAt.IsZero() {
 		out.ConnectedAt = timestampOf(s.connectedAt)
@@ -786,6 +879,23 @@ func (s *session) status() *toolmeshv1.Server {
 	return out
 }
 
+// healthLocked is the state and error ListServers reports: a READY server
+// whose catalog may be stale is DEGRADED, saying why.
+func (s *session) healthLocked() (toolmeshv1.ServerState, string) {
+	if s.state != toolmeshv1.ServerState_SERVER_STATE_READY || (s.streamErr == "" && s.listErr == "") {
+		return s.state, s.lastErr
+	}
+	why := s.streamErr
+	if s.listErr != "" {
+		if why != "" {
+			why += "; "
+		}
+		why += s.listErr
+	}
+	return toolmeshv1.ServerState_SERVER_STATE_DEGRADED, why
+}
+
+// ready: connected, degraded or not (its tools are callable).
 func (s *session) ready() (bool, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -101,7 +101,7 @@ func (ins *instruments) observeSessions(sessions []*session) (metric.Registratio
 	return ins.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, s := range sessions {
 			s.mu.Lock()
-			st := s.state
+			st, _ := s.healthLocked()
 			s.mu.Unlock()
 			o.ObserveInt64(ins.sessions, 1, metric.WithAttributes(attrServer.String(s.name),
 				semconv.NetworkTransportKey.String(s.netTransport), attrState.String(stateName(st))))
@@ -263,11 +263,23 @@ func (r *rpc) end(ctx context.Context, res *mcp.CallToolResult, err error) {
 	}
 }
 
+// knownCodes are the JSON-RPC error codes error.type names: JSON-RPC's own and
+// those the MCP specification and SDKs use.
+var knownCodes = map[int]bool{
+	-32700: true, -32600: true, -32601: true, -32602: true, -32603: true, // JSON-RPC
+	-32000: true, -32001: true, -32002: true, -32042: true, // connection closed, request timeout, resource not found, URL elicitation required
+}
+
+// maxOpSets bounds a session's cache of attribute sets (opAttrs): tools come
+// and go with the server's listings, and the cache starts over past it.
+const maxOpSets = 4096
+
 // opKey names one series of mcp.client.operation.duration of a server.
 type opKey struct{ method, tool, errType string }
 
 // opAttrs returns the attributes of one series, built once: building an attribute set
-// sorts and hashes it, which would otherwise be done on every call.
+// sorts and hashes it, which would otherwise be done on every call. tool is always a tool of
+// the catalog (callTool looks it up first), so a caller cannot make a series up.
 func (s *session) opAttrs(method, tool, errType string) metric.RecordOption {
 	k := opKey{method, tool, errType}
 	if o, ok := s.ops.Load(k); ok {
@@ -280,7 +292,11 @@ func (s *session) opAttrs(method, tool, errType string) metric.RecordOption {
 	if errType != "" {
 		attrs = append(attrs, semconv.ErrorTypeKey.String(errType))
 	}
-	o, _ := s.ops.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(attrs...)))
+	o, loaded := s.ops.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(attrs...)))
+	if !loaded && s.opsLen.Add(1) > maxOpSets {
+		s.ops.Clear()
+		s.opsLen.Store(0)
+	}
 	return o.(metric.RecordOption)
 }
 
@@ -298,8 +314,12 @@ func (r *rpc) recordArguments(args map[string]any) {
 // answered with one, else what went wrong.
 func (r *rpc) errorType(err error) string {
 	switch {
-	case r.hasCode:
+	case r.hasCode && knownCodes[r.code]:
 		return strconv.Itoa(r.code)
+	case r.hasCode:
+		// The server picks its codes: one that sent a new one per call would
+		// make a series of each. The span keeps the code itself.
+		return errTypeOther
 	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return errTypeTimeout
 	case errors.Is(err, context.Canceled):

@@ -6,13 +6,131 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
+
+// A dialer is how the executor reaches one configured server, as a Transport
+// is in the MCP Go SDK: built once from the server's config, it makes a fresh
+// transport for each connection (open), and the session (session.go) does the
+// rest: start, handshake, tools/list, and the connection's life.
+type dialer struct {
+	srv            mcpconfig.Server
+	connectTimeout time.Duration
+	maxLine        int
+	log            *slog.Logger
+
+	// httpTransport is shared by every connection of this server, so the
+	// pool survives reconnects; nil for stdio.
+	httpTransport *http.Transport
+	httpClient    *http.Client
+}
+
+// newDialer sizes the HTTP pool for concurrency in-flight calls.
+func newDialer(srv mcpconfig.Server, cfg Config, concurrency int, log *slog.Logger, tel *telemetry.Service) *dialer {
+	d := &dialer{srv: srv, connectTimeout: cfg.ConnectTimeout, maxLine: lineLimit(cfg), log: log}
+	if srv.Transport != mcpconfig.TransportStdio {
+		// mcp-go's default client keeps 2 idle connections per host; under
+		// load that opens a new TCP connection per call. Size the pool for
+		// the concurrency limit plus the long-lived streams.
+		d.httpTransport = &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          0,
+			MaxIdleConnsPerHost:   concurrency + 4,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   cfg.ConnectTimeout,
+			ExpectContinueTimeout: time.Second,
+		}
+		d.httpClient = &http.Client{Transport: limitBodies{next: tracedWithinSpans(tel, d.httpTransport)}}
+	}
+	return d
+}
+
+// link is the transport of one connection, built but not started.
+type link struct {
+	tr    transport.Interface
+	hooks *hooks
+	proc  *childProcess // stdio only: the server process, already running
+	// lineCapped: the transport reads its event stream with the context
+	// given to Start; see startContext.
+	lineCapped bool
+}
+
+// startContext is the context to start the link's transport with: the
+// legacy SSE event stream is read through a lineCap (limitBodies finds it
+// in the context).
+func (l *link) startContext(ctx context.Context) context.Context {
+	if l.lineCapped {
+		return context.WithValue(ctx, lineCapKey{}, l.hooks)
+	}
+	return ctx
+}
+
+// open builds the transport of a new connection; for stdio it starts the
+// server process. legacyHTTP: a streamable HTTP server spoke a legacy
+// protocol version last time (see session.connect).
+func (d *dialer) open(legacyHTTP bool) (*link, error) {
+	switch d.srv.Transport {
+	case mcpconfig.TransportSSE:
+		sse, err := transport.NewSSE(d.srv.URL,
+			transport.WithHTTPClient(d.httpClient),
+			transport.WithHeaders(d.srv.Headers),
+			transport.WithEndpointTimeout(d.connectTimeout),
+			// Calls carry their own deadline; mcp-go's 60 s default would cut longer ones.
+			transport.WithResponseTimeout(24*time.Hour),
+			transport.WithSSELogger(d.log),
+		)
+		if err != nil {
+			return nil, fmt.Errorf("sse transport: %w", err)
+		}
+		h := &hooks{cancelOverHTTP: true, notify: sse.SendNotification, maxLine: d.maxLine}
+		return &link{tr: &sseTransport{SSE: sse, h: h}, hooks: h, lineCapped: true}, nil
+	case mcpconfig.TransportStreamableHTTP:
+		opts := []transport.StreamableHTTPCOption{
+			transport.WithHTTPBasicClient(d.httpClient),
+			transport.WithHTTPHeaders(d.srv.Headers),
+			transport.WithHTTPLogger(d.log),
+		}
+		if pinned := d.srv.ProtocolVersion; legacyHTTP || (pinned != "" && !mcp.IsModernProtocol(pinned)) {
+			// A legacy server sends notifications on the standalone GET stream only.
+			opts = append(opts, transport.WithContinuousListening())
+		}
+		st, err := transport.NewStreamableHTTP(d.srv.URL, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("streamable http transport: %w", err)
+		}
+		h := &hooks{cancelOverHTTP: true, onlyLegacyCancel: true, notify: st.SendNotification}
+		return &link{tr: &streamableTransport{StreamableHTTP: st, h: h}, hooks: h}, nil
+	case mcpconfig.TransportStdio:
+		p, err := startChild(d.srv)
+		if err != nil {
+			return nil, err
+		}
+		h := &hooks{maxLine: d.maxLine}
+		stdio := transport.NewIO(newLineCap(p.stdout, h.maxLine, h), p.stdin, nil)
+		return &link{tr: &stdioTransport{Stdio: stdio, h: h}, hooks: h, proc: p}, nil
+	}
+	return nil, fmt.Errorf("unknown transport %q", d.srv.Transport)
+}
+
+// close lets the idle HTTP connections go once no connection is left.
+func (d *dialer) close() {
+	if d.httpTransport != nil {
+		d.httpTransport.CloseIdleConnections()
+	}
+}
 
 // The wrappers below embed mcp-go's concrete transports, so every optional
 // interface mcp-go's client probes for (HTTPConnection, BidirectionalInterface,
@@ -30,16 +148,51 @@ import (
 
 type rawPagesKey struct{}
 
-// rawPages collects the raw results of the tools/list requests sent with a
-// context made by withRawPages.
+// rawPages collects the raw results of one listing's tools/list requests
+// (sent with a context made by withRawPages), and stops the listing at its
+// limits: a page that takes it past them is refused before mcp-go decodes it.
 type rawPages struct {
+	maxTools, maxBytes int
+
 	mu    sync.Mutex
 	pages []json.RawMessage
+	tools int // in the pages so far
+	bytes int
 }
 
-func withRawPages(ctx context.Context) (context.Context, *rawPages) {
-	p := &rawPages{}
+func withRawPages(ctx context.Context, maxTools, maxBytes int) (context.Context, *rawPages) {
+	p := &rawPages{maxTools: maxTools, maxBytes: maxBytes}
 	return context.WithValue(ctx, rawPagesKey{}, p), p
+}
+
+// add records one page, or says which limit it breaks.
+func (p *rawPages) add(page json.RawMessage) error {
+	// Counted without decoding: a page of 50,000 tools costs no more here
+	// than reading it. A page of another shape is mcp-go's to refuse, with
+	// its own words.
+	var v struct {
+		Tools []struct{} `json:"tools"`
+	}
+	_ = json.Unmarshal(page, &v)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tools += len(v.Tools)
+	p.bytes += len(page)
+	switch {
+	case p.tools > p.maxTools:
+		return &listLimitError{tools: p.tools, pages: len(p.pages) + 1, maxTools: p.maxTools}
+	case p.bytes > p.maxBytes:
+		return &listLimitError{bytes: int64(p.bytes), maxBytes: p.maxBytes}
+	}
+	p.pages = append(p.pages, page)
+	return nil
+}
+
+// remaining is how many bytes the listing's next page may have.
+func (p *rawPages) remaining() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return max(p.maxBytes-p.bytes, 1)
 }
 
 // hooks is the shared part of the transport wrappers.
@@ -58,7 +211,7 @@ type hooks struct {
 	oversized sync.Map
 }
 
-func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *transport.JSONRPCResponse, err error) *transport.JSONRPCResponse {
+func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *transport.JSONRPCResponse, err error) (*transport.JSONRPCResponse, error) {
 	if r := rpcFrom(ctx); r != nil {
 		r.answered(req, resp)
 	}
@@ -76,14 +229,14 @@ func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *t
 	case string(mcp.MethodToolsList):
 		if err == nil && resp != nil && resp.Error == nil {
 			if p, ok := ctx.Value(rawPagesKey{}).(*rawPages); ok {
-				p.mu.Lock()
-				p.pages = append(p.pages, resp.Result)
-				p.mu.Unlock()
+				if err := p.add(resp.Result); err != nil {
+					return nil, err
+				}
 			}
 			if slim, ok := slimToolsPage(resp.Result); ok {
 				out := *resp
 				out.Result = slim
-				return &out
+				return &out, nil
 			}
 		}
 	case string(mcp.MethodToolsCall), string(mcp.MethodSubscriptionsListen):
@@ -93,7 +246,7 @@ func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *t
 			h.sendCancelled(ctx, req.ID)
 		}
 	}
-	return resp
+	return resp, err
 }
 
 // slimSchema is the input schema mcp-go is given for a tool whose schema has no
@@ -201,7 +354,7 @@ func (t *sseTransport) SendRequest(ctx context.Context, req transport.JSONRPCReq
 	if err == nil {
 		err = checkResponse(req, resp)
 	}
-	return t.h.after(ctx, req, resp, err), err
+	return t.h.after(ctx, req, resp, err)
 }
 
 type streamableTransport struct {
@@ -214,7 +367,7 @@ func (t *streamableTransport) SendRequest(ctx context.Context, req transport.JSO
 	if err == nil {
 		err = checkResponse(req, resp)
 	}
-	return t.h.after(ctx, req, resp, err), err
+	return t.h.after(ctx, req, resp, err)
 }
 
 type stdioTransport struct {
@@ -227,7 +380,7 @@ func (t *stdioTransport) SendRequest(ctx context.Context, req transport.JSONRPCR
 	if err == nil {
 		err = checkResponse(req, resp)
 	}
-	return t.h.after(ctx, req, resp, err), err
+	return t.h.after(ctx, req, resp, err)
 }
 
 // ctxEnded reports whether ctx is done or (nearly) past its deadline: mcp-go's

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 	"slices"
@@ -9,7 +10,7 @@ import (
 
 func TestDropOptionalNulls(t *testing.T) {
 	sch, err := compileSchema("t.x", json.RawMessage(`{"type":"object","required":["q"],"properties":{
-		"q":{"type":["string","null"]},"verbose":{"type":"boolean"},"note":{"type":["string","null"]},"any":{}}}`))
+		"q":{"type":["string","null"]},"verbose":{"type":"boolean"},"note":{"type":["string","null"]},"any":{}}}`), testLimits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +34,10 @@ func TestDropOptionalNulls(t *testing.T) {
 			}
 		})
 	}
-	if err := validateArgs("t.x", sch, map[string]any{"q": "a"}); err != nil {
+	if err := validateArgs(context.Background(), "t.x", sch, map[string]any{"q": "a"}); err != nil {
 		t.Errorf("after dropping: %v", err)
 	}
 }
+
+// testLimits are the default schema limits.
+var testLimits = Config{}.withDefaults().schemaLimits()

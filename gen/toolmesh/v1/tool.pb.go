@@ -87,6 +87,11 @@ const (
 	ServerState_SERVER_STATE_UNHEALTHY ServerState = 3
 	// SERVER_STATE_STOPPED: the executor is shutting down.
 	ServerState_SERVER_STATE_STOPPED ServerState = 4
+	// SERVER_STATE_DEGRADED: a session is open and its tools are callable, but the catalog may
+	// be stale or incomplete: the notification stream is down (tools are re-listed periodically
+	// meanwhile), or the last tools/list failed or broke a listing limit (the last good tools
+	// are kept). last_error says which.
+	ServerState_SERVER_STATE_DEGRADED ServerState = 5
 )
 
 // Enum value maps for ServerState.
@@ -97,6 +102,7 @@ var (
 		2: "SERVER_STATE_READY",
 		3: "SERVER_STATE_UNHEALTHY",
 		4: "SERVER_STATE_STOPPED",
+		5: "SERVER_STATE_DEGRADED",
 	}
 	ServerState_value = map[string]int32{
 		"SERVER_STATE_UNSPECIFIED": 0,
@@ -104,6 +110,7 @@ var (
 		"SERVER_STATE_READY":       2,
 		"SERVER_STATE_UNHEALTHY":   3,
 		"SERVER_STATE_STOPPED":     4,
+		"SERVER_STATE_DEGRADED":    5,
 	}
 )
 
@@ -470,8 +477,11 @@ type Server struct {
 	ToolCount       int32                  `protobuf:"varint,8,opt,name=tool_count,json=toolCount,proto3" json:"tool_count,omitempty"`
 	LastError       string                 `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	ConnectedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=connected_at,json=connectedAt,proto3" json:"connected_at,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// refused_tools are tools the server listed that break the executor's limits (an input
+	// schema too large, too deep or too costly to validate): never indexed or callable.
+	RefusedTools  []*RefusedTool `protobuf:"bytes,11,rep,name=refused_tools,json=refusedTools,proto3" json:"refused_tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Server) Reset() {
@@ -574,6 +584,68 @@ func (x *Server) GetConnectedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Server) GetRefusedTools() []*RefusedTool {
+	if x != nil {
+		return x.RefusedTools
+	}
+	return nil
+}
+
+// RefusedTool is a tool a server listed that the executor refused.
+type RefusedTool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the tool's name on its server.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// reason names the limit it broke and the flag that sets it.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefusedTool) Reset() {
+	*x = RefusedTool{}
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefusedTool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefusedTool) ProtoMessage() {}
+
+func (x *RefusedTool) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefusedTool.ProtoReflect.Descriptor instead.
+func (*RefusedTool) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RefusedTool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RefusedTool) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_toolmesh_v1_tool_proto protoreflect.FileDescriptor
 
 const file_toolmesh_v1_tool_proto_rawDesc = "" +
@@ -614,7 +686,7 @@ const file_toolmesh_v1_tool_proto_rawDesc = "" +
 	"_mime_typeB\a\n" +
 	"\x05_dataB\x06\n" +
 	"\x04_uriB\a\n" +
-	"\x05_name\"\x8e\x03\n" +
+	"\x05_name\"\xcd\x03\n" +
 	"\x06Server\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\ttransport\x18\x02 \x01(\x0e2\x16.toolmesh.v1.TransportR\ttransport\x12\x1a\n" +
@@ -629,18 +701,23 @@ const file_toolmesh_v1_tool_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\t \x01(\tR\tlastError\x12=\n" +
 	"\fconnected_at\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAt*m\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAt\x12=\n" +
+	"\rrefused_tools\x18\v \x03(\v2\x18.toolmesh.v1.RefusedToolR\frefusedTools\"9\n" +
+	"\vRefusedTool\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason*m\n" +
 	"\tTransport\x12\x19\n" +
 	"\x15TRANSPORT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rTRANSPORT_SSE\x10\x01\x12\x1d\n" +
 	"\x19TRANSPORT_STREAMABLE_HTTP\x10\x02\x12\x13\n" +
-	"\x0fTRANSPORT_STDIO\x10\x03*\x96\x01\n" +
+	"\x0fTRANSPORT_STDIO\x10\x03*\xb1\x01\n" +
 	"\vServerState\x12\x1c\n" +
 	"\x18SERVER_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17SERVER_STATE_CONNECTING\x10\x01\x12\x16\n" +
 	"\x12SERVER_STATE_READY\x10\x02\x12\x1a\n" +
 	"\x16SERVER_STATE_UNHEALTHY\x10\x03\x12\x18\n" +
-	"\x14SERVER_STATE_STOPPED\x10\x04B9Z7github.com/toolmesh/toolmesh/gen/toolmesh/v1;toolmeshv1b\x06proto3"
+	"\x14SERVER_STATE_STOPPED\x10\x04\x12\x19\n" +
+	"\x15SERVER_STATE_DEGRADED\x10\x05B9Z7github.com/toolmesh/toolmesh/gen/toolmesh/v1;toolmeshv1b\x06proto3"
 
 var (
 	file_toolmesh_v1_tool_proto_rawDescOnce sync.Once
@@ -655,7 +732,7 @@ func file_toolmesh_v1_tool_proto_rawDescGZIP() []byte {
 }
 
 var file_toolmesh_v1_tool_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_toolmesh_v1_tool_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_toolmesh_v1_tool_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_toolmesh_v1_tool_proto_goTypes = []any{
 	(Transport)(0),                // 0: toolmesh.v1.Transport
 	(ServerState)(0),              // 1: toolmesh.v1.ServerState
@@ -664,22 +741,24 @@ var file_toolmesh_v1_tool_proto_goTypes = []any{
 	(*ScoredTool)(nil),            // 4: toolmesh.v1.ScoredTool
 	(*Content)(nil),               // 5: toolmesh.v1.Content
 	(*Server)(nil),                // 6: toolmesh.v1.Server
-	(*structpb.Struct)(nil),       // 7: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*RefusedTool)(nil),           // 7: toolmesh.v1.RefusedTool
+	(*structpb.Struct)(nil),       // 8: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
 }
 var file_toolmesh_v1_tool_proto_depIdxs = []int32{
-	7, // 0: toolmesh.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	7, // 1: toolmesh.v1.Tool.output_schema:type_name -> google.protobuf.Struct
+	8, // 0: toolmesh.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	8, // 1: toolmesh.v1.Tool.output_schema:type_name -> google.protobuf.Struct
 	3, // 2: toolmesh.v1.Tool.annotations:type_name -> toolmesh.v1.ToolAnnotations
 	2, // 3: toolmesh.v1.ScoredTool.tool:type_name -> toolmesh.v1.Tool
 	0, // 4: toolmesh.v1.Server.transport:type_name -> toolmesh.v1.Transport
 	1, // 5: toolmesh.v1.Server.state:type_name -> toolmesh.v1.ServerState
-	8, // 6: toolmesh.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	9, // 6: toolmesh.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
+	7, // 7: toolmesh.v1.Server.refused_tools:type_name -> toolmesh.v1.RefusedTool
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_toolmesh_v1_tool_proto_init() }
@@ -695,7 +774,7 @@ func file_toolmesh_v1_tool_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolmesh_v1_tool_proto_rawDesc), len(file_toolmesh_v1_tool_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -294,6 +294,7 @@ function setUpDocsLink() {
 
 const STATES = {
   SERVER_STATE_READY: ['ok', 'ready'],
+  SERVER_STATE_DEGRADED: ['warn', 'degraded'],
   SERVER_STATE_CONNECTING: ['warn', 'connecting'],
   SERVER_STATE_UNHEALTHY: ['bad', 'unhealthy'],
   SERVER_STATE_STOPPED: ['info', 'stopped'],
