@@ -23,6 +23,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
@@ -864,14 +865,15 @@ func (s *session) status() *toolmeshv1.Server {
 	out := &toolmeshv1.Server{
 		Name:            s.name,
 		Transport:       transportEnum(s.srv.Transport),
-		Endpoint:        s.endpoint,
+		Endpoint:        redact.Text(s.endpoint),
 		State:           state,
 		ProtocolVersion: s.protocol,
 		ServerName:      s.info.Name,
 		ServerVersion:   s.info.Version,
 		ToolCount:       int32(s.toolCount),
-		LastError:       lastErr,
-		RefusedTools:    s.refused,
+		// The executor's own API (the api masks them too) never shows a credential in a URL.
+		LastError:    redact.Text(lastErr),
+		RefusedTools: s.refused,
 	}
 	if !s.connectedAt.IsZero() {
 		out.ConnectedAt = timestampOf(s.connectedAt)
