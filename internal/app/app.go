@@ -318,7 +318,17 @@ func initExecutor(a *App, env targetEnv) ([]runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return a.serveGRPC(env, cfg.GRPCAddr, svc, env.tel.GRPCServerOptions()...)
+	runners, err := a.serveGRPC(env, cfg.GRPCAddr, svc, env.tel.GRPCServerOptions()...)
+	if err != nil {
+		return nil, err
+	}
+	// The banner names every MCP server the executor connects to, the configured ones too (the
+	// demo's are listed by the demo), credentials in their URLs masked.
+	for _, name := range mcpconfig.Names(a.cfg.Executor.Servers) {
+		srv := a.cfg.Executor.Servers[name]
+		a.endpoint(name+" MCP", redact.Text(string(srv.Transport)+" "+srv.Endpoint()))
+	}
+	return runners, nil
 }
 
 func initRetriever(a *App, env targetEnv) ([]runner, error) {
