@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,9 +45,10 @@ type badResult struct {
 	code    int
 	header  http.Header
 	body    []byte
-	message string // the "message" of a JSON error body
-	errCode *int   // the "code" of a JSON error body, if present
-	wrapped bool   // the error came as {"error":{...}}, as grpc-gateway writes stream errors
+	message string   // the "message" of a JSON error body
+	errCode *int     // the "code" of a JSON error body, if present
+	wrapped bool     // the error came as {"error":{...}}, as grpc-gateway writes stream errors
+	keys    []string // the top-level keys of a JSON body, sorted
 }
 
 func doBad(t *testing.T, base string, tc badCase) badResult {
@@ -96,6 +98,13 @@ func doBad(t *testing.T, base string, tc badCase) badResult {
 	if json.Unmarshal(b, &e) == nil {
 		r.message, r.errCode = e.Message, e.Code
 	}
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(b, &keys) == nil {
+		for k := range keys {
+			r.keys = append(r.keys, k)
+		}
+		slices.Sort(r.keys)
+	}
 	return r
 }
 
@@ -138,7 +147,27 @@ func (tc badCase) problems(r badResult) []string {
 			add("%s %s %.80s: message %q, want it to name %q", tc.method, tc.path, tc.body, r.message, m)
 		}
 	}
+	// Every error body has the same fields; the trace id is there unless the path is one the
+	// tracing leaves out (probes, the console's files), and a stream's error in-band is grpc-gateway's.
+	want := []string{"code", "details", "message", "trace_id"}
+	if untraced(tc.path) {
+		want = []string{"code", "details", "message"}
+	}
+	if !tc.plain && !r.wrapped && !slices.Equal(r.keys, want) {
+		add("%s %s: error body fields %v, want %v: %.300s", tc.method, tc.path, r.keys, want, r.body)
+	}
 	return out
+}
+
+// untraced says whether the REST port's tracing leaves path out (probes, scrapes, the console).
+func untraced(path string) bool {
+	path, _, _ = strings.Cut(path, "?")
+	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/ui/"} {
+		if path == p || strings.HasPrefix(path, p) && strings.HasSuffix(p, "/") {
+			return true
+		}
+	}
+	return false
 }
 
 // knownGap decides a case marked with a gap: the request was sent and its problems found; while
@@ -242,7 +271,7 @@ func TestBadInput(t *testing.T) {
 		{name: "missing query", method: "POST", path: "/v1/query", body: `{"k":3}`, want: 400, msg: []string{"query: is required"}},
 		{name: "no body", method: "POST", path: "/v1/query", contentType: "application/json", want: 400, msg: []string{"query: is required"}},
 		{name: "no body, no Content-Type", method: "POST", path: "/v1/query", want: 415, msg: []string{"Content-Type is missing"}},
-		{name: "unknown field", method: "POST", path: "/v1/query", body: `{"query":"x","bogus":1}`, want: 400, msg: []string{"bogus"}},
+		{name: "unknown field", method: "POST", path: "/v1/query", body: `{"query":"x","bogus":1}`, want: 400, msg: []string{`body: unknown field "bogus"; a query body takes query, k, max_iterations, servers, timeout_seconds`}},
 		{name: "invalid UTF-8 query", method: "POST", path: "/v1/query", body: `{"query":"` + invalidUTF8 + `"}`, want: 400, msg: []string{"invalid UTF-8"}},
 		{name: "deep nesting", method: "POST", path: "/v1/query", body: `{"query":"x","servers":` + badNested(10000) + `}`, want: 400, msg: []string{"max depth"}},
 		{name: "huge body", method: "POST", path: "/v1/query", body: huge, want: 413, msg: []string{"body", "65536"}},

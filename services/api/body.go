@@ -6,13 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 )
 
 // bodyDeadline bounds how long a client may take to send a request body: a client that
@@ -87,7 +91,7 @@ func checkBody(max int64, timeout time.Duration, next http.Handler) http.Handler
 			writeError(w, http.StatusBadRequest, "body: "+err.Error())
 			return
 		}
-		if msg := bodyProblem(data, strings.HasSuffix(r.URL.Path, ":call")); msg != "" {
+		if msg := bodyProblem(data, r.URL.Path); msg != "" {
 			writeError(w, http.StatusBadRequest, msg)
 			return
 		}
@@ -96,8 +100,9 @@ func checkBody(max int64, timeout time.Duration, next http.Handler) http.Handler
 	})
 }
 
-// bodyProblem describes what is wrong with a JSON request body, or returns "".
-func bodyProblem(data []byte, isCall bool) string {
+// bodyProblem describes what is wrong with the JSON request body of path, or returns "".
+func bodyProblem(data []byte, path string) string {
+	isCall := strings.HasSuffix(path, ":call")
 	if len(bytes.TrimSpace(data)) == 0 {
 		return ""
 	}
@@ -114,6 +119,15 @@ func bodyProblem(data []byte, isCall bool) string {
 		var names []string
 		if t := bytes.TrimSpace(v); string(t) != "null" && json.Unmarshal(t, &names) != nil {
 			return "servers: must be a list of server names, e.g. [\"calculator\"]"
+		}
+	}
+	if path == "/v1/query" || path == "/v1/query:stream" {
+		// protojson's own message ("proto: (line 1:2): unknown field") is for a program, and its
+		// wording is not promised: name the field and the ones a query takes.
+		for _, k := range slices.Sorted(maps.Keys(fields)) {
+			if !queryBodyFields[k] {
+				return fmt.Sprintf("body: unknown field %q; a query body takes %s", k, queryFieldList)
+			}
 		}
 	}
 	if !isCall {
@@ -140,3 +154,17 @@ func writeError(w http.ResponseWriter, httpStatus int, msg string) {
 	}
 	writeJSON(w, httpStatus, map[string]any{"code": code, "message": msg, "details": []any{}})
 }
+
+// queryBodyFields are the names a query body may use (the proto name and its JSON name, as
+// protojson accepts both), and queryFieldList the proto names, for messages.
+var queryBodyFields, queryFieldList = func() (map[string]bool, string) {
+	fields := (&toolmeshv1.QueryRequest{}).ProtoReflect().Descriptor().Fields()
+	names := map[string]bool{}
+	var list []string
+	for i := range fields.Len() {
+		f := fields.Get(i)
+		names[string(f.Name())], names[f.JSONName()] = true, true
+		list = append(list, string(f.Name()))
+	}
+	return names, strings.Join(list, ", ")
+}()

@@ -91,7 +91,7 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 	// foreign Origin, a body that is not JSON). Any page may see that /healthz is up.
 	h = s.web.Handler(h, healthz)
 	// Probes and scrapes would drown the traces of real requests.
-	h = s.tel.HTTPHandler(traceHeader(h), "rest", s.cfg.HTTPAddr, auth.Paths("/healthz", "/readyz", "/metrics", "/ui/"))
+	h = s.tel.HTTPHandler(traceHeader(errorBodies(h)), "rest", s.cfg.HTTPAddr, auth.Paths("/healthz", "/readyz", "/metrics", "/ui/"))
 	h = bodyDeadline(s.cfg.BodyTimeout, h)
 	return h, func() { _ = conn.Close() }, nil
 }
