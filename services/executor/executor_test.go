@@ -2,8 +2,10 @@ package executor
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -530,5 +532,69 @@ func TestEndpointSanitized(t *testing.T) {
 	}
 	if got := endpointOf(mcpconfig.Server{Transport: mcpconfig.TransportStdio, Command: "/usr/bin/npx", Args: []string{"--token", "x"}}); got != "npx" {
 		t.Errorf("got %q", got)
+	}
+}
+
+// warnRecorder is a slog handler that keeps every record at WARN or above.
+type warnRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnRecorder) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	msg := r.Message
+	r.Attrs(func(a slog.Attr) bool { msg += " " + a.String(); return true })
+	w.msgs = append(w.msgs, msg)
+	return nil
+}
+func (w *warnRecorder) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnRecorder) WithGroup(string) slog.Handler      { return w }
+
+// A stop is not a lost connection: an operator who stops the executor sees
+// no warning (an SSE event stream ends with the stop, and that used to be
+// reported as "mcp connection lost; reconnecting").
+func TestStopLogsNoWarning(t *testing.T) {
+	for _, tc := range transportCases() {
+		if tc.stdio {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			ts := newTestMCP("calc", 0)
+			t.Cleanup(ts.stop)
+			srv, _ := tc.setup(t, ts)
+			for i := range 10 {
+				rec := &warnRecorder{}
+				svc, err := New(Config{Servers: map[string]mcpconfig.Server{"calc": srv}, ConnectTimeout: 5 * time.Second}, slog.New(rec), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- svc.Run(ctx) }()
+				deadline := time.Now().Add(10 * time.Second)
+				for ok, why := svc.Ready(); !ok; ok, why = svc.Ready() {
+					if time.Now().After(deadline) {
+						cancel()
+						t.Fatalf("not ready after 10s: %s", why)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				cancel()
+				select {
+				case <-done:
+				case <-time.After(15 * time.Second):
+					t.Fatal("Run did not return within 15s of cancel")
+				}
+				rec.mu.Lock()
+				msgs := rec.msgs
+				rec.mu.Unlock()
+				if len(msgs) > 0 {
+					t.Fatalf("stop %d logged warnings: %q", i, msgs)
+				}
+			}
+		})
 	}
 }

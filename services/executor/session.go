@@ -172,7 +172,9 @@ func (s *session) markBroken(cn *conn, err error, expired bool) {
 		cn.breakErr = err
 		cn.expired = expired
 		s.mu.Lock()
-		if s.cur.CompareAndSwap(cn, nil) {
+		// A connection whose context has ended is being closed on purpose
+		// (a stop): its streams end with it, which is not a loss.
+		if cn.ctx.Err() == nil && s.cur.CompareAndSwap(cn, nil) {
 			if expired {
 				s.reconnecting = true
 				s.log.Info("mcp session expired; re-initializing")
