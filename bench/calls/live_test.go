@@ -53,14 +53,18 @@ func TestLiveSortsOutputs(t *testing.T) {
 	for _, q := range []string{"whole", "plain", "other", "both", "invalid", "cut", "refused", "repeated"} {
 		cases = append(cases, liveCase(t, q))
 	}
-	l := newLiveRun(d.URL, "", 10*time.Second, 64, 0, 5, gorilla.DefaultOptions)
+	l, err := newLiveRun(liveOptions{URL: d.URL, Timeout: 10 * time.Second, NPredict: 64, Show: 5, Raw: true, Opts: gorilla.DefaultOptions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
 	var out strings.Builder
 	l.out = &out
 	got, err := l.run(t.Context(), cases)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := figures.Live{Server: "llama-server b11669-llamatest, model tiny.gguf", NPredict: 64, Cases: 8,
+	want := figures.Live{Server: "llama-server b11669-llamatest, model tiny.gguf", Path: pathRaw, CtxSize: 4096, NPredict: 64, Cases: 8,
 		Whole: 2, OtherNames: 2, Invalid: 1, Unparsed: 1, Plain: 1, Errors: 1, Cut: 1}
 	if got != want {
 		t.Errorf("live figures\n got %+v\nwant %+v", got, want)
@@ -92,5 +96,109 @@ func TestLivePicks(t *testing.T) {
 		if got != tc.want || last-first < tc.n*(tc.want-1)/tc.want-1 {
 			t.Errorf("-live-cases %d of %d: %d picked, from %d to %d; want %d spread over the file", tc.cases, tc.n, got, first, last, tc.want)
 		}
+	}
+}
+
+// budgetCase offers get_weather(city) and get_time(zone), the one named long with a
+// description of pad bytes; its ground truth calls get_weather.
+func budgetCase(t *testing.T, query, long string, pad int) bfclCase {
+	t.Helper()
+	desc := map[string]string{"get_weather": "Weather of a city.", "get_time": "Time in a zone."}
+	desc[long] += strings.Repeat(" Detail.", pad/8)
+	fns, err := json.Marshal([]map[string]any{
+		{"name": "get_weather", "description": desc["get_weather"], "parameters": map[string]any{"type": "dict",
+			"properties": map[string]any{"city": map[string]any{"type": "string"}}, "required": []string{"city"}}},
+		{"name": "get_time", "description": desc["get_time"], "parameters": map[string]any{"type": "dict",
+			"properties": map[string]any{"zone": map[string]any{"type": "integer"}}, "required": []string{"zone"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c bfclCase
+	err = json.Unmarshal([]byte(`{"qid":"`+query[:4]+`","query":"`+query+`","functions":`+string(fns)+`,
+		"ground_truth":[{"name":"get_weather","arguments":{"city":["Paris"]}}]}`), &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestLiveThroughService: through the inference service each case's prompt meets the
+// context as a question's would. A prompt that fits keeps every tool; one that does not loses
+// its lowest-ranked tools (the retriever's order, not the file's), and the check says whether
+// the ground truth's function was among them; a question too long for any tool is refused.
+// (Against the llama-server double with a 1024-token context: what is checked is the path and
+// the counting, not llama-server.)
+func TestLiveThroughService(t *testing.T) {
+	d := llamatest.NewDouble(t, llamatest.DoubleOptions{CtxSize: 1024})
+	weather := llamatest.Reply{Pieces: []string{"<<function>>get_weather(city='Paris')"}}
+	cases := []struct {
+		c     bfclCase
+		reply llamatest.Reply
+	}{
+		// Fits: both tools offered, the ground truth called.
+		{budgetCase(t, "fits: the weather in Paris", "", 0), weather},
+		// get_time is long and shares no word with the question: it ranks last and is
+		// dropped, the ground truth stays and is called.
+		{budgetCase(t, "drop: the weather in Paris", "get_time", 2000), weather},
+		// get_weather is long and the question is about time: the ground truth ranks last,
+		// is dropped, and the model calls the other.
+		{budgetCase(t, "gtdr: the time in zone 2", "get_weather", 2000), llamatest.Reply{Pieces: []string{"<<function>>get_time(zone=2)"}}},
+		// Fits, and the model answers in plain text.
+		{budgetCase(t, "plan: the weather in Paris", "", 0), llamatest.Reply{Pieces: []string{"Sunny."}}},
+		// The question alone is longer than the context.
+		{budgetCase(t, "long: the weather in Paris"+strings.Repeat(" really", 200), "", 0), weather},
+	}
+	d.ScriptFunc(func(r llamatest.Request) (llamatest.Reply, bool) {
+		for _, tc := range cases {
+			if strings.Contains(r.Prompt, "<<question>>"+tc.c.Query+"\n") {
+				return tc.reply, true
+			}
+		}
+		return llamatest.Reply{}, false
+	})
+	var in []bfclCase
+	for _, tc := range cases {
+		in = append(in, tc.c)
+	}
+	l, err := newLiveRun(liveOptions{URL: d.URL, Timeout: 10 * time.Second, NPredict: 64, Show: 5, Opts: gorilla.DefaultOptions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	var out strings.Builder
+	l.out = &out
+	got, err := l.run(t.Context(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := figures.Live{Server: "llama-server b11669-llamatest, model tiny.gguf", Path: pathService, CtxSize: 1024, NPredict: 64, Cases: 5,
+		Whole: 2, OtherNames: 1, Plain: 1, Refused: 1, FitWhole: 2, Dropped: 2, ToolsDropped: 2, DroppedGroundTruth: 1}
+	if got != want {
+		t.Errorf("live figures\n got %+v\nwant %+v\n%s", got, want, out.String())
+	}
+	for _, line := range []string{
+		"live: prompt budget: 2 cases fit with every tool, 2 had tools dropped to fit (2 tools; a ground-truth function among them in 1 cases), 1 refused even with every tool dropped, 0 unknown (the request failed)",
+		"live dropped: drop: 1 of 2 tools dropped: get_time\n",
+		"live dropped: gtdr: 1 of 2 tools dropped: get_weather (the ground truth's get_weather among them)",
+	} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("output lacks %q:\n%s", line, out.String())
+		}
+	}
+	for _, r := range d.Requests() {
+		if r.Grammar == "" || r.NPredict < 32 || r.NPredict > 64 {
+			t.Errorf("request sent n_predict %d, grammar %d bytes; want the service's budget (32 to 64) and a grammar", r.NPredict, len(r.Grammar))
+		}
+	}
+}
+
+// TestLiveCallsOnlyNeedsRaw: the service's grammars always allow a plain answer, so
+// -calls-only without -raw is refused rather than silently ignored.
+func TestLiveCallsOnlyNeedsRaw(t *testing.T) {
+	opts := gorilla.DefaultOptions
+	opts.CallsOnly = true
+	if _, err := newLiveRun(liveOptions{URL: "http://127.0.0.1:1", Opts: opts}); err == nil || !strings.Contains(err.Error(), "-raw") {
+		t.Errorf("newLiveRun(-calls-only, service) = %v; want an error naming -raw", err)
 	}
 }

@@ -9,14 +9,28 @@
 // that no sentence of a grammar is longer than its budget.
 //
 // With -llama URL, or -llama-server BIN (it then starts that llama-server on llamatest's tiny
-// random-weight model), it also decodes cases on a real llama-server under each case's grammar
-// sized to -n-predict (live), and sorts every output into one kind: whole calls (they parse,
-// validate against the schemas and name exactly the ground truth's functions), calls naming
-// other functions, calls that break a schema, output that does not parse, a plain answer, a
-// failed request. A plain answer is not a pass: with -calls-only the grammars force calls.
+// random-weight model), it also decodes cases on a real llama-server (live). By default each
+// case goes through the inference service (services/inference, run in this process against
+// that llama-server) as the first step of a user's question does: its tools ranked by the
+// retriever's index, then Generate with no max_tokens, so the service's own prompt budget sets
+// n_predict and, where the prompt does not fit the context, drops the lowest-ranked tools and
+// says which. The output then says how many cases fit with every tool, how many had tools
+// dropped (how many tools, and whether a ground-truth function was among them) and how many
+// were refused even with every tool dropped. -llama-server runs the tiny model with the
+// context Gorilla OpenFunctions v2 was trained with (4096); its vocabulary is single
+// characters and bytes, so a prompt takes more tokens there than with Gorilla's tokenizer and
+// more cases need tools dropped than would with Gorilla. With -raw, each case's prompt is built
+// from its whole tool list and sent to /completion with its grammar sized to -n-predict, as
+// before the service had a budget (-llama-server then runs a 16384-token context so every
+// prompt fits whole). Every output is sorted into one kind: whole calls (they parse, validate
+// against the schemas and name exactly the ground truth's functions), calls naming other
+// functions, calls that break a schema, output that does not parse, a plain answer, a prompt
+// refused for the context, a failed request. A plain answer is not a pass; with -raw
+// -calls-only the grammars force calls.
 //
 //	go run ./bench/calls -cases ../shared/data/bfcl-calls/calls-dev.jsonl [-json FILE]
-//	go run ./bench/calls -live-only -calls-only -llama-server "$TOOLMESH_LLAMA_SERVER" [-live-cases N]
+//	go run ./bench/calls -live-only -llama-server "$TOOLMESH_LLAMA_SERVER" [-live-cases N]
+//	go run ./bench/calls -live-only -raw -calls-only -llama-server "$TOOLMESH_LLAMA_SERVER" [-live-cases N]
 //
 // The checks without a model end with the line parse=N/T validate=N/T grammar=N/T reject=N/T;
 // the output ends with "live: calls=N/M whole (parse+validate+names), plain=K" or "live: not run".
@@ -30,13 +44,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"maps"
 	"math"
-	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -78,33 +88,43 @@ func main() {
 	liveCases := flag.Int("live-cases", 0, "live: decode this many cases spread evenly over the file (0: every case)")
 	liveOnly := flag.Bool("live-only", false, "run only the live check (not parse, validate, grammar, reject)")
 	show := flag.Int("show", 5, "failures to print per check")
-	nPredict := flag.Int("n-predict", 256, "live: tokens to generate per case (the live grammars are sized to it)")
+	nPredict := flag.Int("n-predict", 0, "live: through the service its n_predict ceiling (--inference.llm.n-predict; 0: the service's default); with -raw the n_predict of every request, the grammars sized to it (0: 256)")
+	raw := flag.Bool("raw", false, "live: send each case's whole prompt to /completion, without the service's prompt budget")
 	// 2048: under the worst case of one byte per token the grammars then leave room for every
 	// BFCL ground truth (the longest is 697 bytes, and it is one of several calls); at the
 	// service's default of 512 some real calls cannot fit whatever the limits.
 	grammarNPredict := flag.Int("grammar-n-predict", llama.DefaultNPredict, "parse/grammar/reject: the token budget the grammars are sized to, as the service sizes them to max_tokens (default: the service's n_predict ceiling; 0: not sized)")
 	timeout := flag.Duration("timeout", 2*time.Minute, "live: timeout per request")
-	callsOnly := flag.Bool("calls-only", false, "build grammars without the plain-answer branch (live output must be calls)")
+	callsOnly := flag.Bool("calls-only", false, "build grammars without the plain-answer branch (with -raw, live output must be calls; the service always allows a plain answer)")
 	limit := flag.Int("limit", 0, "check only the first N cases (0: all; for a smoke run)")
 	jsonPath := flag.String("json", "", "also write the counts of the last line as JSON to this file, for bench/report")
 	flag.Parse()
 	opts := gorilla.DefaultOptions
 	opts.CallsOnly = *callsOnly
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if *raw && *nPredict == 0 {
+		*nPredict = 256
+	}
 	err := func() error {
-		var live *liveRun
+		lo := liveOptions{URL: *llamaURL, Timeout: *timeout, NPredict: *nPredict, Cases: *liveCases, Show: *show, Raw: *raw, Opts: opts}
 		switch {
 		case *llamaURL != "" && *llamaServer != "":
 			return errors.New("-llama and -llama-server: give one")
 		case *llamaServer != "":
-			srv, what, err := startTiny(*llamaServer, !opts.CallsOnly)
+			srv, what, err := startTiny(*llamaServer, *raw, !opts.CallsOnly)
 			if err != nil {
 				return err
 			}
 			defer srv.Stop()
-			live = newLiveRun(srv.URL, what, *timeout, *nPredict, *liveCases, *show, opts)
-		case *llamaURL != "":
-			live = newLiveRun(*llamaURL, "", *timeout, *nPredict, *liveCases, *show, opts)
+			lo.URL, lo.What = srv.URL, what
+		}
+		var live *liveRun
+		if lo.URL != "" {
+			var err error
+			if live, err = newLiveRun(lo); err != nil {
+				return err
+			}
+			defer live.close()
 		}
 		if *liveOnly && live == nil {
 			return errors.New("-live-only needs -llama or -llama-server")
@@ -137,24 +157,33 @@ func main() {
 	}
 }
 
-// Context of the tiny model's server: the longest BFCL prompt is about 9,000 tokens in its
-// vocabulary of single characters and bytes, and the live budget comes on top.
-const tinyCtx = 16384
+// Contexts of the tiny model's server. Through the service: Gorilla OpenFunctions v2's, the
+// one toolmesh runs it with. Raw: the longest BFCL prompt is about 9,000 tokens in the tiny
+// model's vocabulary of single characters and bytes, and the live budget comes on top.
+const (
+	tinyCtx    = 4096
+	tinyCtxRaw = 16384
+)
 
 // startTiny starts the llama-server bin on llamatest's tiny random-weight model and says what
 // it started. With bias, its logits are biased towards "<" (llamatest.CallBias): left alone it
 // hardly ever starts a call where a grammar also allows a plain answer.
-func startTiny(bin string, bias bool) (*llamatest.Server, string, error) {
+func startTiny(bin string, raw, bias bool) (*llamatest.Server, string, error) {
 	dir, err := os.MkdirTemp("", "toolmesh-bench-calls-")
 	if err != nil {
 		return nil, "", err
 	}
-	opts := llamatest.ServerOptions{CtxSize: tinyCtx, Model: llamatest.TinyModel{ContextLength: tinyCtx}, ReadyTimeout: time.Minute}
-	what := fmt.Sprintf("llamatest's tiny random-weight model (-c %d)", tinyCtx)
+	ctxSize := tinyCtx
+	if raw {
+		ctxSize = tinyCtxRaw
+	}
+	opts := llamatest.ServerOptions{CtxSize: ctxSize, Model: llamatest.TinyModel{ContextLength: ctxSize}, ReadyTimeout: time.Minute}
+	what := fmt.Sprintf("llamatest's tiny random-weight model (-c %d; a byte-level vocabulary: prompts take more tokens than with Gorilla's tokenizer", ctxSize)
 	if bias {
 		opts.Args = llamatest.CallBias()
-		what = fmt.Sprintf("llamatest's tiny random-weight model (-c %d, logits biased towards \"<\")", tinyCtx)
+		what += `; logits biased towards "<"`
 	}
+	what += ")"
 	srv, err := llamatest.Run(bin, dir, opts)
 	// The server has the model open, or did not start: the folder can go either way.
 	os.RemoveAll(dir)
@@ -357,157 +386,6 @@ func static(cases []bfclCase, show, grammarNPredict int, opts gorilla.Options) f
 	count := func(t *tally) figures.Count { return figures.Count{OK: t.ok, N: t.n} }
 	return figures.Calls{Cases: len(cases), Parse: count(parse), Validate: count(validate), Grammar: count(grammar),
 		Reject: count(reject)}
-}
-
-// liveRun decodes cases on a llama-server and sorts the outputs (figures.Live).
-type liveRun struct {
-	client   *llamaClient
-	nPredict int
-	cases    int // decode this many, spread over the file (0: all)
-	opts     gorilla.Options
-	show     int
-	fig      figures.Live
-	shown    map[string][]string // up to show examples per kind
-	out      io.Writer           // where it prints (os.Stdout)
-}
-
-func newLiveRun(url, what string, timeout time.Duration, nPredict, cases, show int, opts gorilla.Options) *liveRun {
-	opts.MaxBytes = budget(nPredict)
-	return &liveRun{
-		client:   &llamaClient{base: strings.TrimRight(url, "/"), http: &http.Client{Timeout: timeout}},
-		nPredict: nPredict, cases: cases, opts: opts, show: show, shown: map[string][]string{}, out: os.Stdout,
-		fig: figures.Live{Server: what, NPredict: nPredict, CallsOnly: opts.CallsOnly},
-	}
-}
-
-// run decodes the chosen cases one after another and prints what came out, ending with the
-// headline "live: calls=N/M whole (parse+validate+names), plain=K".
-func (l *liveRun) run(ctx context.Context, cases []bfclCase) (figures.Live, error) {
-	if err := l.describe(ctx); err != nil {
-		return figures.Live{}, err
-	}
-	start := time.Now()
-	for i, c := range cases {
-		if !l.picks(i, len(cases)) {
-			continue
-		}
-		tools, schemas, err := convert(c)
-		if err := l.check(ctx, c, tools, schemas, err); err != nil {
-			return figures.Live{}, err
-		}
-	}
-	l.report(time.Since(start))
-	f := l.fig
-	fmt.Fprintf(l.out, "live: calls=%d/%d whole (parse+validate+names), plain=%d\n", f.Whole, f.Cases, f.Plain)
-	return f, nil
-}
-
-// describe asks the server what it runs, for the record.
-func (l *liveRun) describe(ctx context.Context) error {
-	build, model, err := l.client.props(ctx)
-	if err != nil {
-		return fmt.Errorf("live: %w", err)
-	}
-	what := l.fig.Server
-	if what == "" {
-		what = "model " + model
-	}
-	l.fig.Server = "llama-server " + build + ", " + what
-	return nil
-}
-
-// picks says whether case i of n is decoded: cases spread evenly over the file, or all.
-func (l *liveRun) picks(i, n int) bool {
-	if l.cases <= 0 || l.cases >= n {
-		return true
-	}
-	return (i+1)*l.cases/n > i*l.cases/n
-}
-
-// check decodes one case under its grammar sized to the live budget, as the service sends it,
-// and sorts the output. Only an interrupt is an error; a case that could not be sent (its
-// functions do not convert, its grammar does not build) or a failed request is counted.
-func (l *liveRun) check(ctx context.Context, c bfclCase, tools []*toolmeshv1.Tool, schemas map[string]*jsonschema.Schema, convertErr error) error {
-	l.fig.Cases++
-	note := func(kind, why string) {
-		if len(l.shown[kind]) < l.show {
-			l.shown[kind] = append(l.shown[kind], c.QID+": "+why)
-		}
-	}
-	if convertErr != nil {
-		l.fig.Errors++
-		note("errors", "convert: "+convertErr.Error())
-		return nil
-	}
-	cat, err := gorilla.BuildWith(tools, l.opts)
-	if err != nil {
-		l.fig.Errors++
-		note("errors", "build: "+err.Error())
-		return nil
-	}
-	content, stop, err := l.client.complete(ctx, cat.Prompt(c.Query, nil), cat.Grammar(), l.nPredict)
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if err != nil {
-		l.fig.Errors++
-		note("errors", err.Error())
-		return nil
-	}
-	if stop == "limit" {
-		l.fig.Cut++
-		note("cut", fmt.Sprintf("%q", content))
-	}
-	calls, _, err := cat.Parse(content)
-	switch {
-	case err != nil:
-		l.fig.Unparsed++
-		note("unparsed", fmt.Sprintf("%v in %q", err, content))
-	case len(calls) == 0:
-		l.fig.Plain++
-		note("plain", fmt.Sprintf("%q", content))
-	case validateCalls(calls, schemas) != "":
-		l.fig.Invalid++
-		note("invalid", validateCalls(calls, schemas)+" in "+content)
-	case !sameNames(calls, c):
-		l.fig.OtherNames++
-		note("other names", content)
-	default:
-		l.fig.Whole++
-	}
-	return nil
-}
-
-// sameNames says whether the calls name exactly the ground truth's functions, each at least
-// once (how often each is called is not compared: BFCL's parallel cases call one function
-// several times, in any order).
-func sameNames(calls []gorilla.Call, c bfclCase) bool {
-	want, got := map[string]bool{}, map[string]bool{}
-	for _, gt := range c.GroundTruth {
-		want[gt.Name] = true
-	}
-	for _, call := range calls {
-		got[call.ToolID] = true
-	}
-	return maps.Equal(want, got)
-}
-
-// report prints what was decoded, each kind's count and examples.
-func (l *liveRun) report(elapsed time.Duration) {
-	f := l.fig
-	grammars := "with a plain-answer branch"
-	if f.CallsOnly {
-		grammars = "calls only (-calls-only)"
-	}
-	fmt.Fprintf(l.out, "live: %d cases decoded by %s in %v; grammars %s, sized to n_predict=%d\n",
-		f.Cases, f.Server, elapsed.Round(time.Millisecond), grammars, f.NPredict)
-	fmt.Fprintf(l.out, "live: whole calls %d, calls naming other functions %d, calls breaking a schema %d, not parsed %d, plain answers %d, errors (not sent, or the request failed) %d; stopped at n_predict %d\n",
-		f.Whole, f.OtherNames, f.Invalid, f.Unparsed, f.Plain, f.Errors, f.Cut)
-	for _, kind := range []string{"other names", "invalid", "unparsed", "plain", "errors", "cut"} {
-		for _, e := range l.shown[kind] {
-			fmt.Fprintf(l.out, "  live %s: %s\n", kind, e)
-		}
-	}
 }
 
 func readCases(path string) ([]bfclCase, error) {
@@ -733,73 +611,4 @@ func validateCalls(calls []gorilla.Call, schemas map[string]*jsonschema.Schema) 
 		}
 	}
 	return ""
-}
-
-// llamaClient is the least /completion client the live check needs (the service's own client
-// lives in services/inference/llama; the bench does not depend on it).
-type llamaClient struct {
-	base string
-	http *http.Client
-}
-
-// props reads the server's build and model from GET /props.
-func (c *llamaClient) props(ctx context.Context) (build, model string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var p struct {
-		BuildInfo string `json:"build_info"`
-		ModelPath string `json:"model_path"`
-	}
-	if err := c.do(ctx, http.MethodGet, "/props", nil, &p); err != nil {
-		return "", "", err
-	}
-	return p.BuildInfo, filepath.Base(p.ModelPath), nil
-}
-
-func (c *llamaClient) complete(ctx context.Context, prompt, grammar string, nPredict int) (content, stopType string, err error) {
-	var out struct {
-		Content  string `json:"content"`
-		StopType string `json:"stop_type"`
-	}
-	err = c.do(ctx, http.MethodPost, "/completion", map[string]any{
-		"prompt": prompt, "grammar": grammar, "n_predict": nPredict, "temperature": 0,
-		"cache_prompt": true, "stop": []string{"<|EOT|>", "\n### Instruction"},
-	}, &out)
-	return out.Content, out.StopType, err
-}
-
-// do sends body (nil: none) as JSON to path and decodes a 200 answer into out; any other
-// status is an error with llama-server's own message.
-func (c *llamaClient) do(ctx context.Context, method, path string, body, out any) error {
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, r)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("llama-server %s: %s: %s", path, resp.Status, bytes.TrimSpace(raw))
-	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("llama-server %s: %w", path, err)
-	}
-	return nil
 }

@@ -111,12 +111,19 @@ type Calls struct {
 	Live     Live  `json:"live"` // zero without a llama-server
 }
 
-// Live is bench/calls' live check: each decoded case's output sorted into exactly one kind.
+// Live is bench/calls' live check: each decoded case's output sorted into exactly one kind
+// (Whole + OtherNames + Invalid + Unparsed + Plain + Refused + Errors = Cases).
 type Live struct {
-	Server    string `json:"server,omitempty"` // what decoded: llama-server's build and model
-	NPredict  int    `json:"n_predict"`
-	CallsOnly bool   `json:"calls_only"` // grammars without the plain-answer branch
-	Cases     int    `json:"cases"`      // cases decoded
+	Server string `json:"server,omitempty"` // what decoded: llama-server's build and model
+	// Path is "service" (each case through the inference service's Generate and its prompt
+	// budget, as a question's first step) or "raw" (the whole tool list's prompt sent to
+	// /completion).
+	Path    string `json:"path"`
+	CtxSize int    `json:"ctx_size"` // the server's context per slot, in its tokens
+	// NPredict: raw, the n_predict of every request; through the service, its ceiling.
+	NPredict  int  `json:"n_predict"`
+	CallsOnly bool `json:"calls_only"` // grammars without the plain-answer branch
+	Cases     int  `json:"cases"`      // cases decoded
 	// Whole: calls that parse, validate against their schemas and name exactly the ground
 	// truth's functions (as a set).
 	Whole int `json:"whole"`
@@ -125,9 +132,19 @@ type Live struct {
 	Invalid    int `json:"invalid"`  // calls that parse but break a schema
 	Unparsed   int `json:"unparsed"` // output that does not parse
 	Plain      int `json:"plain"`    // plain answers (no call)
-	Errors     int `json:"errors"`   // requests llama-server failed
+	// Refused: the prompt does not fit the context (through the service, even with every tool
+	// dropped; raw, llama-server's exceed_context_size_error).
+	Refused int `json:"refused"`
+	Errors  int `json:"errors"` // cases not sent, or requests that failed otherwise
 	// Cut counts the outputs (of any kind above) that stopped at n_predict.
 	Cut int `json:"cut"`
+	// Through the service only: how each answered case's prompt met the context. FitWhole
+	// cases kept every tool; Dropped cases had ToolsDropped tools dropped in all, a ground
+	// truth's function among them in DroppedGroundTruth cases.
+	FitWhole           int `json:"fit_whole"`
+	Dropped            int `json:"dropped"`
+	ToolsDropped       int `json:"tools_dropped"`
+	DroppedGroundTruth int `json:"dropped_ground_truth"`
 }
 
 // Count is OK passes out of N.
@@ -192,6 +209,41 @@ type Load struct {
 	HeapAfter        uint64    `json:"heap_inuse_bytes_after"`
 	GoroutinesBefore int       `json:"goroutines_before"`
 	GoroutinesAfter  int       `json:"goroutines_after"`
+	// Restart is the rolling-restart phase, when it ran (-restarts).
+	Restart *LoadRestart `json:"restart,omitempty"`
+}
+
+// LoadRestart is bench/load's rolling-restart phase: the executor, its own process, stopped
+// with SIGTERM and started again while the load runs. Every request counts in one of Before,
+// Gap and After, by when it was sent.
+type LoadRestart struct {
+	Rate            float64 `json:"rate_per_sec"`
+	DurationSeconds float64 `json:"duration_s"`
+	Restarts        int     `json:"restarts"`
+	// Before: sent before a stop began (since the executor last served); InFlight: those
+	// answered after it began.
+	Before         int `json:"before"`
+	BeforeFailed   int `json:"before_failed"`
+	InFlight       int `json:"in_flight"`
+	InFlightFailed int `json:"in_flight_failed"`
+	// Gap: sent from a stop until a tool call was served again; how many failed, how many
+	// of those with 503, and how fast the failures came (ms from the scheduled send).
+	Gap          int     `json:"gap"`
+	GapFailed    int     `json:"gap_failed"`
+	Gap503       int     `json:"gap_failed_503"`
+	GapFailP50Ms float64 `json:"gap_fail_p50_ms"`
+	GapFailMaxMs float64 `json:"gap_fail_max_ms"`
+	// After: sent once the last restart served.
+	After       int                `json:"after"`
+	AfterFailed int                `json:"after_failed"`
+	Cycles      []LoadRestartCycle `json:"cycles"`
+}
+
+// LoadRestartCycle is one stop and start; times in ms.
+type LoadRestartCycle struct {
+	DrainExitMs     float64 `json:"drain_exit_ms"`      // SIGTERM to the process's exit
+	StartToServedMs float64 `json:"start_to_served_ms"` // the new process started to a call served through the api
+	StopToServedMs  float64 `json:"stop_to_served_ms"`  // SIGTERM to a call served again
 }
 
 // LoadRow is one kind of request; latencies in ms.
