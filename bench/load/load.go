@@ -85,7 +85,9 @@ func schedule(mix map[string]int) []string {
 // result is one request's outcome.
 type result struct {
 	kind    string
+	at      time.Time // when it was scheduled to be sent
 	latency time.Duration
+	code    int // the HTTP status (0: no answer)
 	err     error
 }
 
@@ -195,9 +197,12 @@ func run(ctx context.Context, o options) (*report, error) {
 		return nil, err
 	}
 	defer m.close()
-	base, stop, err := startMesh(m.URL)
+	base, stop, err := startMesh(m.URL, allTargets)
 	if err != nil {
 		return nil, err
+	}
+	if err := waitReady(ctx, base, 30*time.Second); err != nil {
+		return nil, errors.Join(err, stop())
 	}
 	rep, err := load(ctx, base, m, o)
 	return rep, errors.Join(err, stop())
@@ -271,9 +276,9 @@ func send(ctx context.Context, hc *http.Client, base string, seq []string, rate 
 		}
 		kind := seq[i%len(seq)]
 		wg.Go(func() {
-			err := do(ctx, hc, base, kind)
+			code, err := do(ctx, hc, base, kind)
 			end := time.Now()
-			results[i] = result{kind: kind, latency: end.Sub(at), err: err}
+			results[i] = result{kind: kind, at: at, latency: end.Sub(at), code: code, err: err}
 			for {
 				old := last.Load()
 				if int64(end.Sub(start)) <= old || last.CompareAndSwap(old, int64(end.Sub(start))) {
@@ -286,34 +291,50 @@ func send(ctx context.Context, hc *http.Client, base string, seq []string, rate 
 	return results[:sent], time.Duration(last.Load())
 }
 
-// do sends one request of kind and checks its answer.
-func do(ctx context.Context, hc *http.Client, base, kind string) error {
+// do sends one request of kind and checks its answer; it returns the HTTP status (0 when
+// none came).
+func do(ctx context.Context, hc *http.Client, base, kind string) (int, error) {
 	switch kind {
 	case "search":
 		var got struct {
 			Results []struct{ Tool struct{ ID string } }
 		}
-		if err := call(ctx, hc, http.MethodGet, base+"/v1/tools:search?k=4&q="+url.QueryEscape("add two numbers"), "", &got); err != nil {
-			return err
+		code, err := call(ctx, hc, http.MethodGet, base+"/v1/tools:search?k=4&q="+url.QueryEscape("add two numbers"), "", &got)
+		if err != nil {
+			return code, err
 		}
 		for _, r := range got.Results {
 			if r.Tool.ID == "calculator.add" {
-				return nil
+				return code, nil
 			}
 		}
-		return fmt.Errorf("calculator.add not among the results %+v", got.Results)
+		return code, fmt.Errorf("calculator.add not among the results %+v", got.Results)
 	case "call":
 		var got struct {
 			Content []struct{ Text string }
 			IsError bool `json:"is_error"`
 		}
-		if err := call(ctx, hc, http.MethodPost, base+"/v1/tools/calculator/add:call", `{"arguments":{"a":2,"b":3}}`, &got); err != nil {
-			return err
+		code, err := call(ctx, hc, http.MethodPost, base+"/v1/tools/calculator/add:call", `{"arguments":{"a":2,"b":3}}`, &got)
+		if err != nil {
+			return code, err
 		}
 		if got.IsError || len(got.Content) != 1 || got.Content[0].Text != "5" {
-			return fmt.Errorf("got %+v, want the text 5", got)
+			return code, fmt.Errorf("got %+v, want the text 5", got)
 		}
-		return nil
+		return code, nil
+	case "slow":
+		var got struct {
+			Content []struct{ Text string }
+			IsError bool `json:"is_error"`
+		}
+		code, err := call(ctx, hc, http.MethodPost, base+"/v1/tools/slow/wait:call", `{"arguments":{}}`, &got)
+		if err != nil {
+			return code, err
+		}
+		if got.IsError || len(got.Content) != 1 || got.Content[0].Text != "waited" {
+			return code, fmt.Errorf("got %+v, want the text waited", got)
+		}
+		return code, nil
 	case "direct", "question":
 		body, want := `{"query":"@calculator.add({\"a\":2,\"b\":3})"}`, "5"
 		if kind == "question" {
@@ -327,46 +348,49 @@ func do(ctx context.Context, hc *http.Client, base, kind string) error {
 				IsError bool `json:"is_error"`
 			} `json:"tool_calls"`
 		}
-		if err := call(ctx, hc, http.MethodPost, base+"/v1/query", body, &got); err != nil {
-			return err
+		code, err := call(ctx, hc, http.MethodPost, base+"/v1/query", body, &got)
+		if err != nil {
+			return code, err
 		}
 		if got.Answer != want || got.StopReason != "STOP_REASON_ANSWERED" || len(got.ToolCalls) != 1 ||
 			got.ToolCalls[0].Output != "5" || got.ToolCalls[0].IsError {
-			return fmt.Errorf("got %+v, want the answer %q from one call that output 5", got, want)
+			return code, fmt.Errorf("got %+v, want the answer %q from one call that output 5", got, want)
 		}
-		return nil
+		return code, nil
 	}
-	return fmt.Errorf("unknown kind %q", kind)
+	return 0, fmt.Errorf("unknown kind %q", kind)
 }
 
-func call(ctx context.Context, hc *http.Client, method, u, body string, out any) error {
+// call sends one request and decodes a 200 answer into out; it returns the HTTP status (0
+// when none came).
+func call(ctx context.Context, hc *http.Client, method, u, body string, out any) (int, error) {
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return resp.StatusCode, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%d %s", resp.StatusCode, bytes.TrimSpace(b))
+		return resp.StatusCode, fmt.Errorf("%d %s", resp.StatusCode, bytes.TrimSpace(b))
 	}
 	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("%w: %s", err, b)
+		return resp.StatusCode, fmt.Errorf("%w: %s", err, b)
 	}
-	return nil
+	return resp.StatusCode, nil
 }
 
 func heapInuse() uint64 {
@@ -477,15 +501,19 @@ func (m *model) swap() {
 	old.Close()
 }
 
-// startMesh runs every target in this process on loopback :0 ports, as `toolmesh up` does,
-// with the demo MCP servers; it returns the REST base URL once /readyz says ready.
-func startMesh(modelURL string) (string, func() error, error) {
-	args := []string{
+// allTargets are the targets of `toolmesh up`.
+var allTargets = []string{"demo", "executor", "retriever", "inference", "api"}
+
+// startMesh runs targets in this process on loopback :0 ports, as `toolmesh up` does, with
+// the demo MCP servers; extra flags come last and win. It returns the REST base URL as soon as
+// the targets have started (waitReady waits for /readyz).
+func startMesh(modelURL string, targets []string, extra ...string) (string, func() error, error) {
+	args := append([]string{
 		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
 		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
 		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0",
 		"--drain-timeout=2s", "--llm-url=" + modelURL,
-	}
+	}, extra...)
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var cfg app.Config
@@ -494,7 +522,7 @@ func startMesh(modelURL string) (string, func() error, error) {
 	if err := cfg.Load(fs, args); err != nil {
 		return "", nil, err
 	}
-	cfg.Targets = []string{"demo", "executor", "retriever", "inference", "api"}
+	cfg.Targets = targets
 	if err := cfg.Validate(); err != nil {
 		return "", nil, err
 	}
@@ -530,19 +558,28 @@ func startMesh(modelURL string) (string, func() error, error) {
 	if base == "" {
 		return "", nil, errors.Join(errors.New("mesh: no REST endpoint"), stop())
 	}
+	return base, stop, nil
+}
+
+// waitReady waits until the api at base says /readyz 200.
+func waitReady(ctx context.Context, base string, within time.Duration) error {
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(within)
 	for {
 		resp, err := hc.Get(base + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return base, stop, nil
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
-			return "", nil, errors.Join(errors.New("mesh: /readyz not ready within 30s"), stop())
+			return fmt.Errorf("mesh: /readyz not ready within %s", within)
 		}
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }

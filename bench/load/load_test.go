@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -43,5 +44,75 @@ func TestParseMixAndSchedule(t *testing.T) {
 		if _, err := parseMix(bad); err == nil {
 			t.Errorf("parseMix(%q) = nil error", bad)
 		}
+	}
+}
+
+// TestLoadRollingRestart runs the rolling-restart phase briefly (4 s at 40 req/s, two
+// restarts of the executor process): nothing sent before a stop fails, what is sent while the
+// executor is away fails fast with 503, and nothing fails once it served again.
+func TestLoadRollingRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds toolmesh and restarts an executor process; skipped with -short")
+	}
+	mix, err := parseMix("search=1,direct=1,call=1,question=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r, err := restartPhase(ctx, restartOptions{Duration: 4 * time.Second, Restarts: 2, Rate: 40, Mix: mix, Warmup: 200 * time.Millisecond})
+	if r != nil {
+		t.Logf("\n%s", r.table())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := r.figures()
+	if len(f.Cycles) != 2 || f.Before == 0 || f.After == 0 {
+		t.Fatalf("%d restarts, %d requests before a stop, %d after the last; want 2 and some of each", len(f.Cycles), f.Before, f.After)
+	}
+	if f.BeforeFailed > 0 {
+		t.Errorf("%d of %d requests sent before a stop failed (%d of the %d in flight); want none", f.BeforeFailed, f.Before, f.InFlightFailed, f.InFlight)
+	}
+	if f.Gap503 != f.GapFailed || f.GapFailMaxMs > 1000 {
+		t.Errorf("while the executor was away %d requests failed, %d with 503, the slowest in %.0f ms; want all 503 within 1 s", f.GapFailed, f.Gap503, f.GapFailMaxMs)
+	}
+	if f.AfterFailed > 0 {
+		t.Errorf("%d of %d requests sent after the last restart failed; want none", f.AfterFailed, f.After)
+	}
+}
+
+// TestRestartTally: each request counts by when it was sent against the stops: before a stop
+// (in flight when it answered after the stop began), in a gap, or after the last restart.
+func TestRestartTally(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	r := &restartReport{cycles: []cycle{{stop: at(100), served: at(200)}, {stop: at(300), served: at(400)}}}
+	fail := errors.New("503 executor unreachable")
+	for _, x := range []struct {
+		sent, took, code int
+		err              error
+	}{
+		{10, 5, 200, nil},     // before stop 1
+		{95, 10, 200, nil},    // before stop 1, in flight at it
+		{98, 10, 0, fail},     // before stop 1, in flight, failed without an answer
+		{150, 2, 503, fail},   // gap 1
+		{160, 2, 200, nil},    // gap 1, answered (a search)
+		{250, 5, 200, nil},    // before stop 2
+		{350, 900, 504, fail}, // gap 2, slow and not 503
+		{450, 5, 200, nil},    // after
+		{460, 5, 500, fail},   // after, failed
+	} {
+		r.results = append(r.results, result{kind: "call", at: at(x.sent), latency: time.Duration(x.took) * time.Millisecond, code: x.code, err: x.err})
+	}
+	got := r.tally()
+	if got.before != 4 || got.beforeFailed != 1 || got.inFlight != 2 || got.inFlightFailed != 1 {
+		t.Errorf("before: sent %d failed %d, in flight %d failed %d; want 4 1, 2 1", got.before, got.beforeFailed, got.inFlight, got.inFlightFailed)
+	}
+	if got.gap != 3 || got.gapFailed != 2 || got.gap503 != 1 || len(got.gapFailLatency) != 2 || got.gapFailLatency[1] != 900*time.Millisecond {
+		t.Errorf("gap: sent %d failed %d, 503 %d, latencies %v; want 3 2 1, [2ms 900ms]", got.gap, got.gapFailed, got.gap503, got.gapFailLatency)
+	}
+	if got.after != 2 || got.afterFailed != 1 {
+		t.Errorf("after: sent %d failed %d; want 2 1", got.after, got.afterFailed)
 	}
 }

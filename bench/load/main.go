@@ -3,7 +3,17 @@
 // request: sent, ok, errors, achieved rate, latency percentiles, and the process's resident
 // memory and goroutines before and after.
 //
+// With -restarts N it then runs a rolling-restart phase on a second mesh: the executor as its
+// own `toolmesh serve --target=executor` process (the binary built from cmd/toolmesh, or
+// -binary), everything else in this process pointed at it; the same load runs for
+// -restart-duration while the executor is stopped with SIGTERM (it drains and exits) and
+// started again N times. It counts the requests sent before each stop that failed (the drain
+// should finish them all), those sent while the executor was away (they should fail fast with
+// 503) and those after, and times each stop until a tool call is served again. -duration 0
+// runs that phase alone.
+//
 //	go run ./bench/load -duration 60s -rate 200 -mix search=1,direct=1,call=1,question=1 [-json FILE]
+//	go run ./bench/load -duration 0 -restarts 2 -restart-duration 20s -rate 100
 package main
 
 import (
@@ -18,12 +28,16 @@ import (
 
 func main() {
 	var o options
-	flag.DurationVar(&o.Duration, "duration", 60*time.Second, "how long to send measured traffic")
+	flag.DurationVar(&o.Duration, "duration", 60*time.Second, "how long to send measured traffic (0: no load phase, only -restarts)")
 	flag.DurationVar(&o.Warmup, "warmup", 3*time.Second, "traffic sent before measuring, at the same rate")
 	flag.Float64Var(&o.Rate, "rate", 200, "requests per second, all kinds together, sent on schedule")
 	mix := flag.String("mix", "search=1,direct=1,call=1,question=1", "weights of the kinds: search, direct, call, question")
 	flag.DurationVar(&o.Settle, "settle", 0, "extra wait after the load before measuring memory and goroutines")
 	flag.StringVar(&o.GoroutineDump, "goroutines", "", "write the goroutines left after the load to this file")
+	var ro restartOptions
+	flag.IntVar(&ro.Restarts, "restarts", 0, "rolling-restart phase: stop and start the executor this many times under the load (0: no such phase)")
+	flag.DurationVar(&ro.Duration, "restart-duration", 20*time.Second, "rolling-restart phase: how long the load runs while the executor restarts")
+	flag.StringVar(&ro.Binary, "binary", "", "rolling-restart phase: the toolmesh executable the executor runs as (empty: go build ./cmd/toolmesh into a temporary folder)")
 	jsonPath := flag.String("json", "", "also write the table's figures as JSON to this file (errors included), for bench/report")
 	flag.Parse()
 	var err error
@@ -31,23 +45,57 @@ func main() {
 		fmt.Fprintln(os.Stderr, "load:", err)
 		os.Exit(2)
 	}
-	r, err := run(context.Background(), o)
+	if o.Duration == 0 && ro.Restarts == 0 {
+		fmt.Fprintln(os.Stderr, "load: -duration 0 and no -restarts: nothing to run")
+		os.Exit(2)
+	}
+	ro.Rate, ro.Mix, ro.Warmup = o.Rate, o.Mix, o.Warmup
+	fig, failed, err := runAll(context.Background(), o, ro)
+	if err == nil && *jsonPath != "" {
+		err = figures.Write(*jsonPath, fig)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "load:", err)
 		os.Exit(1)
 	}
-	fmt.Print(r.table())
-	if *jsonPath != "" {
-		if err := figures.Write(*jsonPath, r.headline()); err != nil {
-			fmt.Fprintln(os.Stderr, "load:", err)
-			os.Exit(1)
-		}
-	}
-	if r.errors() > 0 {
-		fmt.Println()
-		for _, e := range r.sampleErrors {
-			fmt.Println("error:", e)
-		}
+	if failed {
 		os.Exit(1)
 	}
+}
+
+// runAll runs the phases asked for, prints them and returns their figures; failed says
+// whether a request of the load phase failed or one sent before a restart's stop did.
+func runAll(ctx context.Context, o options, ro restartOptions) (figures.Load, bool, error) {
+	var fig figures.Load
+	failed := false
+	if o.Duration > 0 {
+		r, err := run(ctx, o)
+		if err != nil {
+			return fig, false, err
+		}
+		fmt.Print(r.table())
+		fig = r.headline()
+		if r.errors() > 0 {
+			failed = true
+			fmt.Println()
+			for _, e := range r.sampleErrors {
+				fmt.Println("error:", e)
+			}
+		}
+	}
+	if ro.Restarts > 0 {
+		if o.Duration > 0 {
+			fmt.Println()
+		}
+		r, err := restartPhase(ctx, ro)
+		if r != nil {
+			fmt.Print(r.table())
+		}
+		if err != nil {
+			return fig, failed, fmt.Errorf("rolling restart: %w", err)
+		}
+		fig.Restart = r.figures()
+		failed = failed || fig.Restart.BeforeFailed > 0
+	}
+	return fig, failed, nil
 }
