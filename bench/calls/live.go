@@ -39,6 +39,9 @@ type outcome struct {
 	// budgeted: the service answered, so dropped says how the prompt met the context.
 	budgeted bool
 	dropped  []string
+	// wholeTokens: through the service, the tokens of the prompt with every tool (BOS
+	// included; 0: not counted).
+	wholeTokens int
 }
 
 // decoder sends one case to the model.
@@ -84,7 +87,7 @@ func newLiveRun(o liveOptions) (*liveRun, error) {
 	if o.Opts.CallsOnly {
 		return nil, fmt.Errorf("-calls-only: the inference service's grammars always allow a plain answer; give -raw with it")
 	}
-	sd, err := newServiceDecoder(o.URL, o.NPredict, o.Timeout)
+	sd, err := newServiceDecoder(client, o.URL, o.NPredict, o.Timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -155,6 +158,10 @@ func (l *liveRun) note(kind, qid, why string) {
 // sort counts a case's outcome as exactly one kind and, through the service, how its prompt
 // met the context.
 func (l *liveRun) sort(c bfclCase, o outcome, schemas map[string]*jsonschema.Schema) {
+	if o.wholeTokens > l.fig.CtxSize {
+		l.fig.WholeOverCtx++
+	}
+	l.fig.LongestWhole = max(l.fig.LongestWhole, o.wholeTokens)
 	if o.cut {
 		l.fig.Cut++
 		l.note("cut", c.QID, fmt.Sprintf("%q", o.raw))
@@ -242,6 +249,8 @@ func (l *liveRun) report(elapsed time.Duration) {
 		f.Whole, f.OtherNames, f.Invalid, f.Unparsed, f.Plain, f.Refused, f.Errors, f.Cut)
 	kinds := []string{"other names", "invalid", "unparsed", "plain", "refused", "errors", "cut"}
 	if f.Path == pathService {
+		fmt.Fprintf(l.out, "live: the whole tool list's prompt is longer than the context in %d cases (llama-server refuses those: 400 exceed_context_size_error); the longest takes %d tokens\n",
+			f.WholeOverCtx, f.LongestWhole)
 		fmt.Fprintf(l.out, "live: prompt budget: %d cases fit with every tool, %d had tools dropped to fit (%d tools; a ground-truth function among them in %d cases), %d refused even with every tool dropped, %d unknown (the request failed)\n",
 			f.FitWhole, f.Dropped, f.ToolsDropped, f.DroppedGroundTruth, f.Refused, f.Cases-f.FitWhole-f.Dropped-f.Refused)
 		kinds = append(kinds, "dropped")
@@ -302,6 +311,16 @@ func (c *llamaClient) props(ctx context.Context) (props, error) {
 		return props{}, err
 	}
 	return props{build: p.BuildInfo, model: filepath.Base(p.ModelPath), nCtx: p.Settings.NCtx}, nil
+}
+
+// countTokens is how many tokens /completion takes text for as a prompt: /tokenize's count,
+// as the service counts (special tokens parsed), plus the BOS llama-server puts in front.
+func (c *llamaClient) countTokens(ctx context.Context, text string) (int, error) {
+	var out struct {
+		Tokens []json.RawMessage `json:"tokens"`
+	}
+	err := c.do(ctx, http.MethodPost, "/tokenize", map[string]any{"content": text, "add_special": false, "parse_special": true}, &out)
+	return len(out.Tokens) + 1, err
 }
 
 func (c *llamaClient) complete(ctx context.Context, prompt, grammar string, nPredict int) (content, stopType string, err error) {

@@ -173,7 +173,14 @@ func TestLiveThroughService(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := figures.Live{Server: "llama-server b11669-llamatest, model tiny.gguf", Path: pathService, CtxSize: 1024, NPredict: 64, Cases: 5,
-		Whole: 2, OtherNames: 1, Plain: 1, Refused: 1, FitWhole: 2, Dropped: 2, ToolsDropped: 2, DroppedGroundTruth: 1}
+		Whole: 2, OtherNames: 1, Plain: 1, Refused: 1, FitWhole: 2, Dropped: 2, ToolsDropped: 2, DroppedGroundTruth: 1,
+		// The two cases with a long tool and the one with a long question: without the budget
+		// llama-server would refuse all three.
+		WholeOverCtx: 3}
+	if got.LongestWhole <= 1024 {
+		t.Errorf("the longest whole prompt took %d tokens; want more than the context of 1024", got.LongestWhole)
+	}
+	want.LongestWhole = got.LongestWhole
 	if got != want {
 		t.Errorf("live figures\n got %+v\nwant %+v\n%s", got, want, out.String())
 	}

@@ -26,13 +26,14 @@ import (
 // max_tokens, so the service's own prompt budget decides n_predict and which tools to drop.
 type serviceDecoder struct {
 	svc      *inference.Service
-	nPredict int // the service's n_predict ceiling
+	nPredict int          // the service's n_predict ceiling
+	client   *llamaClient // counts the whole tool list's prompt, for the record
 }
 
 // newServiceDecoder configures the service as `serve --target=inference` is by default, with
 // its llama-server at url, nPredict as its n_predict ceiling (0: the default) and timeout per
 // request.
-func newServiceDecoder(url string, nPredict int, timeout time.Duration) (*serviceDecoder, error) {
+func newServiceDecoder(client *llamaClient, url string, nPredict int, timeout time.Duration) (*serviceDecoder, error) {
 	var cfg inference.Config
 	fs := flag.NewFlagSet("inference", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -48,7 +49,7 @@ func newServiceDecoder(url string, nPredict int, timeout time.Duration) (*servic
 	if err != nil {
 		return nil, fmt.Errorf("inference service: %w", err)
 	}
-	return &serviceDecoder{svc: svc, nPredict: cfg.LLM.NPredict}, nil
+	return &serviceDecoder{svc: svc, nPredict: cfg.LLM.NPredict, client: client}, nil
 }
 
 func (d *serviceDecoder) close() { d.svc.Close() }
@@ -56,6 +57,17 @@ func (d *serviceDecoder) close() { d.svc.Close() }
 // decode ranks the case's tools and asks the service for the first step.
 func (d *serviceDecoder) decode(ctx context.Context, c bfclCase, tools []*toolmeshv1.Tool) outcome {
 	ranked, err := rank(ctx, c.Query, tools)
+	if err != nil {
+		return outcome{err: err}
+	}
+	// What the whole tool list's prompt takes, as the service builds it before any budget:
+	// where it exceeds the context, llama-server would refuse it (400
+	// exceed_context_size_error) had nothing been dropped.
+	whole, err := gorilla.Build(tools)
+	if err != nil {
+		return outcome{err: fmt.Errorf("build: %w", err)}
+	}
+	n, err := d.client.countTokens(ctx, whole.Prompt(c.Query, nil))
 	if err != nil {
 		return outcome{err: err}
 	}
@@ -68,13 +80,13 @@ func (d *serviceDecoder) decode(ctx context.Context, c bfclCase, tools []*toolme
 		cut := st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "cut off")
 		switch {
 		case cut, st.Code() == codes.Internal && strings.Contains(st.Message(), "does not parse"):
-			return outcome{parseErr: err, cut: cut}
+			return outcome{parseErr: err, cut: cut, wholeTokens: n}
 		case st.Code() == codes.ResourceExhausted:
-			return outcome{refused: true, err: err}
+			return outcome{refused: true, err: err, wholeTokens: n}
 		}
-		return outcome{err: err}
+		return outcome{err: err, wholeTokens: n}
 	}
-	o := outcome{raw: resp.GetRawOutput(), budgeted: true, dropped: resp.GetDroppedToolIds()}
+	o := outcome{raw: resp.GetRawOutput(), budgeted: true, dropped: resp.GetDroppedToolIds(), wholeTokens: n}
 	for _, fc := range resp.GetCalls() {
 		o.calls = append(o.calls, gorilla.Call{ToolID: fc.GetToolId(), Arguments: fc.GetArguments().AsMap()})
 	}

@@ -208,19 +208,32 @@ func run(ctx context.Context, o options) (*report, error) {
 	return rep, errors.Join(err, stop())
 }
 
-func load(ctx context.Context, base string, m *model, o options) (*report, error) {
+// loadClient is the HTTP client of the load, with room for the connections of an open loop.
+func loadClient() (*http.Client, *http.Transport) {
 	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	seq := schedule(o.Mix)
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}, tr
+}
 
-	if o.Warmup > 0 {
-		res, _ := send(ctx, hc, base, seq, o.Rate, o.Warmup)
-		for _, r := range res {
-			if r.err != nil {
-				return nil, fmt.Errorf("warm-up: %s: %w", r.kind, r.err)
-			}
+// warmUp sends the mix for d (nothing when d is 0); every answer must be right.
+func warmUp(ctx context.Context, hc *http.Client, base string, seq []string, rate float64, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	res, _ := send(ctx, hc, base, seq, rate, d)
+	for _, r := range res {
+		if r.err != nil {
+			return fmt.Errorf("warm-up: %s: %w", r.kind, r.err)
 		}
+	}
+	return nil
+}
+
+func load(ctx context.Context, base string, m *model, o options) (*report, error) {
+	hc, tr := loadClient()
+	defer tr.CloseIdleConnections()
+	seq := schedule(o.Mix)
+	if err := warmUp(ctx, hc, base, seq, o.Rate, o.Warmup); err != nil {
+		return nil, err
 	}
 	rep := &report{opts: o}
 	settle := func() {

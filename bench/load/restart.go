@@ -168,20 +168,14 @@ func restartLoad(ctx context.Context, base string, exe *executorProc, o restartO
 	if err := waitReady(ctx, base, time.Minute); err != nil {
 		return nil, err
 	}
-	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second}
+	hc, tr := loadClient()
 	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	if _, err := waitServed(ctx, hc, base, time.Minute); err != nil {
 		return nil, err
 	}
 	seq := schedule(o.Mix)
-	if o.Warmup > 0 {
-		res, _ := send(ctx, hc, base, seq, o.Rate, o.Warmup)
-		for _, r := range res {
-			if r.err != nil {
-				return nil, fmt.Errorf("warm-up: %s: %w", r.kind, r.err)
-			}
-		}
+	if err := warmUp(ctx, hc, base, seq, o.Rate, o.Warmup); err != nil {
+		return nil, err
 	}
 	rep := &restartReport{opts: o, start: time.Now()}
 	loaded := make(chan []result, 1)

@@ -23,14 +23,14 @@ var benchmarks = []benchmark{
 		builds: []string{"./bench/retrieval"}, run: runSpeed},
 	{name: "calls", issue: "4 inference calls", title: "Gorilla calls on BFCL (issue 4)",
 		builds: []string{"./bench/calls"}, tests: []string{"./services/inference/gorilla"}, run: runCalls},
-	{name: "live", issue: "4 inference calls (live)", title: "Gorilla calls decoded by a real llama-server (issues 4, 14)",
+	{name: "live", issue: "4 inference calls (live)", title: "Gorilla calls through the inference service on a real llama-server (issues 4, 14, 18)",
 		builds: []string{"./bench/calls"}, run: runLive},
 	{name: "loop", issue: "5 agent loop", title: "Agent loop overhead (issue 5)",
 		builds: []string{"./bench/loop", "./cmd/toolmesh"}, run: runLoop},
 	{name: "tracing", issue: "6 tracing", title: "Tracing on vs off (issue 6)",
 		builds: []string{"./bench/loop"}, run: runTracing},
-	{name: "load", issue: "8 load", title: "Load (issue 8)",
-		builds: []string{"./bench/load"}, run: runLoad},
+	{name: "load", issue: "8 load", title: "Load and a rolling restart (issues 8, 17)",
+		builds: []string{"./bench/load", "./cmd/toolmesh"}, run: runLoad},
 	{name: "console", issue: "9 console", title: "Web console first load (issue 9)",
 		tests: []string{"./internal/app"}, run: runConsole},
 	{name: "replicas", issue: "20 replicas", title: "Replicas sharing the load (issues 17, 20)",
@@ -159,15 +159,26 @@ func runLive(ctx context.Context, r *runner, s *section) {
 		sample = fmt.Sprintf("%d dev cases spread over the file", quickLiveCases)
 	}
 	s.Intro = []string{
-		"The BFCL cases' prompts and grammars, as the inference service builds them, decoded by a real " +
-			"llama-server (`scripts/llamaserver`, Debian's build) on the tiny random-weight model package " +
-			"`llamatest` writes (about 0.5 MB; its text is noise): " + sample + ". The grammars are " +
-			"calls-only (`-calls-only`: no plain-answer branch) and sized to n_predict 256, so every output " +
-			"must be calls, and each is counted as one kind: whole calls (they parse, validate against the " +
-			"case's schemas and name exactly the ground truth's functions), calls that parse and validate " +
-			"but name other functions, calls that break a schema, output that does not parse, a plain " +
-			"answer, a failed request. This shows that calls come out whole under the grammars on the real " +
-			"server; which functions a random-weight model names is chance, so that figure has no target.",
+		"The BFCL cases sent through the inference service (run in the bench's process, as `serve " +
+			"--target=inference` runs by default) as the first step of a user's question: each case's " +
+			"functions ranked for its question by the retriever's embedded index, then `Generate` with no " +
+			"max_tokens, so the service's own prompt budget sets n_predict (at most 1024, at least half " +
+			"of it before a tool goes) and, where the prompt does not fit the context, drops the " +
+			"lowest-ranked tools and says which. Decoded by a real llama-server (`scripts/llamaserver`, " +
+			"Debian's build) with a 4096-token context, Gorilla OpenFunctions v2's, on the tiny " +
+			"random-weight model package `llamatest` writes (about 0.5 MB; its text is noise; its logits " +
+			"biased towards `<` so it starts calls where a plain answer is also allowed): " + sample + ". " +
+			"The tiny model's vocabulary is single characters and bytes, so a prompt takes several times " +
+			"more tokens there than with Gorilla's tokenizer: more cases need tools dropped here than " +
+			"would with Gorilla, and these counts are not Gorilla's. Each output counts as one kind: " +
+			"whole calls (they parse, validate against the case's schemas and name exactly the ground " +
+			"truth's functions), calls that parse and validate but name other functions, a plain answer, " +
+			"calls that break a schema, output that does not parse, a refused prompt, a failed request. " +
+			"Which functions a random-weight model names is chance, so that figure has no target. The " +
+			"bench also counts each case's prompt with every tool (`/tokenize`): where it is longer than " +
+			"the context, llama-server would refuse it with 400 `exceed_context_size_error`, as it did " +
+			"before the budget. (`-raw` sends those whole prompts instead, the check this section ran " +
+			"before, on a 16384-token context.)",
 	}
 	if r.llama == "" {
 		if testbackend.Llama.IsRequired() {
@@ -177,7 +188,7 @@ func runLive(ctx context.Context, r *runner, s *section) {
 		s.Skip = liveSkip
 		return
 	}
-	args := []string{"-live-only", "-calls-only", "-llama-server", r.llama}
+	args := []string{"-live-only", "-llama-server", r.llama}
 	if r.quick {
 		args = append(args, "-live-cases", strconv.Itoa(quickLiveCases))
 	}
@@ -294,11 +305,21 @@ func runLoad(ctx context.Context, r *runner, s *section) {
 			"memory, heap and goroutines after a warm-up, and again after the load once idle connections " +
 			"have timed out (`-settle`). Targets: no errors; memory flat (read here as at most 10 % more " +
 			"resident memory after than before).",
+		"Then a rolling restart (issue 17), on a second mesh: the executor as its own `toolmesh serve " +
+			"--target=executor` process (the binary built with the rest), everything else in the bench's " +
+			"process pointed at it. The same mix runs at the same rate, with tool calls that take 250 ms " +
+			"beside it (the bench's own `slow` MCP server, a fifth of the rate) so that calls are in flight " +
+			"whenever a stop begins; the executor gets SIGTERM (it drains and exits) and is started again " +
+			"at the same address, twice. Each request counts by when it was sent: before a stop began, " +
+			"while the executor was away (from the stop until a tool call is served through the api " +
+			"again), or after the last restart. Targets: no request sent before a stop fails; those sent " +
+			"while it is away fail fast (read as within 1 s) with 503; none fails after the restart.",
 	}
 	runFigures(ctx, r, s, spec{
-		shown: "go run ./bench/load", bin: r.program("./bench/load"), timeout: r.timeout(8 * time.Minute),
-		args: r.pick([]string{"-duration", "60s", "-rate", "200", "-settle", "95s"},
-			[]string{"-duration", "2s", "-rate", "20", "-warmup", "200ms"}),
+		shown: "go run ./bench/load", bin: r.program("./bench/load"), timeout: r.timeout(9 * time.Minute),
+		args: append(r.pick([]string{"-duration", "60s", "-rate", "200", "-settle", "95s", "-restarts", "2", "-restart-duration", "20s"},
+			[]string{"-duration", "2s", "-rate", "20", "-warmup", "200ms", "-restarts", "2", "-restart-duration", "4s"}),
+			"-binary", r.program("./cmd/toolmesh")),
 	}, "load.json", loadRows)
 }
 

@@ -41,7 +41,12 @@ var (
 	cannedCalls = figures.Calls{Cases: 1000, Parse: figures.Count{OK: 1000, N: 1000}, Validate: figures.Count{OK: 994, N: 1000},
 		Grammar: figures.Count{OK: 993, N: 1000}, Reject: figures.Count{OK: 1000, N: 1000}}
 	// The live run of 2026-12-03 (all 1000 dev cases, calls-only grammars, the tiny model).
-	cannedLive = figures.Live{CallsOnly: true, NPredict: 256, Cases: 1000, Whole: 675, OtherNames: 324, Invalid: 1}
+	cannedLive    = figures.Live{CallsOnly: true, NPredict: 256, Cases: 1000, Whole: 675, OtherNames: 324, Invalid: 1}
+	cannedService = figures.Live{Path: "service", CtxSize: 4096, NPredict: 1024, Cases: 1000, Whole: 500, OtherNames: 300, Plain: 199, Invalid: 1,
+		WholeOverCtx: 80, LongestWhole: 9120, FitWhole: 900, Dropped: 100, ToolsDropped: 150, DroppedGroundTruth: 40}
+	cannedRestart = &figures.LoadRestart{Rate: 200, DurationSeconds: 20, Restarts: 2, Before: 3000, InFlight: 12, Gap: 200, GapFailed: 150, Gap503: 150,
+		GapFailP50Ms: 2.4, GapFailMaxMs: 17.1, After: 1500, AfterFailed: 1,
+		Cycles: []figures.LoadRestartCycle{{DrainExitMs: 233, StartToServedMs: 330.4, StopToServedMs: 568.2}, {DrainExitMs: 200, StartToServedMs: 292, StopToServedMs: 496}}}
 	cannedStep = stepBench{Cold: benchResult{NsPerOp: 1712345, BytesPerOp: 1309928, AllocsPerOp: 15053},
 		Cached: benchResult{NsPerOp: 6474, BytesPerOp: 13168, AllocsPerOp: 22}}
 	cannedLoop = figures.Loop{DurationSeconds: 8, Rows: []figures.LoopRow{
@@ -142,6 +147,25 @@ func TestSummaryRows(t *testing.T) {
 			"357.7", "417.3", "0.86×", "ratio ≥ 0.87 (≤ 15% more time per query)", notMet},
 		{"load errors", loadRows(cannedLoad), "failed requests, 200 req/s for 60 s", "0 of 12,000", "—", "—", "0", met},
 		{"load RSS flat", loadRows(cannedLoad), "resident memory", "46.7 MiB", "47.9 MiB", "0.97×", "flat: ratio ≤ 1.10", met},
+		{"live service: an invalid call is no answer", liveRows(cannedService), "cases answered with calls that parse and validate, or a plain answer",
+			"999/1000", "—", "—", "1000/1000 (all)", notMet},
+		{"live service: dropped tools are reported", liveRows(cannedService), "cases with tools dropped to fit (150 tools in all)",
+			"100/1000", "—", "—", "—", info},
+		{"live service: ground truth among the dropped", liveRows(cannedService), "a ground-truth function among the dropped",
+			"40/100", "—", "—", "— (depends on the ranking and the tokenizer)", info},
+		{"live service: whole prompts over the context", liveRows(cannedService), "longer than the context (llama-server refuses such a prompt; the longest takes 9,120 tokens)",
+			"80/1000", "—", "—", "—", info},
+		{"live service: none refused", liveRows(cannedService), "refused", "0/1000", "—", "—", "0", met},
+		{"restart: nothing sent before a stop failed", loadRows(figures.Load{Restart: cannedRestart}), "sent before a stop began that failed (2 executor restarts under 200 req/s for 20 s; 12 of them",
+			"0 of 3,000", "—", "—", "0", met},
+		{"restart: gap failures all 503", loadRows(figures.Load{Restart: cannedRestart}), "while the executor was away",
+			"150 of 200; 150", "—", "—", "every failure 503", met},
+		{"restart: gap failures fast", loadRows(figures.Load{Restart: cannedRestart}), "those failures answered",
+			"2.4 / 17.1 ms", "—", "—", "fast: max ≤ 1,000 ms", met},
+		{"restart: a failure after the restart", loadRows(figures.Load{Restart: cannedRestart}), "after the last restart served",
+			"1 of 1,500", "—", "—", "0", notMet},
+		{"restart: times per restart", loadRows(figures.Load{Restart: cannedRestart}), "per restart",
+			"568, 496 ms (233, 200; 330, 292)", "—", "—", "—", info},
 		{"console bytes", consoleRows(consoleFigures{Requests: 5, TransferKB: 51.5, HaveTransfer: true}), "bytes transferred",
 			"51.5 KB", "target 200 KB", "0.26×", "< 200 KB", met},
 		{"console slow", consoleRows(consoleFigures{MinMS: 250, MedianMS: 320, MaxMS: 480, HaveServersMS: true}), "on screen",
@@ -364,7 +388,7 @@ func TestQuickReport(t *testing.T) {
 	if n != 0 {
 		t.Errorf("%d benchmarks failed:\n%s", n, b)
 	}
-	for _, want := range []string{"SMOKE RUN", "## Summary", "| 5 agent loop | overhead per iteration p50, one process, rest, 1 client |", "## Load (issue 8)"} {
+	for _, want := range []string{"SMOKE RUN", "## Summary", "| 5 agent loop | overhead per iteration p50, one process, rest, 1 client |", "## Load and a rolling restart (issues 8, 17)"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("RESULTS.md lacks %q:\n%s", want, b)
 		}

@@ -64,6 +64,10 @@ const (
 	tracingMaxOverhead = 0.15
 	// issue 8: "flat" memory, read as at most 10 % more resident memory after the load
 	loadMaxRSSGrowth = 0.10
+	// issue 17: a request sent while the executor is away fails "fast", read as within 1 s: a
+	// call that waited for the executor instead would take the whole gap (half a second or
+	// more) or the api's own timeouts (10 s per RPC, 2 min per tool call)
+	restartMaxFailMS = 1000.0
 	// issue 9
 	consoleBudgetKB = 200.0
 	consoleGoalMS   = 300.0
@@ -232,13 +236,18 @@ func callsRows(f figures.Calls, step *stepBench) []row {
 	return rows
 }
 
-// liveRows are the BFCL cases decoded by a real llama-server (issues 4 and 14), each output
-// counted as one kind. With calls-only grammars every output must be calls that parse and
-// validate, none a plain answer; which functions a random-weight model names is chance.
+// liveRows are the BFCL cases decoded by a real llama-server (issues 4, 14 and 18), each
+// output counted as one kind: through the inference service (serviceLiveRows) or, for a -raw
+// run, with the whole tool list's prompt. With calls-only grammars every output must be calls
+// that parse and validate, none a plain answer; which functions a random-weight model names is
+// chance.
 func liveRows(l figures.Live) []row {
 	issue := "4 inference calls (live)"
 	if l.Cases == 0 {
 		return []row{{issue, "BFCL cases decoded by a real llama-server", "none decoded", "", math.NaN(), "", failed}}
+	}
+	if l.Path == "service" {
+		return serviceLiveRows(l)
 	}
 	of := func(n int) string { return fmt.Sprintf("%d/%d", n, l.Cases) }
 	all := fmt.Sprintf("%d/%d (all)", l.Cases, l.Cases)
@@ -261,6 +270,34 @@ func liveRows(l figures.Live) []row {
 	return append(rows,
 		row{issue, "live: outputs cut off at n_predict (the grammar is sized to end before)", of(l.Cut), "—", math.NaN(), "0", judge(l.Cut == 0)},
 		row{issue, "live: failed requests or cases not sent", of(l.Errors), "—", math.NaN(), "0", judge(l.Errors == 0)})
+}
+
+// serviceLiveRows are the cases sent through the inference service as a question's first step
+// (issue 18): its prompt budget keeps every prompt within the context by dropping the
+// lowest-ranked tools, and says which. Every case must come back as output that parses (calls
+// that validate, or a plain answer: the service's grammars allow one), none refused.
+func serviceLiveRows(l figures.Live) []row {
+	issue := "4 inference calls (live)"
+	of := func(n int) string { return fmt.Sprintf("%d/%d", n, l.Cases) }
+	all := fmt.Sprintf("%d/%d (all)", l.Cases, l.Cases)
+	answered := l.Whole + l.OtherNames + l.Plain
+	return []row{
+		{issue, fmt.Sprintf("live, through the inference service (context %d tokens, n_predict ceiling %d): cases answered with calls that parse and validate, or a plain answer",
+			l.CtxSize, l.NPredict), of(answered), "—", math.NaN(), all, judge(answered == l.Cases)},
+		{issue, "live: whole calls, i.e. parse + validate + name exactly the ground truth's functions",
+			of(l.Whole), "—", math.NaN(), "— (a random-weight model names functions by chance)", info},
+		{issue, "live: plain answers (the service's grammars allow them; not passes)", of(l.Plain), "—", math.NaN(), "—", info},
+		{issue, fmt.Sprintf("live: cases whose prompt with every tool is longer than the context (llama-server refuses such a prompt; the longest takes %s tokens)",
+			thousands(float64(l.LongestWhole), 0)), of(l.WholeOverCtx), "—", math.NaN(), "—", info},
+		{issue, "live: prompt budget: cases whose prompt fit with every tool", of(l.FitWhole), "—", math.NaN(), "—", info},
+		{issue, fmt.Sprintf("live: prompt budget: cases with tools dropped to fit (%d tools in all), answered", l.ToolsDropped),
+			of(l.Dropped), "—", math.NaN(), "—", info},
+		{issue, "live: prompt budget: of those, cases with a ground-truth function among the dropped",
+			fmt.Sprintf("%d/%d", l.DroppedGroundTruth, l.Dropped), "—", math.NaN(), "— (depends on the ranking and the tokenizer)", info},
+		{issue, "live: refused, the prompt too long even with every tool dropped", of(l.Refused), "—", math.NaN(), "0", judge(l.Refused == 0)},
+		{issue, "live: outputs cut off at n_predict (the grammar is sized to end before)", of(l.Cut), "—", math.NaN(), "0", judge(l.Cut == 0)},
+		{issue, "live: failed requests or cases not sent", of(l.Errors), "—", math.NaN(), "0", judge(l.Errors == 0)},
+	}
 }
 
 // loopRows hold the loop's own overhead per iteration at 1 client against the issue's target,
@@ -343,16 +380,17 @@ func tracingRows(runs []tracingRun, sink string) []row {
 	}
 }
 
-// loadRows hold the open-loop load's errors and the process's memory before and after (issue 8).
+// loadRows hold the open-loop load's errors and the process's memory before and after (issue
+// 8), then the rolling-restart phase's rows when it ran (issue 17).
 func loadRows(f figures.Load) []row {
 	issue := "8 load"
 	all, ok := f.All()
 	if !ok {
-		return []row{{issue, "load", "no requests", "", math.NaN(), "", failed}}
+		return append([]row{{issue, "load", "no requests", "", math.NaN(), "", failed}}, restartRows(f.Restart)...)
 	}
 	what := fmt.Sprintf("%.0f req/s for %.0f s", f.Rate, f.DurationSeconds)
 	mib := func(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
-	return []row{
+	return append([]row{
 		{issue, "failed requests, " + what, fmt.Sprintf("%d of %s", all.Errors, thousands(float64(all.Sent), 0)), "—", math.NaN(), "0",
 			judge(all.Errors == 0 && all.Sent > 0)},
 		{issue, fmt.Sprintf("resident memory after vs before the load (%.0f s settle)", f.SettleSeconds),
@@ -364,6 +402,41 @@ func loadRows(f figures.Load) []row {
 			ratio(float64(f.GoroutinesAfter), float64(f.GoroutinesBefore)), "—", info},
 		{issue, "latency p50 / p99 / p99.9, all kinds", fmt.Sprintf("%.2f / %.2f / %.2f ms", all.P50, all.P99, all.P999), "—",
 			math.NaN(), "—", info},
+	}, restartRows(f.Restart)...)
+}
+
+// restartRows hold the load's rolling-restart phase (issue 17): the executor, its own process,
+// stopped with SIGTERM and started again under the load. Nothing sent before a stop may fail
+// (the drain finishes it); what is sent while the executor is away fails fast with 503.
+func restartRows(f *figures.LoadRestart) []row {
+	if f == nil {
+		return nil
+	}
+	issue := "17 rolling restart"
+	if len(f.Cycles) == 0 {
+		return []row{{issue, "executor restarts under load", "none completed", "", math.NaN(), "", failed}}
+	}
+	what := fmt.Sprintf("%d executor restarts under %.0f req/s for %.0f s", len(f.Cycles), f.Rate, f.DurationSeconds)
+	var stops, exits, starts []string
+	for _, c := range f.Cycles {
+		stops = append(stops, fmt.Sprintf("%.0f", c.StopToServedMs))
+		exits = append(exits, fmt.Sprintf("%.0f", c.DrainExitMs))
+		starts = append(starts, fmt.Sprintf("%.0f", c.StartToServedMs))
+	}
+	fast := f.GapFailMaxMs <= restartMaxFailMS
+	return []row{
+		{issue, fmt.Sprintf("requests sent before a stop began that failed (%s; %d of them in flight when a stop began)", what, f.InFlight),
+			fmt.Sprintf("%d of %s", f.BeforeFailed, thousands(float64(f.Before), 0)), "—", math.NaN(), "0",
+			judge(f.BeforeFailed == 0 && f.Before > 0 && len(f.Cycles) == f.Restarts)},
+		{issue, "requests sent while the executor was away that failed; of those, with 503",
+			fmt.Sprintf("%d of %s; %d", f.GapFailed, thousands(float64(f.Gap), 0), f.Gap503), "—", math.NaN(), "every failure 503",
+			judge(f.Gap503 == f.GapFailed)},
+		{issue, "those failures answered in p50 / max", fmt.Sprintf("%.1f / %.1f ms", f.GapFailP50Ms, f.GapFailMaxMs), "—", math.NaN(),
+			fmt.Sprintf("fast: max ≤ %s ms", thousands(restartMaxFailMS, 0)), judge(fast)},
+		{issue, "requests sent after the last restart served that failed", fmt.Sprintf("%d of %s", f.AfterFailed, thousands(float64(f.After), 0)),
+			"—", math.NaN(), "0", judge(f.AfterFailed == 0 && f.After > 0)},
+		{issue, "per restart: SIGTERM until a tool call is served again (SIGTERM to exit; start to served)",
+			fmt.Sprintf("%s ms (%s; %s)", strings.Join(stops, ", "), strings.Join(exits, ", "), strings.Join(starts, ", ")), "—", math.NaN(), "—", info},
 	}
 }
 

@@ -141,6 +141,10 @@ type Live struct {
 	// Through the service only: how each answered case's prompt met the context. FitWhole
 	// cases kept every tool; Dropped cases had ToolsDropped tools dropped in all, a ground
 	// truth's function among them in DroppedGroundTruth cases.
+	// WholeOverCtx cases' prompt with every tool is longer than CtxSize (llama-server refuses
+	// such a prompt); the longest takes LongestWhole tokens.
+	WholeOverCtx       int `json:"whole_over_ctx"`
+	LongestWhole       int `json:"longest_whole_tokens"`
 	FitWhole           int `json:"fit_whole"`
 	Dropped            int `json:"dropped"`
 	ToolsDropped       int `json:"tools_dropped"`
