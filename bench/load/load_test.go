@@ -96,6 +96,7 @@ func TestRestartTally(t *testing.T) {
 		{10, 5, 200, nil},     // before stop 1
 		{95, 10, 200, nil},    // before stop 1, in flight at it
 		{98, 10, 0, fail},     // before stop 1, in flight, failed without an answer
+		{99, 10, 503, fail},   // before stop 1, in flight, its call reached the executor after the stop
 		{150, 2, 503, fail},   // gap 1
 		{160, 2, 200, nil},    // gap 1, answered (a search)
 		{250, 5, 200, nil},    // before stop 2
@@ -106,8 +107,8 @@ func TestRestartTally(t *testing.T) {
 		r.results = append(r.results, result{kind: "call", at: at(x.sent), latency: time.Duration(x.took) * time.Millisecond, code: x.code, err: x.err})
 	}
 	got := r.tally()
-	if got.before != 4 || got.beforeFailed != 1 || got.inFlight != 2 || got.inFlightFailed != 1 {
-		t.Errorf("before: sent %d failed %d, in flight %d failed %d; want 4 1, 2 1", got.before, got.beforeFailed, got.inFlight, got.inFlightFailed)
+	if got.before != 5 || got.beforeFailed != 2 || got.before503 != 1 || got.inFlight != 3 || got.inFlightFailed != 2 {
+		t.Errorf("before: sent %d failed %d (503: %d), in flight %d failed %d; want 5 2 (1), 3 2", got.before, got.beforeFailed, got.before503, got.inFlight, got.inFlightFailed)
 	}
 	if got.gap != 3 || got.gapFailed != 2 || got.gap503 != 1 || len(got.gapFailLatency) != 2 || got.gapFailLatency[1] != 900*time.Millisecond {
 		t.Errorf("gap: sent %d failed %d, 503 %d, latencies %v; want 3 2 1, [2ms 900ms]", got.gap, got.gapFailed, got.gap503, got.gapFailLatency)

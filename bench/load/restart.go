@@ -286,6 +286,9 @@ type restartTally struct {
 	// before: sent before a stop began, since the executor last served (the tail after the
 	// last restart is after); inFlight: those answered after the stop began.
 	before, beforeFailed, inFlight, inFlightFailed int
+	// before503: failures of those with 503, the answer for a call that reached the executor
+	// only after the stop began (a call it had taken would have been finished by the drain).
+	before503 int
 	// gap: sent from a stop until the executor served again.
 	gap, gapFailed, gap503 int
 	gapFailLatency         []time.Duration // sorted
@@ -321,6 +324,9 @@ func (r *restartReport) tally() restartTally {
 			}
 			if failed {
 				t.beforeFailed++
+				if res.code == http.StatusServiceUnavailable {
+					t.before503++
+				}
 				if inFlight {
 					t.inFlightFailed++
 				}
@@ -354,7 +360,8 @@ func (r *restartReport) table() string {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t\n", i+1, ms(c.exited.Sub(c.stop)), ms(c.served.Sub(c.started)), ms(c.served.Sub(c.stop)))
 	}
 	w.Flush()
-	fmt.Fprintf(&b, "\nsent before a stop began: %d, failed %d (in flight when it began: %d, failed %d)\n", t.before, t.beforeFailed, t.inFlight, t.inFlightFailed)
+	fmt.Fprintf(&b, "\nsent before a stop began: %d, failed %d, %d of them with 503 (in flight when it began: %d, failed %d)\n",
+		t.before, t.beforeFailed, t.before503, t.inFlight, t.inFlightFailed)
 	fmt.Fprintf(&b, "sent while the executor was away (stop to served again): %d, failed %d (503: %d)", t.gap, t.gapFailed, t.gap503)
 	if n := len(t.gapFailLatency); n > 0 {
 		fmt.Fprintf(&b, "; the failures answered in p50 %s ms, max %s ms", ms(percentile(t.gapFailLatency, 0.5)), ms(t.gapFailLatency[n-1]))
@@ -371,7 +378,7 @@ func (r *restartReport) figures() *figures.LoadRestart {
 	t := r.tally()
 	msf := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	out := &figures.LoadRestart{Rate: r.opts.Rate, DurationSeconds: r.opts.Duration.Seconds(), Restarts: r.opts.Restarts,
-		Before: t.before, BeforeFailed: t.beforeFailed, InFlight: t.inFlight, InFlightFailed: t.inFlightFailed,
+		Before: t.before, BeforeFailed: t.beforeFailed, Before503: t.before503, InFlight: t.inFlight, InFlightFailed: t.inFlightFailed,
 		Gap: t.gap, GapFailed: t.gapFailed, Gap503: t.gap503, After: t.after, AfterFailed: t.afterFailed}
 	if n := len(t.gapFailLatency); n > 0 {
 		out.GapFailP50Ms, out.GapFailMaxMs = msf(percentile(t.gapFailLatency, 0.5)), msf(t.gapFailLatency[n-1])

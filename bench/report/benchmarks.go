@@ -13,7 +13,8 @@ import (
 )
 
 // benchmarks are the report's sections, in issue order. Default durations keep the whole report
-// near 12 minutes on the 2-core machines, plus 4-7 for the live calls; -quick shrinks each to seconds.
+// near 13 minutes on the 2-core machines, plus about 16 for the live calls (1000 cases through
+// the inference service, measured at load average 10); -quick shrinks each to seconds.
 var benchmarks = []benchmark{
 	{name: "executor", issue: "2 executor", title: "Executor call overhead (issue 2)",
 		builds: []string{"./bench/executor"}, run: runExecutor},

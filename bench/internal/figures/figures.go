@@ -225,9 +225,11 @@ type LoadRestart struct {
 	DurationSeconds float64 `json:"duration_s"`
 	Restarts        int     `json:"restarts"`
 	// Before: sent before a stop began (since the executor last served); InFlight: those
-	// answered after it began.
+	// answered after it began. Before503: failures among them answered 503 (their call
+	// reached the executor only after the stop began).
 	Before         int `json:"before"`
 	BeforeFailed   int `json:"before_failed"`
+	Before503      int `json:"before_failed_503"`
 	InFlight       int `json:"in_flight"`
 	InFlightFailed int `json:"in_flight_failed"`
 	// Gap: sent from a stop until a tool call was served again; how many failed, how many
