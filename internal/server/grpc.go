@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -48,6 +49,15 @@ const MaxRecvMsgSize = 256 << 20
 // allows 250 streams) each running up to 4 tool calls at once (api.max-parallel-calls'
 // default) is 1,000. A caller may pass grpc.MaxConcurrentStreams to NewGRPC for another bound.
 const MaxConcurrentStreams = 1000
+
+// maxConnectionAge is how long a client may keep one connection to a toolmesh gRPC server.
+// Then the server asks it to reconnect (an HTTP/2 GOAWAY; calls in flight finish on the old
+// connection, grpc-go adds ±10% jitter), and the client looks up the server's name again: a
+// client of a headless Service only learns about a replica added since it resolved the name
+// when it looks again, and without this it would keep spreading calls over the old replicas
+// for as long as they stay up. Five minutes bounds that staleness at a cost of one reconnect
+// per client and server every five minutes. A variable so that a test can shorten it.
+var maxConnectionAge = 5 * time.Minute
 
 // DialOptions are the client options for calls between toolmesh services: plaintext over a
 // trusted network or loopback, with the same fixed windows as the servers and room for a
@@ -107,6 +117,7 @@ func NewGRPC(addr string, logger *slog.Logger, drain time.Duration, opts ...grpc
 		grpc.ChainUnaryInterceptor(unaryRecover(logger), unaryRedact, unaryLog(logger), codec.unary),
 		grpc.ChainStreamInterceptor(streamRecover(logger), streamRedact, streamLog(logger), codec.stream),
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: maxConnectionAge}),
 		// A pool of workers instead of a new goroutine per RPC: a tool call runs deep mcp-go
 		// stacks, and a fresh goroutine grows its stack on every call.
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),

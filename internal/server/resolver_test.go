@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 )
 
 // TestAddressList: an "ipv4:A,B" target spreads calls over both replicas, keeps working when
@@ -78,5 +80,50 @@ func TestAddressList(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "is not an ipv") {
 			t.Errorf("target %q: %v; want an error naming the bad address", bad, err)
 		}
+	}
+}
+
+// TestClientsLookAgain: a client connected to one replica asks its resolver for the addresses
+// again after a while, so a replica added behind a headless Service (a DNS name that now
+// resolves to one more address) is found without any connection failing first.
+func TestClientsLookAgain(t *testing.T) {
+	old := maxConnectionAge
+	maxConnectionAge = 300 * time.Millisecond
+	defer func() { maxConnectionAge = old }()
+	g, err := NewGRPC("127.0.0.1:0", slog.New(slog.DiscardHandler), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = g.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	asked := make(chan struct{}, 16)
+	r := manual.NewBuilderWithScheme("looktest")
+	r.InitialState(resolver.State{Addresses: []resolver.Address{{Addr: g.Addr()}}})
+	r.ResolveNowCallback = func(resolver.ResolveNowOptions) {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+	}
+	conn, err := grpc.NewClient("looktest:///replicas", append(DialOptions(), grpc.WithResolvers(r))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ccancel()
+	if _, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	for len(asked) > 0 { // whatever the first connection asked
+		<-asked
+	}
+	select {
+	case <-asked:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the client did not look up the replicas again within 5s of connecting (server connection age %s)", maxConnectionAge)
 	}
 }
