@@ -38,7 +38,7 @@ type dialer struct {
 
 // newDialer sizes the HTTP pool for concurrency in-flight calls.
 func newDialer(srv mcpconfig.Server, cfg Config, concurrency int, log *slog.Logger, tel *telemetry.Service) *dialer {
-	d := &dialer{srv: srv, connectTimeout: cfg.ConnectTimeout, maxLine: lineLimit(cfg), log: log}
+	d := &dialer{srv: srv, connectTimeout: cfg.ConnectTimeout, maxLine: lineLimit(cfg), log: slog.New(canceledQuiet{log.Handler()})}
 	if srv.Transport != mcpconfig.TransportStdio {
 		// mcp-go's default client keeps 2 idle connections per host; under
 		// load that opens a new TCP connection per call. Size the pool for
@@ -392,4 +392,39 @@ func ctxEnded(ctx context.Context) bool {
 	}
 	dl, ok := ctx.Deadline()
 	return ok && time.Until(dl) < 50*time.Millisecond
+}
+
+// canceledQuiet is the handler of the logger mcp-go's transports write to. A stream that ends
+// because we cancelled it (a stop, a reconnect) is reported there as an ERROR with "context
+// canceled"; it is routine, so it goes to DEBUG. Real stream failures are reported by the
+// session (markBroken) in words an operator can act on.
+type canceledQuiet struct{ next slog.Handler }
+
+func (h canceledQuiet) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
+
+func (h canceledQuiet) Handle(ctx context.Context, r slog.Record) error {
+	canceled := false
+	r.Attrs(func(a slog.Attr) bool {
+		if err, ok := a.Value.Any().(error); ok && errors.Is(err, context.Canceled) {
+			canceled = true
+			return false
+		}
+		return true
+	})
+	if !canceled {
+		return h.next.Handle(ctx, r)
+	}
+	if !h.next.Enabled(ctx, slog.LevelDebug) {
+		return nil
+	}
+	q := slog.NewRecord(r.Time, slog.LevelDebug, r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool { q.AddAttrs(a); return true })
+	return h.next.Handle(ctx, q)
+}
+
+func (h canceledQuiet) WithAttrs(as []slog.Attr) slog.Handler {
+	return canceledQuiet{h.next.WithAttrs(as)}
+}
+func (h canceledQuiet) WithGroup(name string) slog.Handler {
+	return canceledQuiet{h.next.WithGroup(name)}
 }

@@ -26,7 +26,10 @@ import (
 func TestQdrantFaults(t *testing.T) {
 	fdcheck.Check(t, 2)
 	d := qdranttest.Start(t)
-	const timeout = 300 * time.Millisecond
+	// Long enough that a 256-point upsert reaches the double within it under the race detector
+	// on a busy machine: at 300 ms it did not in CI, the store gave up before the caller could,
+	// and the late upsert was then applied (as a real Qdrant would), spoiling later cases.
+	const timeout = 2 * time.Second
 	s := fixtureStore(t, d, "faults", timeout)
 	q := store.Query{Dense: []float32{0.1, 1, 0}, Sparse: sparseQ([]uint32{2, 6}, []float32{1, 1}), Limit: 5}
 	before, err := s.Search(t.Context(), q)
