@@ -524,7 +524,10 @@ func TestFaultOversizedResult(t *testing.T) {
 				return
 			}
 			wantCode(t, err, codes.ResourceExhausted, tc.contains...)
-			if took > 3*time.Second {
+			// The allocation check below is what shows the executor stops reading at the
+			// limit; this only catches a call that waits for something (a timeout) instead of
+			// failing. Building 200,000 structpb values takes 4 s under -race on a busy machine.
+			if took > 15*time.Second {
 				t.Errorf("took %s", took)
 			}
 			if tc.answer != nil && alloc > 24<<20 {
