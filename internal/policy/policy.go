@@ -18,9 +18,12 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -68,10 +71,10 @@ type Caller struct {
 	Servers []string
 }
 
-// Policy decides. It is immutable and safe for concurrent use; a nil *Policy allows what a
-// Policy built from an empty Config allows.
+// Policy decides. It is safe for concurrent use, and immutable but for SetServers (a
+// configuration reload); a nil *Policy allows what a Policy built from an empty Config allows.
 type Policy struct {
-	servers map[string]*serverRules
+	servers atomic.Pointer[map[string]*serverRules]
 	scoped  bool
 	tokens  map[string]*scope
 	def     *scope // nil: callers without an entry may do nothing (when scoped)
@@ -98,7 +101,7 @@ func noopCounter() metric.Int64Counter {
 
 // New compiles cfg. meter may be nil; denials are then not counted.
 func New(cfg Config, meter metric.Meter) (*Policy, error) {
-	p := &Policy{servers: map[string]*serverRules{}, tokens: map[string]*scope{}, scoped: cfg.Scoped()}
+	p := &Policy{tokens: map[string]*scope{}, scoped: cfg.Scoped()}
 	var errs []string
 	check := func(where string, s Scope) {
 		for _, l := range []struct {
@@ -124,19 +127,9 @@ func New(cfg Config, meter metric.Meter) (*Policy, error) {
 		check("policy.default", *cfg.Default)
 		p.def = compileScope("policy.default", *cfg.Default)
 	}
-	for name, r := range cfg.Servers {
-		for _, l := range []struct {
-			key string
-			ps  []string
-		}{{"allowedTools", r.AllowedTools}, {"excludedTools", r.ExcludedTools}} {
-			for i, pat := range l.ps {
-				if msg := checkToolPattern(pat); msg != "" {
-					errs = append(errs, fmt.Sprintf("mcpServers.%s.%s[%d]: %q %s", name, l.key, i, pat, msg))
-				}
-			}
-		}
-		p.servers[name] = &serverRules{allowed: compileGlobs(r.AllowedTools), excluded: compileGlobs(r.ExcludedTools), allowDestructive: r.AllowDestructive}
-	}
+	servers, serverErrs := compileServers(cfg.Servers)
+	p.servers.Store(&servers)
+	errs = append(errs, serverErrs...)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("policy: %s", strings.Join(errs, "; "))
 	}
@@ -150,6 +143,48 @@ func New(cfg Config, meter metric.Meter) (*Policy, error) {
 		p.denials = noopCounter()
 	}
 	return p, nil
+}
+
+func compileServers(rules map[string]ServerRules) (map[string]*serverRules, []string) {
+	out := make(map[string]*serverRules, len(rules))
+	var errs []string
+	for _, name := range slices.Sorted(maps.Keys(rules)) {
+		r := rules[name]
+		for _, l := range []struct {
+			key string
+			ps  []string
+		}{{"allowedTools", r.AllowedTools}, {"excludedTools", r.ExcludedTools}} {
+			for i, pat := range l.ps {
+				if msg := checkToolPattern(pat); msg != "" {
+					errs = append(errs, fmt.Sprintf("mcpServers.%s.%s[%d]: %q %s", name, l.key, i, pat, msg))
+				}
+			}
+		}
+		out[name] = &serverRules{allowed: compileGlobs(r.AllowedTools), excluded: compileGlobs(r.ExcludedTools), allowDestructive: r.AllowDestructive}
+	}
+	return out, errs
+}
+
+// SetServers replaces the per-server rules, as a reload of the mcpServers entries does; the
+// token scopes stay. On error nothing changes.
+func (p *Policy) SetServers(rules map[string]ServerRules) error {
+	if p == nil {
+		return errors.New("policy: no policy to change")
+	}
+	servers, errs := compileServers(rules)
+	if len(errs) > 0 {
+		return fmt.Errorf("policy: %s", strings.Join(errs, "; "))
+	}
+	p.servers.Store(&servers)
+	return nil
+}
+
+// rulesOf is server's rules, or nil.
+func (p *Policy) rulesOf(server string) *serverRules {
+	if m := p.servers.Load(); m != nil {
+		return (*m)[server]
+	}
+	return nil
 }
 
 func compileScope(where string, s Scope) *scope {
@@ -261,7 +296,7 @@ func (p *Policy) Offer(c Caller, t *toolmeshv1.Tool) *Denial {
 		return nil
 	}
 	server := toolid.Server(t.GetId())
-	if r := p.servers[server]; r != nil && r.allowDestructive {
+	if r := p.rulesOf(server); r != nil && r.allowDestructive {
 		return nil
 	}
 	return &Denial{Action: Offer, Tool: t.GetId(), Rule: RuleDestructive,
@@ -373,7 +408,7 @@ func (p *Policy) toolRules(a Action, server, name, id string) *Denial {
 	if p == nil {
 		return nil
 	}
-	r := p.servers[server]
+	r := p.rulesOf(server)
 	if r == nil {
 		return nil
 	}

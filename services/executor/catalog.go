@@ -35,7 +35,8 @@ const watchBuffer = 64
 type catalog struct {
 	// rules are the servers' allowedTools and excludedTools: a tool they leave out
 	// never enters the catalog, so it is never listed, indexed, offered or called.
-	rules *policy.Policy
+	// A reload replaces them.
+	rules atomic.Pointer[policy.Policy]
 
 	mu       sync.RWMutex
 	tools    map[string]*tool
@@ -45,18 +46,33 @@ type catalog struct {
 }
 
 func newCatalog(rules *policy.Policy) *catalog {
-	return &catalog{rules: rules, tools: map[string]*tool{}, subs: map[*subscriber]struct{}{}}
+	c := &catalog{tools: map[string]*tool{}, subs: map[*subscriber]struct{}{}}
+	c.rules.Store(rules)
+	return c
 }
 
 // admits reports whether server's rules let its tool name into the catalog.
-func (c *catalog) admits(server, name string) bool { return c.rules.Exists(server, name) }
+func (c *catalog) admits(server, name string) bool { return c.rules.Load().Exists(server, name) }
 
 // denied is the policy's refusal of a call of id by the server's rules, or nil.
 func (c *catalog) denied(id string) error {
-	if d := c.rules.Call(policy.Caller{}, id); d != nil {
+	if d := c.rules.Load().Call(policy.Caller{}, id); d != nil {
 		return d
 	}
 	return nil
+}
+
+// readmit drops the tools of server that its rules no longer admit (they changed with a
+// reload), until the server is listed again.
+func (c *catalog) readmit(server string) (removed int) {
+	var keep []*tool
+	for _, t := range c.serverTools(server) {
+		if c.admits(server, t.name) {
+			keep = append(keep, t)
+		}
+	}
+	_, removed = c.replaceServer(server, keep)
+	return removed
 }
 
 func (c *catalog) lookup(id string) *tool {

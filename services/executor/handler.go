@@ -23,20 +23,22 @@ import (
 // ListTools returns the catalog, of one server or of all.
 func (s *Service) ListTools(_ context.Context, req *toolmeshv1.ExecutorServiceListToolsRequest) (*toolmeshv1.ExecutorServiceListToolsResponse, error) {
 	if srv := req.GetServer(); srv != "" {
-		if _, ok := s.sessions[srv]; !ok {
+		if _, ok := s.set.Load().sessions[srv]; !ok {
 			return nil, status.Errorf(codes.NotFound, "unknown server %q", srv)
 		}
 	}
 	return &toolmeshv1.ExecutorServiceListToolsResponse{Tools: s.cat.list(req.GetServer())}, nil
 }
 
-// ListServers returns every configured server and the state of its session.
+// ListServers returns every configured server and the state of its session, and the state
+// of the configuration.
 func (s *Service) ListServers(context.Context, *toolmeshv1.ExecutorServiceListServersRequest) (*toolmeshv1.ExecutorServiceListServersResponse, error) {
-	out := make([]*toolmeshv1.Server, 0, len(s.names))
-	for _, name := range s.names {
-		out = append(out, s.sessions[name].status())
+	sessions := s.set.Load().list()
+	out := make([]*toolmeshv1.Server, 0, len(sessions))
+	for _, sess := range sessions {
+		out = append(out, sess.status())
 	}
-	return &toolmeshv1.ExecutorServiceListServersResponse{Servers: out}, nil
+	return &toolmeshv1.ExecutorServiceListServersResponse{Servers: out, Config: s.conf.status()}, nil
 }
 
 // CallTool validates the arguments and calls the tool.

@@ -31,18 +31,39 @@ import (
 type Service struct {
 	toolmeshv1.UnimplementedExecutorServiceServer
 
-	cfg      Config
-	log      *slog.Logger
-	cat      *catalog
-	sessions map[string]*session // fixed after New; read without locks
-	names    []string
-	started  atomic.Bool
-	stopped  chan struct{} // closed when Run returns
+	cfg     Config
+	log     *slog.Logger
+	cat     *catalog
+	set     atomic.Pointer[sessionSet] // replaced whole by Reconfigure
+	started atomic.Bool
+	stopped chan struct{} // closed when Run returns
 	// draining is closed by Drain: watch streams end so a drain waits only for calls.
 	draining  chan struct{}
 	drainOnce sync.Once
 	tel       *telemetry.Service
 	ins       *instruments
+
+	// mu orders reconfigurations with the start and end of Run.
+	mu      sync.Mutex
+	runCtx  context.Context // Run's, while it runs
+	runDone bool            // Run has ended: no session starts any more
+	running sync.WaitGroup  // session loops and drains of retired sessions
+	conf    configState
+}
+
+// sessionSet is the configured servers and their sessions, immutable once published.
+type sessionSet struct {
+	servers  map[string]mcpconfig.Server // as configured, Name set
+	sessions map[string]*session
+	names    []string // sorted
+}
+
+func (set *sessionSet) list() []*session {
+	out := make([]*session, 0, len(set.names))
+	for _, name := range set.names {
+		out = append(out, set.sessions[name])
+	}
+	return out
 }
 
 // New builds the executor; Run connects the servers.
@@ -54,7 +75,8 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		logger = slog.New(slog.DiscardHandler)
 	}
 	cfg = cfg.withDefaults()
-	rules, err := policy.New(policy.Config{Servers: policy.RulesOf(cfg.Servers)}, tel.Meter("github.com/toolmesh/toolmesh/services/executor"))
+	ins := newInstruments(tel)
+	rules, err := policy.New(policy.Config{Servers: policy.RulesOf(cfg.Servers)}, ins.meter)
 	if err != nil {
 		return nil, fmt.Errorf("executor config: %w", err)
 	}
@@ -62,22 +84,29 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		cfg:      cfg,
 		log:      logger,
 		cat:      newCatalog(rules),
-		sessions: make(map[string]*session, len(cfg.Servers)),
 		stopped:  make(chan struct{}),
 		draining: make(chan struct{}),
 		tel:      tel,
-		ins:      newInstruments(tel),
+		ins:      ins,
 	}
+	set := &sessionSet{servers: make(map[string]mcpconfig.Server, len(cfg.Servers)), sessions: make(map[string]*session, len(cfg.Servers))}
 	for name, srv := range cfg.Servers {
 		srv.Name = name
-		for _, w := range srv.Warnings {
-			logger.Warn("mcp server config: "+w, "server", name)
-		}
-		s.sessions[name] = newSession(name, srv, cfg, logger, s.cat, s.ins)
-		s.names = append(s.names, name)
+		set.servers[name] = srv
+		set.sessions[name] = s.newSession(srv)
+		set.names = append(set.names, name)
 	}
-	sort.Strings(s.names)
+	sort.Strings(set.names)
+	s.set.Store(set)
+	s.conf.applied(time.Now())
 	return s, nil
+}
+
+func (s *Service) newSession(srv mcpconfig.Server) *session {
+	for _, w := range srv.Warnings {
+		s.log.Warn("mcp server config: "+w, "server", srv.Name)
+	}
+	return newSession(srv.Name, srv, s.cfg, s.log, s.cat, s.ins)
 }
 
 // Run connects every server in parallel (one failing server never blocks the
@@ -88,27 +117,53 @@ func (s *Service) Run(ctx context.Context) error {
 		return errors.New("executor: Run called twice")
 	}
 	defer close(s.stopped)
-	sessions := make([]*session, 0, len(s.names))
-	for _, name := range s.names {
-		sessions = append(sessions, s.sessions[name])
-	}
-	if reg, err := s.ins.observeSessions(sessions); err != nil {
+	if reg, err := s.ins.observeSessions(func() []*session { return s.set.Load().list() }); err != nil {
 		s.log.Warn("toolmesh.mcp.sessions will not be reported", "err", err)
 	} else {
 		defer func() { _ = reg.Unregister() }()
 	}
-	var wg sync.WaitGroup
-	for _, name := range s.names {
-		sess := s.sessions[name]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sess.run(ctx)
-		}()
+	if reg, err := s.ins.observeConfig(&s.conf); err != nil {
+		s.log.Warn("toolmesh.config.* will not be reported", "err", err)
+	} else {
+		defer func() { _ = reg.Unregister() }()
 	}
+	s.mu.Lock()
+	s.runCtx = ctx
+	for _, sess := range s.set.Load().list() {
+		s.startLocked(sess)
+	}
+	s.mu.Unlock()
 	<-ctx.Done()
-	wg.Wait()
+	s.mu.Lock()
+	s.runDone = true
+	s.mu.Unlock()
+	s.running.Wait()
 	s.log.Info("executor stopped")
+	return nil
+}
+
+// startLocked runs sess until Run's context ends or sess is retired and drained.
+func (s *Service) startLocked(sess *session) {
+	ctx, cancel := context.WithCancel(s.runCtx)
+	sess.stop = cancel
+	s.running.Add(1)
+	go func() {
+		defer s.running.Done()
+		defer cancel()
+		sess.run(ctx)
+	}()
+}
+
+// enter returns the current session of server with a call counted in (leave it when the
+// call is done), or nil when no such server is configured. A session retired between
+// reading the set and entering it has been replaced already: read the set again.
+func (s *Service) enter(server string) *session {
+	for range 3 {
+		sess := s.set.Load().sessions[server]
+		if sess == nil || sess.enter() {
+			return sess
+		}
+	}
 	return nil
 }
 
@@ -126,9 +181,9 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 // not and why.
 func (s *Service) Ready() (bool, string) {
 	var not []string
-	for _, name := range s.names {
-		if ok, why := s.sessions[name].ready(); !ok {
-			not = append(not, name+": "+why)
+	for _, sess := range s.set.Load().list() {
+		if ok, why := sess.ready(); !ok {
+			not = append(not, sess.name+": "+why)
 		}
 	}
 	if len(not) == 0 {
@@ -140,10 +195,11 @@ func (s *Service) Ready() (bool, string) {
 // callTool is the call path: look up, validate, call.
 func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct, timeout time.Duration) (*mcp.CallToolResult, error) {
 	server := toolid.Server(id)
-	sess := s.sessions[server]
+	sess := s.enter(server)
 	if sess == nil {
 		return nil, &unknownToolError{id: id}
 	}
+	defer sess.leave()
 	if err := s.cat.denied(id); err != nil {
 		return nil, err
 	}

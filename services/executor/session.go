@@ -76,6 +76,16 @@ type session struct {
 	connectedAt        time.Time
 	reconnecting       bool          // an expired session is being re-initialized: calls wait
 	changed            chan struct{} // closed and replaced on every state change
+
+	// A reload retires the session of a server it removes or changes: the session then
+	// publishes no more tools (pubMu orders that with publish), takes no more calls, and
+	// closes once the calls it has are done (inMu guards the count).
+	pubMu    sync.Mutex
+	inMu     sync.Mutex
+	retired  bool // written under both pubMu and inMu
+	inflight int
+	idle     chan struct{} // closed when a retired session's last call leaves
+	stop     context.CancelFunc
 }
 
 func newSession(name string, srv mcpconfig.Server, cfg Config, log *slog.Logger, cat *catalog, ins *instruments) *session {
@@ -603,13 +613,20 @@ type listing struct {
 }
 
 // publish puts the server's tools in the catalog. Only run's goroutine and
-// the current connection's refresher call it, one after the other.
+// the current connection's refresher call it, one after the other. A retired
+// session publishes nothing: its server is gone, or another session has it.
 func (s *session) publish(l *listing) {
 	if l.over != nil {
 		s.listFailed(l.over)
 		return
 	}
+	s.pubMu.Lock()
+	if s.retired {
+		s.pubMu.Unlock()
+		return
+	}
 	up, rm := s.cat.replaceServer(s.name, l.tools)
+	s.pubMu.Unlock()
 	s.mu.Lock()
 	s.toolCount = len(l.tools)
 	s.refused = l.refused
@@ -697,6 +714,54 @@ func (s *session) refreshLoop(cn *conn) {
 // jitter spreads d over ±20%, so servers are not all listed at once.
 func jitter(d time.Duration) time.Duration {
 	return d*4/5 + rand.N(d*2/5+1)
+}
+
+// enter counts a call in; false when the session is retired (its server was removed or
+// changed by a reload) and takes no more calls. Every true is matched by a leave.
+func (s *session) enter() bool {
+	s.inMu.Lock()
+	defer s.inMu.Unlock()
+	if s.retired {
+		return false
+	}
+	s.inflight++
+	return true
+}
+
+func (s *session) leave() {
+	s.inMu.Lock()
+	defer s.inMu.Unlock()
+	s.inflight--
+	if s.retired && s.inflight == 0 && s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
+}
+
+// retire stops the session publishing tools and taking calls; the channel closes once the
+// calls it has are done.
+func (s *session) retire() <-chan struct{} {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	s.inMu.Lock()
+	defer s.inMu.Unlock()
+	s.retired = true
+	idle := make(chan struct{})
+	if s.inflight == 0 {
+		close(idle)
+	} else {
+		s.idle = idle
+	}
+	return idle
+}
+
+// awaitFirst makes calls wait for the session's first connection (bounded by their
+// deadline, and failing if that attempt fails) instead of failing at once: the session
+// replaces one of a changed server, whose tools are still in the catalog and still called.
+func (s *session) awaitFirst() {
+	s.mu.Lock()
+	s.reconnecting = true
+	s.mu.Unlock()
 }
 
 // current returns the READY connection. While an expired session is being

@@ -70,6 +70,10 @@ type instruments struct {
 	calls    metric.Float64Histogram // mcp.client.operation.duration
 	conns    metric.Float64Histogram // mcp.client.session.duration
 	sessions metric.Int64ObservableGauge
+	// Configuration reloads, as Prometheus reports its own.
+	reloads    metric.Int64Counter           // toolmesh.config.reloads
+	lastOK     metric.Int64ObservableGauge   // toolmesh.config.last_reload_successful
+	lastOKTime metric.Float64ObservableGauge // toolmesh.config.last_reload_success_timestamp
 }
 
 func newInstruments(tel *telemetry.Service) *instruments {
@@ -92,14 +96,51 @@ func newInstruments(tel *telemetry.Service) *instruments {
 		metric.WithDescription("MCP servers by the state of the executor's session with them: 1 per server, under its current state (ready means a live session).")); err != nil {
 		ins.sessions, _ = metricnoop.Meter{}.Int64ObservableGauge("")
 	}
+	if ins.reloads, err = ins.meter.Int64Counter("toolmesh.config.reloads",
+		metric.WithDescription("Reloads of the MCP server configuration (a changed config file, or SIGHUP), by result: ok (applied) or error (refused, the configuration in use kept).")); err != nil {
+		ins.reloads, _ = metricnoop.Meter{}.Int64Counter("")
+	}
+	if ins.lastOK, err = ins.meter.Int64ObservableGauge("toolmesh.config.last_reload_successful",
+		metric.WithDescription("1 when the last reload of the MCP server configuration was applied (or none was tried), 0 when it was refused.")); err != nil {
+		ins.lastOK, _ = metricnoop.Meter{}.Int64ObservableGauge("")
+	}
+	if ins.lastOKTime, err = ins.meter.Float64ObservableGauge("toolmesh.config.last_reload_success_timestamp", metric.WithUnit("s"),
+		metric.WithDescription("When the MCP server configuration in use was last loaded successfully (at start, or by a reload), in seconds since the Unix epoch.")); err != nil {
+		ins.lastOKTime, _ = metricnoop.Meter{}.Float64ObservableGauge("")
+	}
 	return ins
 }
 
-// observeSessions registers the callback of toolmesh.mcp.sessions; unregister it when the
-// sessions stop.
-func (ins *instruments) observeSessions(sessions []*session) (metric.Registration, error) {
+// observeConfig registers the callback of the toolmesh.config.last_reload_* gauges.
+func (ins *instruments) observeConfig(c *configState) (metric.Registration, error) {
 	return ins.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		for _, s := range sessions {
+		c.mu.Lock()
+		ok, at := c.lastErr == "", c.lastOK
+		c.mu.Unlock()
+		v := int64(0)
+		if ok {
+			v = 1
+		}
+		o.ObserveInt64(ins.lastOK, v)
+		o.ObserveFloat64(ins.lastOKTime, float64(at.UnixNano())/1e9)
+		return nil
+	}, ins.lastOK, ins.lastOKTime)
+}
+
+// reloaded counts one reload by result.
+func (ins *instruments) reloaded(err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	ins.reloads.Add(context.Background(), 1, metric.WithAttributes(attribute.String("result", result)))
+}
+
+// observeSessions registers the callback of toolmesh.mcp.sessions, over the sessions
+// current when it runs; unregister it when the sessions stop.
+func (ins *instruments) observeSessions(current func() []*session) (metric.Registration, error) {
+	return ins.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, s := range current() {
 			s.mu.Lock()
 			st, _ := s.healthLocked()
 			s.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -200,8 +201,10 @@ func (*ExecutorServiceListServersRequest) Descriptor() ([]byte, []int) {
 }
 
 type ExecutorServiceListServersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Servers       []*Server              `protobuf:"bytes,1,rep,name=servers,proto3" json:"servers,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Servers []*Server              `protobuf:"bytes,1,rep,name=servers,proto3" json:"servers,omitempty"`
+	// config is the MCP server configuration in use and how its last reload went.
+	Config        *ConfigStatus `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -243,6 +246,89 @@ func (x *ExecutorServiceListServersResponse) GetServers() []*Server {
 	return nil
 }
 
+func (x *ExecutorServiceListServersResponse) GetConfig() *ConfigStatus {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+// ConfigStatus is the executor's MCP server configuration: which one is in use, and how the
+// last reload (a changed config file, or SIGHUP) went. A refused reload leaves the
+// configuration in use as it was.
+type ConfigStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// generation counts the configurations applied: 1 is the one the executor started with, and
+	// each reload that changed a server adds one.
+	Generation uint64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// applied_at is when the configuration in use was applied.
+	AppliedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=applied_at,json=appliedAt,proto3" json:"applied_at,omitempty"`
+	// last_reload_at is when the configuration was last read again; unset before the first reload.
+	LastReloadAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=last_reload_at,json=lastReloadAt,proto3" json:"last_reload_at,omitempty"`
+	// last_reload_error says why the last reload was refused; empty when it was applied.
+	LastReloadError string `protobuf:"bytes,4,opt,name=last_reload_error,json=lastReloadError,proto3" json:"last_reload_error,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ConfigStatus) Reset() {
+	*x = ConfigStatus{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigStatus) ProtoMessage() {}
+
+func (x *ConfigStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigStatus.ProtoReflect.Descriptor instead.
+func (*ConfigStatus) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ConfigStatus) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ConfigStatus) GetAppliedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AppliedAt
+	}
+	return nil
+}
+
+func (x *ConfigStatus) GetLastReloadAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastReloadAt
+	}
+	return nil
+}
+
+func (x *ConfigStatus) GetLastReloadError() string {
+	if x != nil {
+		return x.LastReloadError
+	}
+	return ""
+}
+
 type ExecutorServiceCallToolRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// tool_id is "SERVER.TOOL".
@@ -256,7 +342,7 @@ type ExecutorServiceCallToolRequest struct {
 
 func (x *ExecutorServiceCallToolRequest) Reset() {
 	*x = ExecutorServiceCallToolRequest{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[4]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -268,7 +354,7 @@ func (x *ExecutorServiceCallToolRequest) String() string {
 func (*ExecutorServiceCallToolRequest) ProtoMessage() {}
 
 func (x *ExecutorServiceCallToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[4]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -281,7 +367,7 @@ func (x *ExecutorServiceCallToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutorServiceCallToolRequest.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceCallToolRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{4}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ExecutorServiceCallToolRequest) GetToolId() string {
@@ -318,7 +404,7 @@ type ExecutorServiceCallToolResponse struct {
 
 func (x *ExecutorServiceCallToolResponse) Reset() {
 	*x = ExecutorServiceCallToolResponse{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[5]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -330,7 +416,7 @@ func (x *ExecutorServiceCallToolResponse) String() string {
 func (*ExecutorServiceCallToolResponse) ProtoMessage() {}
 
 func (x *ExecutorServiceCallToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[5]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -343,7 +429,7 @@ func (x *ExecutorServiceCallToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutorServiceCallToolResponse.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceCallToolResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{5}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ExecutorServiceCallToolResponse) GetContent() []*Content {
@@ -382,7 +468,7 @@ type WatchToolsRequest struct {
 
 func (x *WatchToolsRequest) Reset() {
 	*x = WatchToolsRequest{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[6]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -394,7 +480,7 @@ func (x *WatchToolsRequest) String() string {
 func (*WatchToolsRequest) ProtoMessage() {}
 
 func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[6]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -407,7 +493,7 @@ func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsRequest.ProtoReflect.Descriptor instead.
 func (*WatchToolsRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{6}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{7}
 }
 
 type WatchToolsResponse struct {
@@ -423,7 +509,7 @@ type WatchToolsResponse struct {
 
 func (x *WatchToolsResponse) Reset() {
 	*x = WatchToolsResponse{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[7]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -435,7 +521,7 @@ func (x *WatchToolsResponse) String() string {
 func (*WatchToolsResponse) ProtoMessage() {}
 
 func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[7]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -448,7 +534,7 @@ func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsResponse.ProtoReflect.Descriptor instead.
 func (*WatchToolsResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{7}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WatchToolsResponse) GetType() WatchEventType {
@@ -483,14 +569,23 @@ var File_toolmesh_v1_executor_proto protoreflect.FileDescriptor
 
 const file_toolmesh_v1_executor_proto_rawDesc = "" +
 	"\n" +
-	"\x1atoolmesh/v1/executor.proto\x12\vtoolmesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16toolmesh/v1/tool.proto\"9\n" +
+	"\x1atoolmesh/v1/executor.proto\x12\vtoolmesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16toolmesh/v1/tool.proto\"9\n" +
 	"\x1fExecutorServiceListToolsRequest\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\"K\n" +
 	" ExecutorServiceListToolsResponse\x12'\n" +
 	"\x05tools\x18\x01 \x03(\v2\x11.toolmesh.v1.ToolR\x05tools\"#\n" +
-	"!ExecutorServiceListServersRequest\"S\n" +
+	"!ExecutorServiceListServersRequest\"\x86\x01\n" +
 	"\"ExecutorServiceListServersResponse\x12-\n" +
-	"\aservers\x18\x01 \x03(\v2\x13.toolmesh.v1.ServerR\aservers\"\xa5\x01\n" +
+	"\aservers\x18\x01 \x03(\v2\x13.toolmesh.v1.ServerR\aservers\x121\n" +
+	"\x06config\x18\x02 \x01(\v2\x19.toolmesh.v1.ConfigStatusR\x06config\"\xd7\x01\n" +
+	"\fConfigStatus\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x129\n" +
+	"\n" +
+	"applied_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tappliedAt\x12@\n" +
+	"\x0elast_reload_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\flastReloadAt\x12*\n" +
+	"\x11last_reload_error\x18\x04 \x01(\tR\x0flastReloadError\"\xa5\x01\n" +
 	"\x1eExecutorServiceCallToolRequest\x12\x17\n" +
 	"\atool_id\x18\x01 \x01(\tR\x06toolId\x125\n" +
 	"\targuments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\targuments\x123\n" +
@@ -532,45 +627,50 @@ func file_toolmesh_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_toolmesh_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_toolmesh_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_toolmesh_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_toolmesh_v1_executor_proto_goTypes = []any{
 	(WatchEventType)(0),                        // 0: toolmesh.v1.WatchEventType
 	(*ExecutorServiceListToolsRequest)(nil),    // 1: toolmesh.v1.ExecutorServiceListToolsRequest
 	(*ExecutorServiceListToolsResponse)(nil),   // 2: toolmesh.v1.ExecutorServiceListToolsResponse
 	(*ExecutorServiceListServersRequest)(nil),  // 3: toolmesh.v1.ExecutorServiceListServersRequest
 	(*ExecutorServiceListServersResponse)(nil), // 4: toolmesh.v1.ExecutorServiceListServersResponse
-	(*ExecutorServiceCallToolRequest)(nil),     // 5: toolmesh.v1.ExecutorServiceCallToolRequest
-	(*ExecutorServiceCallToolResponse)(nil),    // 6: toolmesh.v1.ExecutorServiceCallToolResponse
-	(*WatchToolsRequest)(nil),                  // 7: toolmesh.v1.WatchToolsRequest
-	(*WatchToolsResponse)(nil),                 // 8: toolmesh.v1.WatchToolsResponse
-	(*Tool)(nil),                               // 9: toolmesh.v1.Tool
-	(*Server)(nil),                             // 10: toolmesh.v1.Server
-	(*structpb.Struct)(nil),                    // 11: google.protobuf.Struct
-	(*durationpb.Duration)(nil),                // 12: google.protobuf.Duration
-	(*Content)(nil),                            // 13: toolmesh.v1.Content
+	(*ConfigStatus)(nil),                       // 5: toolmesh.v1.ConfigStatus
+	(*ExecutorServiceCallToolRequest)(nil),     // 6: toolmesh.v1.ExecutorServiceCallToolRequest
+	(*ExecutorServiceCallToolResponse)(nil),    // 7: toolmesh.v1.ExecutorServiceCallToolResponse
+	(*WatchToolsRequest)(nil),                  // 8: toolmesh.v1.WatchToolsRequest
+	(*WatchToolsResponse)(nil),                 // 9: toolmesh.v1.WatchToolsResponse
+	(*Tool)(nil),                               // 10: toolmesh.v1.Tool
+	(*Server)(nil),                             // 11: toolmesh.v1.Server
+	(*timestamppb.Timestamp)(nil),              // 12: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                    // 13: google.protobuf.Struct
+	(*durationpb.Duration)(nil),                // 14: google.protobuf.Duration
+	(*Content)(nil),                            // 15: toolmesh.v1.Content
 }
 var file_toolmesh_v1_executor_proto_depIdxs = []int32{
-	9,  // 0: toolmesh.v1.ExecutorServiceListToolsResponse.tools:type_name -> toolmesh.v1.Tool
-	10, // 1: toolmesh.v1.ExecutorServiceListServersResponse.servers:type_name -> toolmesh.v1.Server
-	11, // 2: toolmesh.v1.ExecutorServiceCallToolRequest.arguments:type_name -> google.protobuf.Struct
-	12, // 3: toolmesh.v1.ExecutorServiceCallToolRequest.timeout:type_name -> google.protobuf.Duration
-	13, // 4: toolmesh.v1.ExecutorServiceCallToolResponse.content:type_name -> toolmesh.v1.Content
-	11, // 5: toolmesh.v1.ExecutorServiceCallToolResponse.structured_content:type_name -> google.protobuf.Struct
-	0,  // 6: toolmesh.v1.WatchToolsResponse.type:type_name -> toolmesh.v1.WatchEventType
-	9,  // 7: toolmesh.v1.WatchToolsResponse.upserted:type_name -> toolmesh.v1.Tool
-	1,  // 8: toolmesh.v1.ExecutorService.ListTools:input_type -> toolmesh.v1.ExecutorServiceListToolsRequest
-	3,  // 9: toolmesh.v1.ExecutorService.ListServers:input_type -> toolmesh.v1.ExecutorServiceListServersRequest
-	5,  // 10: toolmesh.v1.ExecutorService.CallTool:input_type -> toolmesh.v1.ExecutorServiceCallToolRequest
-	7,  // 11: toolmesh.v1.ExecutorService.WatchTools:input_type -> toolmesh.v1.WatchToolsRequest
-	2,  // 12: toolmesh.v1.ExecutorService.ListTools:output_type -> toolmesh.v1.ExecutorServiceListToolsResponse
-	4,  // 13: toolmesh.v1.ExecutorService.ListServers:output_type -> toolmesh.v1.ExecutorServiceListServersResponse
-	6,  // 14: toolmesh.v1.ExecutorService.CallTool:output_type -> toolmesh.v1.ExecutorServiceCallToolResponse
-	8,  // 15: toolmesh.v1.ExecutorService.WatchTools:output_type -> toolmesh.v1.WatchToolsResponse
-	12, // [12:16] is the sub-list for method output_type
-	8,  // [8:12] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	10, // 0: toolmesh.v1.ExecutorServiceListToolsResponse.tools:type_name -> toolmesh.v1.Tool
+	11, // 1: toolmesh.v1.ExecutorServiceListServersResponse.servers:type_name -> toolmesh.v1.Server
+	5,  // 2: toolmesh.v1.ExecutorServiceListServersResponse.config:type_name -> toolmesh.v1.ConfigStatus
+	12, // 3: toolmesh.v1.ConfigStatus.applied_at:type_name -> google.protobuf.Timestamp
+	12, // 4: toolmesh.v1.ConfigStatus.last_reload_at:type_name -> google.protobuf.Timestamp
+	13, // 5: toolmesh.v1.ExecutorServiceCallToolRequest.arguments:type_name -> google.protobuf.Struct
+	14, // 6: toolmesh.v1.ExecutorServiceCallToolRequest.timeout:type_name -> google.protobuf.Duration
+	15, // 7: toolmesh.v1.ExecutorServiceCallToolResponse.content:type_name -> toolmesh.v1.Content
+	13, // 8: toolmesh.v1.ExecutorServiceCallToolResponse.structured_content:type_name -> google.protobuf.Struct
+	0,  // 9: toolmesh.v1.WatchToolsResponse.type:type_name -> toolmesh.v1.WatchEventType
+	10, // 10: toolmesh.v1.WatchToolsResponse.upserted:type_name -> toolmesh.v1.Tool
+	1,  // 11: toolmesh.v1.ExecutorService.ListTools:input_type -> toolmesh.v1.ExecutorServiceListToolsRequest
+	3,  // 12: toolmesh.v1.ExecutorService.ListServers:input_type -> toolmesh.v1.ExecutorServiceListServersRequest
+	6,  // 13: toolmesh.v1.ExecutorService.CallTool:input_type -> toolmesh.v1.ExecutorServiceCallToolRequest
+	8,  // 14: toolmesh.v1.ExecutorService.WatchTools:input_type -> toolmesh.v1.WatchToolsRequest
+	2,  // 15: toolmesh.v1.ExecutorService.ListTools:output_type -> toolmesh.v1.ExecutorServiceListToolsResponse
+	4,  // 16: toolmesh.v1.ExecutorService.ListServers:output_type -> toolmesh.v1.ExecutorServiceListServersResponse
+	7,  // 17: toolmesh.v1.ExecutorService.CallTool:output_type -> toolmesh.v1.ExecutorServiceCallToolResponse
+	9,  // 18: toolmesh.v1.ExecutorService.WatchTools:output_type -> toolmesh.v1.WatchToolsResponse
+	15, // [15:19] is the sub-list for method output_type
+	11, // [11:15] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_toolmesh_v1_executor_proto_init() }
@@ -585,7 +685,7 @@ func file_toolmesh_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolmesh_v1_executor_proto_rawDesc), len(file_toolmesh_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
