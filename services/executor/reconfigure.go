@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -75,41 +76,26 @@ func (s *Service) reconfigure(servers map[string]mcpconfig.Server) (Changes, err
 		return ch, errors.New("executor stopped")
 	}
 	old := s.set.Load()
+	ch = diffServers(old.servers, servers)
+	if ch.empty() {
+		return ch, nil
+	}
 	set := &sessionSet{servers: make(map[string]mcpconfig.Server, len(servers)), sessions: make(map[string]*session, len(servers))}
-	var fresh []*session
 	for name, srv := range servers {
 		srv.Name = name
 		set.servers[name] = srv
 		set.names = append(set.names, name)
-		prev, had := old.servers[name]
-		switch {
-		case !had:
-			ch.Added = append(ch.Added, name)
-		case !sameServer(prev, srv):
-			ch.Changed = append(ch.Changed, name)
-		default:
-			set.sessions[name] = old.sessions[name]
-			ch.Kept++
-			continue
-		}
-		sess := s.newSession(srv)
-		if had {
+		set.sessions[name] = old.sessions[name] // replaced below when added or changed
+	}
+	sort.Strings(set.names)
+	var fresh []*session
+	for _, name := range slices.Concat(ch.Added, ch.Changed) {
+		sess := s.newSession(set.servers[name])
+		if _, had := old.servers[name]; had {
 			sess.awaitFirst()
 		}
 		set.sessions[name] = sess
 		fresh = append(fresh, sess)
-	}
-	for name := range old.servers {
-		if _, ok := servers[name]; !ok {
-			ch.Removed = append(ch.Removed, name)
-		}
-	}
-	sort.Strings(set.names)
-	sort.Strings(ch.Added)
-	sort.Strings(ch.Removed)
-	sort.Strings(ch.Changed)
-	if ch.empty() {
-		return ch, nil
 	}
 
 	// The new set first, then retire the old sessions: a call that still finds an old
@@ -159,6 +145,32 @@ func (s *Service) drainLocked(sess *session, idle <-chan struct{}) {
 		}
 		stop()
 	}()
+}
+
+// diffServers is what replacing the servers old with next changes, each list sorted.
+func diffServers(old, next map[string]mcpconfig.Server) Changes {
+	var ch Changes
+	for name, srv := range next {
+		srv.Name = name
+		prev, had := old[name]
+		switch {
+		case !had:
+			ch.Added = append(ch.Added, name)
+		case !sameServer(prev, srv):
+			ch.Changed = append(ch.Changed, name)
+		default:
+			ch.Kept++
+		}
+	}
+	for name := range old {
+		if _, ok := next[name]; !ok {
+			ch.Removed = append(ch.Removed, name)
+		}
+	}
+	sort.Strings(ch.Added)
+	sort.Strings(ch.Removed)
+	sort.Strings(ch.Changed)
+	return ch
 }
 
 // sameServer reports whether two entries configure the same session; the warnings about

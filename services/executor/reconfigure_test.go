@@ -293,3 +293,38 @@ func serverNames(resp *toolmeshv1.ExecutorServiceListServersResponse) []string {
 	}
 	return names
 }
+
+func TestDiffServers(t *testing.T) {
+	a := mcpconfig.Server{Transport: mcpconfig.TransportStdio, Command: "a"}
+	b := mcpconfig.Server{Transport: mcpconfig.TransportStreamableHTTP, URL: "http://b/mcp"}
+	b2 := b
+	b2.Headers = map[string]string{"Authorization": "Bearer x"}
+	c := mcpconfig.Server{Transport: mcpconfig.TransportSSE, URL: "http://c/sse"}
+	cases := []struct {
+		name      string
+		old, next map[string]mcpconfig.Server
+		want      Changes
+	}{
+		{"unchanged", map[string]mcpconfig.Server{"a": a, "b": b}, map[string]mcpconfig.Server{"a": a, "b": b}, Changes{Kept: 2}},
+		{"added", map[string]mcpconfig.Server{"a": a}, map[string]mcpconfig.Server{"a": a, "c": c}, Changes{Added: []string{"c"}, Kept: 1}},
+		{"removed", map[string]mcpconfig.Server{"a": a, "b": b}, map[string]mcpconfig.Server{"a": a}, Changes{Removed: []string{"b"}, Kept: 1}},
+		{"changed", map[string]mcpconfig.Server{"a": a, "b": b}, map[string]mcpconfig.Server{"a": a, "b": b2}, Changes{Changed: []string{"b"}, Kept: 1}},
+		{"all at once", map[string]mcpconfig.Server{"a": a, "b": b, "x": c}, map[string]mcpconfig.Server{"a": a, "b": b2, "c": c}, Changes{Added: []string{"c"}, Removed: []string{"x"}, Changed: []string{"b"}, Kept: 1}},
+		{"renamed is removed and added", map[string]mcpconfig.Server{"a": a}, map[string]mcpconfig.Server{"a2": a}, Changes{Added: []string{"a2"}, Removed: []string{"a"}}},
+		{"from none", nil, map[string]mcpconfig.Server{"a": a}, Changes{Added: []string{"a"}}},
+		{"to none", map[string]mcpconfig.Server{"a": a}, nil, Changes{Removed: []string{"a"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			// The executor keeps its servers with Name set; a config read again has it unset.
+			old := map[string]mcpconfig.Server{}
+			for name, s := range tc.old {
+				s.Name = name
+				old[name] = s
+			}
+			if got := diffServers(old, tc.next); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("diffServers = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
