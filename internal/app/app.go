@@ -83,6 +83,12 @@ type App struct {
 	// force is closed by ForceStop: drains end at once.
 	force     chan struct{}
 	forceOnce sync.Once
+	// exec and api are the services of this process that a reload of the MCP server
+	// configuration reconfigures; nil when their target runs elsewhere.
+	exec *executor.Service
+	api  *api.Service
+	// reloader is set by Run when there is a config file to read again.
+	reloader *reloader
 }
 
 // ForceStop makes a stop under way skip what is left of its drains (a second signal): calls
@@ -251,6 +257,25 @@ func (a *App) Run(ctx context.Context, started func()) error {
 		}
 		all = append(all, r)
 	}
+	if (a.exec != nil || a.api != nil) && (a.cfg.ConfigFile != "" || a.cfg.MCPConfig != "") {
+		a.reloader = newReloader(a.cfg, maps.Clone(a.book.mcpServers), a.exec, a.api, a.logger)
+		rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := a.reloader.run(rctx); err != nil {
+				a.logger.Warn("the mcp server config will not be reloaded", "err", err)
+			}
+		}()
+		// Stopped before the targets: no reload starts sessions during a stop.
+		stopAll = func(stopTargets func()) func() {
+			return func() {
+				stop()
+				<-done
+				stopTargets()
+			}
+		}(stopAll)
+	}
 	if started != nil {
 		started()
 	}
@@ -318,6 +343,7 @@ func initExecutor(a *App, env targetEnv) ([]runner, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.exec = svc
 	runners, err := a.serveGRPC(env, cfg.GRPCAddr, svc, env.tel.GRPCServerOptions()...)
 	if err != nil {
 		return nil, err
@@ -381,6 +407,7 @@ func initAPI(a *App, env targetEnv) ([]runner, error) {
 		return nil, err
 	}
 	hs.ForceOn(a.force)
+	a.api = svc
 	a.endpoint("REST", "http://"+hs.Addr())
 	a.endpoint("console", "http://"+hs.Addr()+"/ui/")
 	a.endpoint("api gRPC", g.Addr())

@@ -125,18 +125,11 @@ func (c *Config) overlayFile(fs *flag.FlagSet, given map[string]bool) error {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return fmt.Errorf("config %s: %w", c.ConfigFile, err)
 	}
-	if raw, ok := doc["mcpServers"]; ok {
-		m, ok := raw.(map[string]any)
-		if !ok {
-			return fmt.Errorf("config %s: mcpServers: want a map of server name to server", c.ConfigFile)
-		}
-		servers, err := mcpconfig.FromYAML(m, os.LookupEnv)
-		if err != nil {
-			return fmt.Errorf("config %s: %w", c.ConfigFile, err)
-		}
-		c.servers = servers
-		delete(doc, "mcpServers")
+	servers, err := yamlServers(c.ConfigFile, doc)
+	if err != nil {
+		return err
 	}
+	c.servers = servers
 	if raw, ok := doc["policy"]; ok {
 		p, err := policy.ParseYAML(raw)
 		if err != nil {
@@ -169,6 +162,24 @@ func (c *Config) overlayFile(fs *flag.FlagSet, given map[string]bool) error {
 		}
 	}
 	return nil
+}
+
+// yamlServers takes the mcpServers map out of doc, the YAML file path parsed.
+func yamlServers(path string, doc map[string]any) (map[string]mcpconfig.Server, error) {
+	raw, ok := doc["mcpServers"]
+	if !ok {
+		return nil, nil
+	}
+	delete(doc, "mcpServers")
+	m, ok := raw.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("config %s: mcpServers: want a map of server name to server", path)
+	}
+	servers, err := mcpconfig.FromYAML(m, os.LookupEnv)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return servers, nil
 }
 
 // flatten turns nested maps into dotted keys; lists become comma-joined values.

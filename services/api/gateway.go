@@ -98,6 +98,7 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, f
 
 // readyz is 200 when the executor answers, every MCP server is connected and (when one is
 // configured) the retriever's index is in step; otherwise 503 saying what is not ready and why.
+// Either way it reports a refused reload of the executor's MCP server configuration.
 func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 	type notReady struct {
 		Name  string `json:"name"`
@@ -106,10 +107,17 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	body := map[string]any{}
 	ready := true
-	servers, err := s.tools.allServers(r.Context())
+	list, err := s.tools.listServers(r.Context())
 	if err != nil {
 		ready = false
 		body["executor"] = redact.Text(err.Error())
+	}
+	servers := list.GetServers()
+	if c := list.GetConfig(); c.GetLastReloadError() != "" {
+		// A refused reload leaves the servers in use serving: the api stays ready (taking
+		// every replica out of service for a bad ConfigMap would be worse), and says so.
+		body["config"] = map[string]any{"generation": c.GetGeneration(),
+			"last_reload_error": c.GetLastReloadError() + "; the configuration in use is kept"}
 	}
 	var bad []notReady
 	for _, srv := range servers {

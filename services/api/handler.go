@@ -82,6 +82,12 @@ func (h *toolHandler) ListServers(ctx context.Context, _ *toolmeshv1.ListServers
 
 // allServers is every configured server, whoever asks: /readyz reports on all of them.
 func (h *toolHandler) allServers(ctx context.Context) ([]*toolmeshv1.Server, error) {
+	resp, err := h.listServers(ctx)
+	return resp.GetServers(), err
+}
+
+// listServers is the executor's servers and the state of its MCP server configuration.
+func (h *toolHandler) listServers(ctx context.Context) (*toolmeshv1.ExecutorServiceListServersResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
 	defer cancel()
 	resp, err := h.executor.ListServers(ctx, &toolmeshv1.ExecutorServiceListServersRequest{})
@@ -94,7 +100,10 @@ func (h *toolHandler) allServers(ctx context.Context) ([]*toolmeshv1.Server, err
 		srv.LastError = redact.Text(srv.GetLastError())
 		srv.Endpoint = redact.Text(srv.GetEndpoint())
 	}
-	return resp.GetServers(), nil
+	if c := resp.GetConfig(); c != nil {
+		c.LastReloadError = redact.Text(c.GetLastReloadError())
+	}
+	return resp, nil
 }
 
 func (h *toolHandler) CallTool(ctx context.Context, req *toolmeshv1.CallToolRequest) (*toolmeshv1.CallToolResponse, error) {

@@ -98,6 +98,13 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 	return s, nil
 }
 
+// SetServerRules replaces the mcpServers rules the policy decides by (allowedTools,
+// excludedTools, allowDestructive), as a reload of the MCP server configuration does; the
+// token scopes stay. On error nothing changes.
+func (s *Service) SetServerRules(rules map[string]policy.ServerRules) error {
+	return s.tools.policy.SetServers(rules)
+}
+
 // newPolicy compiles the policy and checks that the tokens its scopes name exist: a scope for
 // a misspelt name would leave the real token with the default (or nothing) and no hint why.
 func newPolicy(cfg policy.Config, guard *auth.Guard, tel *telemetry.Service) (*policy.Policy, error) {

@@ -1,0 +1,235 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/policy"
+	"github.com/toolmesh/toolmesh/services/api"
+	"github.com/toolmesh/toolmesh/services/executor"
+)
+
+// reloadDelay is how long a reload waits after the first change it sees in a config file's
+// directory: an editor or the kubelet writes a file in several steps, and a reload half way
+// would read a file half written or refuse one half renamed.
+const reloadDelay = 300 * time.Millisecond
+
+// reloader reads the MCP server configuration again (the mcpServers of --config and the
+// --mcp-config file) on SIGHUP and when a file of it changes, and hands it to the executor
+// and the api of this process. It watches the files' directories, not the files: Kubernetes
+// updates a mounted ConfigMap by swapping a symlink (..data) in the directory, which a watch
+// of the file itself never sees.
+type reloader struct {
+	configFile, mcpConfig string
+	// extra are the servers that come from no file (the demo's, in `up`): every reload keeps them.
+	extra map[string]mcpconfig.Server
+	exec  *executor.Service // nil when the executor runs in another process
+	api   *api.Service      // nil when the api runs in another process
+	log   *slog.Logger
+	delay time.Duration
+
+	mu   sync.Mutex        // one reload at a time
+	last [sha256.Size]byte // of the files' contents at the last attempt
+	// rest is the YAML file's other keys at start: they apply only at a restart, and a
+	// reload that sees them changed says so.
+	rest map[string]any
+}
+
+func newReloader(cfg Config, extra map[string]mcpconfig.Server, exec *executor.Service, apiSvc *api.Service, log *slog.Logger) *reloader {
+	r := &reloader{configFile: cfg.ConfigFile, mcpConfig: cfg.MCPConfig, extra: extra, exec: exec, api: apiSvc,
+		log: log.With("component", "config reload"), delay: reloadDelay}
+	if data, err := r.read(); err == nil {
+		r.last = sha256.Sum256(data)
+		_, r.rest, _ = r.parse()
+	}
+	return r
+}
+
+// read is the contents of the files, for telling a change from a touch.
+func (r *reloader) read() ([]byte, error) {
+	var all []byte
+	for _, path := range r.files() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		all = append(append(all, data...), 0)
+	}
+	return all, nil
+}
+
+func (r *reloader) files() []string {
+	var out []string
+	for _, f := range []string{r.configFile, r.mcpConfig} {
+		if f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// parse reads the servers of the files as Load does, and the YAML file's other keys.
+func (r *reloader) parse() (map[string]mcpconfig.Server, map[string]any, error) {
+	c := Config{ConfigFile: r.configFile, MCPConfig: r.mcpConfig}
+	var rest map[string]any
+	if r.configFile != "" {
+		data, err := os.ReadFile(r.configFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("config: %w", err)
+		}
+		if err := yaml.Unmarshal(data, &rest); err != nil {
+			return nil, nil, fmt.Errorf("config %s: %w", r.configFile, err)
+		}
+		if c.servers, err = yamlServers(r.configFile, rest); err != nil {
+			return nil, nil, err
+		}
+	}
+	servers, err := c.mcpServers()
+	if err != nil {
+		return nil, nil, err
+	}
+	// As at the start, where the demo's servers win over configured ones of the same name.
+	maps.Copy(servers, r.extra)
+	return servers, rest, nil
+}
+
+// reload reads the configuration again and applies it when it changed since the last reload
+// (always, when force is set: SIGHUP). A configuration that does not read, parse or validate
+// is refused: the servers in use are kept, and the error is logged and reported by the
+// executor (ListServers, /readyz, toolmesh.config.reloads{result="error"}).
+func (r *reloader) reload(force bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	data, err := r.read()
+	if err == nil {
+		// The same bytes as the last attempt, applied or refused, would end the same way.
+		sum := sha256.Sum256(data)
+		if !force && sum == r.last {
+			return nil
+		}
+		r.last = sum
+	}
+	var servers map[string]mcpconfig.Server
+	var rest map[string]any
+	if err == nil {
+		servers, rest, err = r.parse()
+	}
+	if err == nil && r.api != nil && r.exec == nil {
+		// Without an executor here, check the rules as the executor would before applying them.
+		_, err = policy.New(policy.Config{Servers: policy.RulesOf(servers)}, nil)
+	}
+	if err == nil && r.exec != nil {
+		var ch executor.Changes
+		ch, err = r.exec.Reconfigure(servers)
+		if err == nil && len(ch.Added)+len(ch.Removed)+len(ch.Changed) == 0 {
+			r.log.Info("mcp server config read again: no server changed", "servers", ch.Kept)
+		}
+	} else if err != nil && r.exec != nil {
+		r.exec.RefuseConfig(err)
+	}
+	if err != nil {
+		r.log.Error("mcp server config refused; the servers in use are kept", "err", err)
+		return err
+	}
+	if r.api != nil {
+		if err := r.api.SetServerRules(policy.RulesOf(servers)); err != nil {
+			// Checked above, so not expected; the executor has the new servers regardless.
+			r.log.Error("api policy: the mcpServers rules were not replaced", "err", err)
+		}
+	}
+	if r.configFile != "" && !reflect.DeepEqual(rest, r.rest) {
+		r.log.Warn("keys of the config file other than mcpServers changed: they apply at the next restart", "file", r.configFile)
+	}
+	r.rest = rest
+	return nil
+}
+
+// run reloads on SIGHUP and on changes in the files' directories until ctx ends.
+func (r *reloader) run(ctx context.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("config reload: watch: %w", err)
+	}
+	defer w.Close()
+	var dirs []string
+	for _, f := range r.files() {
+		dir := filepath.Dir(f)
+		if slices.Contains(dirs, dir) {
+			continue
+		}
+		dirs = append(dirs, dir)
+		if err := w.Add(dir); err != nil {
+			// SIGHUP still works.
+			r.log.Warn("config files will not be watched; send SIGHUP to reload", "dir", dir, "err", err)
+		}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	r.log.Info("watching the mcp server config for changes (and SIGHUP)", "files", r.files())
+
+	// The timer starts at the first change and is not pushed back by the next ones, so a
+	// directory that changes all the time still reloads every delay.
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	pending := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-hup:
+			r.log.Info("SIGHUP: reading the mcp server config again")
+			_ = r.reload(true)
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if !pending && r.concerns(ev.Name) {
+				pending = true
+				timer.Reset(r.delay)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			r.log.Warn("watching the mcp server config", "err", err)
+		case <-timer.C:
+			pending = false
+			_ = r.reload(false)
+		}
+	}
+}
+
+// concerns reports whether a change of name in a watched directory may change the config: a
+// file of it, or Kubernetes' ..data symlink and the timestamped directories it points to.
+// Other files in the directory (an editor's swap file) are ignored; a reload that reads the
+// same bytes again changes nothing anyway.
+func (r *reloader) concerns(name string) bool {
+	base := filepath.Base(name)
+	if strings.HasPrefix(base, "..") {
+		return true
+	}
+	for _, f := range r.files() {
+		if base == filepath.Base(f) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,328 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolmesh/toolmesh/internal/eventually"
+)
+
+// configMap lays out a directory as the kubelet does for a mounted ConfigMap: the data in a
+// timestamped directory, ..data a symlink to it, and each file a symlink through ..data. An
+// update writes a new timestamped directory and swaps ..data with a rename, so the file's
+// own path never changes.
+type configMap struct {
+	dir string
+	n   int
+}
+
+func (c *configMap) path() string { return filepath.Join(c.dir, "mcp.json") }
+
+func (c *configMap) write(t *testing.T, content string) {
+	t.Helper()
+	c.n++
+	ts := fmt.Sprintf("..2026_12_03_20_00_%02d.%d", c.n, c.n)
+	if err := os.Mkdir(filepath.Join(c.dir, ts), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.dir, ts, "mcp.json"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(c.dir, "..data_tmp")
+	if err := os.Symlink(ts, tmp); err != nil {
+		t.Fatal(err)
+	}
+	prev, _ := os.Readlink(filepath.Join(c.dir, "..data"))
+	if err := os.Rename(tmp, filepath.Join(c.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if prev == "" {
+		if err := os.Symlink(filepath.Join("..data", "mcp.json"), c.path()); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := os.RemoveAll(filepath.Join(c.dir, prev)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// current is the file ..data points to now: writing it in place is an edit no watch of the
+// directory sees (SIGHUP's case).
+func (c *configMap) current(t *testing.T) string {
+	t.Helper()
+	target, err := os.Readlink(filepath.Join(c.dir, "..data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(c.dir, target, "mcp.json")
+}
+
+// oneTool serves one read-only tool answering reply, over streamable HTTP.
+func oneTool(t *testing.T, server, name, desc, reply string) string {
+	t.Helper()
+	return serveTools(t, server, []mcpserver.ServerTool{{
+		Tool: mcp.NewTool(name, mcp.WithDescription(desc), mcp.WithReadOnlyHintAnnotation(true)),
+		Handler: func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(reply), nil
+		},
+	}})
+}
+
+func mcpJSON(servers map[string]string) string {
+	m := map[string]any{}
+	for name, url := range servers {
+		m[name] = map[string]string{"url": url}
+	}
+	b, _ := json.Marshal(map[string]any{"mcpServers": m})
+	return string(b)
+}
+
+// toolIDs lists the tools the api lists.
+func toolIDs(t *testing.T, base string) ([]string, string) {
+	t.Helper()
+	code, body := get(t, base+"/v1/tools")
+	var list struct {
+		Tools []struct{ ID string } `json:"tools"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil || code != http.StatusOK {
+		return nil, fmt.Sprintf("GET /v1/tools: %d %s", code, body)
+	}
+	var ids []string
+	for _, tl := range list.Tools {
+		ids = append(ids, tl.ID)
+	}
+	slices.Sort(ids)
+	return ids, ""
+}
+
+// searched is the tools a search for q finds, best first.
+func searched(t *testing.T, base, q string) []string {
+	t.Helper()
+	code, body := get(t, base+"/v1/tools:search?k=10&q="+strings.ReplaceAll(q, " ", "+"))
+	var found struct {
+		Results []struct {
+			Tool struct {
+				ID string `json:"id"`
+			} `json:"tool"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(body, &found); err != nil || code != http.StatusOK {
+		t.Fatalf("search %q: %d %s", q, code, body)
+	}
+	var ids []string
+	for _, r := range found.Results {
+		ids = append(ids, r.Tool.ID)
+	}
+	return ids
+}
+
+func connectedAt(t *testing.T, base, server string) string {
+	t.Helper()
+	code, body := get(t, base+"/v1/servers")
+	var list struct {
+		Servers []struct {
+			Name        string `json:"name"`
+			ConnectedAt string `json:"connectedAt"`
+		} `json:"servers"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil || code != http.StatusOK {
+		t.Fatalf("GET /v1/servers: %d %s", code, body)
+	}
+	for _, s := range list.Servers {
+		if s.Name == server {
+			return s.ConnectedAt
+		}
+	}
+	return ""
+}
+
+// ping calls keep.ping through the api; it runs off the test's goroutine, so it returns
+// what went wrong instead of failing the test.
+func ping(base string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/tools/keep/ping:call", strings.NewReader(`{"arguments":{}}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "pong") {
+		return fmt.Errorf("%d %s", resp.StatusCode, body)
+	}
+	return nil
+}
+
+// TestReloadConfigMapSwap is issue 20's reload test: under a running mesh (executor,
+// retriever and api in one process), the --mcp-config file is replaced as Kubernetes
+// replaces a mounted ConfigMap, adding one server, removing one and changing one. Calls to
+// the untouched server never fail and its session is kept, the index follows within
+// seconds, a broken file leaves everything as it was (and says so on /readyz and in the
+// metrics), and SIGHUP reloads an edit no watch sees.
+func TestReloadConfigMapSwap(t *testing.T) {
+	checkFDs(t)
+	keep := oneTool(t, "keep", "ping", "Answer pong to a ping.", "pong")
+	gone := oneTool(t, "gone", "forecast_weather", "Forecast tomorrow's weather in a city.", "sunny")
+	edit := oneTool(t, "edit", "convert_currency", "Convert an amount of money between currencies.", "42 EUR")
+	edited := oneTool(t, "edit", "translate_text", "Translate a text into another language.", "bonjour")
+	fresh := oneTool(t, "fresh", "count_narwhals", "Count the narwhals of a fjord in the migration census.", "17")
+
+	cm := &configMap{dir: t.TempDir()}
+	before := mcpJSON(map[string]string{"keep": keep, "gone": gone, "edit": edit})
+	cm.write(t, before)
+	a, _ := runApp(t, []string{
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
+		"--retriever.grpc-addr=127.0.0.1:0", "--api.inference-addr=", "--drain-timeout=2s", "--mcp-config=" + cm.path(),
+	}, "executor", "retriever", "api")
+	var base string
+	for _, e := range a.Endpoints {
+		if e.Name == "REST" {
+			base = e.Addr
+		}
+	}
+	eventually.Check(t, 30*time.Second, "the mesh ready", func() string {
+		if code, body := get(t, base+"/readyz"); code != http.StatusOK {
+			return fmt.Sprintf("%d %s", code, body)
+		}
+		return ""
+	})
+	if ids := searched(t, base, "weather forecast"); len(ids) == 0 || ids[0] != "gone.forecast_weather" {
+		t.Fatalf("search before the reload: %v, want gone.forecast_weather first", ids)
+	}
+	keptSince := connectedAt(t, base, "keep")
+
+	// Calls to the untouched server, one after the other, for the whole test.
+	stop := make(chan struct{})
+	var calls, failed atomic.Int64
+	var firstFailure atomic.Value
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			calls.Add(1)
+			if err := ping(base); err != nil {
+				failed.Add(1)
+				firstFailure.CompareAndSwap(nil, err.Error())
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		wg.Wait()
+		if n := failed.Load(); n > 0 {
+			t.Errorf("%d of %d calls to the untouched server failed; first: %v", n, calls.Load(), firstFailure.Load())
+		} else {
+			t.Logf("%d calls to the untouched server, none failed", calls.Load())
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+
+	after := mcpJSON(map[string]string{"keep": keep, "edit": edited, "fresh": fresh})
+	swapped := time.Now()
+	cm.write(t, after)
+	wantIDs := []string{"edit.translate_text", "fresh.count_narwhals", "keep.ping"}
+	eventually.Check(t, 10*time.Second, "the catalog and the index follow the new config", func() string {
+		if ids, bad := toolIDs(t, base); bad != "" || !slices.Equal(ids, wantIDs) {
+			return fmt.Sprintf("tools %v %s; want %v", ids, bad, wantIDs)
+		}
+		if ids := searched(t, base, "narwhals census"); len(ids) == 0 || ids[0] != "fresh.count_narwhals" {
+			return fmt.Sprintf("search for the added server's tool: %v", ids)
+		}
+		if ids := searched(t, base, "translate text language"); len(ids) == 0 || ids[0] != "edit.translate_text" {
+			return fmt.Sprintf("search for the changed server's new tool: %v", ids)
+		}
+		for _, q := range []string{"weather forecast", "convert currency money"} {
+			if ids := searched(t, base, q); slices.ContainsFunc(ids, func(id string) bool {
+				return strings.HasPrefix(id, "gone.") || id == "edit.convert_currency"
+			}) {
+				return fmt.Sprintf("search %q still finds a tool that is gone: %v", q, ids)
+			}
+		}
+		return ""
+	})
+	t.Logf("the index followed the swap in %s", time.Since(swapped).Round(time.Millisecond))
+	if code, body := post(t, base+"/v1/tools/edit/translate_text:call", `{"arguments":{}}`); code != http.StatusOK || !strings.Contains(string(body), "bonjour") {
+		t.Errorf("the changed server's new tool: %d %s", code, body)
+	}
+	if code, body := post(t, base+"/v1/tools/gone/forecast_weather:call", `{"arguments":{}}`); code != http.StatusNotFound {
+		t.Errorf("the removed server's tool: %d %s, want 404", code, body)
+	}
+
+	// Broken files: refused, everything as it was, and said so.
+	for _, tc := range []struct{ name, content, want string }{
+		{"not JSON", `{"mcpServers": {"keep": `, "mcp.json"},
+		{"a server with neither url nor command", mcpJSON(map[string]string{"keep": keep, "bad": ""}), `"bad"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cm.write(t, tc.content)
+			eventually.Check(t, 10*time.Second, "the refusal reported on /readyz", func() string {
+				code, body := get(t, base+"/readyz")
+				var ready struct {
+					Config struct {
+						LastReloadError string `json:"last_reload_error"`
+					} `json:"config"`
+				}
+				_ = json.Unmarshal(body, &ready)
+				if code != http.StatusOK || !strings.Contains(ready.Config.LastReloadError, tc.want) {
+					return fmt.Sprintf("%d %s; want 200 and config.last_reload_error with %s", code, body, tc.want)
+				}
+				return ""
+			})
+			if ids, bad := toolIDs(t, base); !slices.Equal(ids, wantIDs) {
+				t.Errorf("tools after a refused reload: %v %s; want %v", ids, bad, wantIDs)
+			}
+		})
+	}
+	_, metrics := get(t, base+"/metrics")
+	if !strings.Contains(string(metrics), `toolmesh_config_reloads_total{`) || !strings.Contains(string(metrics), `result="error"`) ||
+		!strings.Contains(string(metrics), "toolmesh_config_last_reload_successful") {
+		t.Errorf("/metrics has no toolmesh_config_reloads_total{result=\"error\"} or toolmesh_config_last_reload_successful")
+	}
+
+	// An edit of the file ..data points to, which no watch of the directory sees: SIGHUP.
+	cm.write(t, after)
+	eventually.Check(t, 10*time.Second, "the good config applied again", func() string {
+		if code, body := get(t, base+"/readyz"); code != http.StatusOK || strings.Contains(string(body), "last_reload_error") {
+			return fmt.Sprintf("%d %s", code, body)
+		}
+		return ""
+	})
+	if err := os.WriteFile(cm.current(t), []byte(mcpJSON(map[string]string{"keep": keep, "edit": edited, "fresh": fresh, "gone": gone})), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	eventually.Check(t, 10*time.Second, "the removed server back after SIGHUP", func() string {
+		if ids, bad := toolIDs(t, base); !slices.Contains(ids, "gone.forecast_weather") {
+			return fmt.Sprintf("tools %v %s", ids, bad)
+		}
+		return ""
+	})
+
+	if got := connectedAt(t, base, "keep"); got != keptSince {
+		t.Errorf("the untouched server reconnected: connected at %s, then %s", keptSince, got)
+	}
+}
