@@ -32,10 +32,8 @@ spec:
         {{- include "toolmesh.selectorLabels" (list $ $component) | nindent 8 }}
       annotations:
         {{- if $.Values.rolloutOnConfigChange }}
+        {{- /* No checksum of mcp.json: the executor reloads it when the mounted ConfigMap changes. */}}
         checksum/config: {{ include "toolmesh.config" $ | sha256sum }}
-        {{- if eq $component "executor" }}
-        checksum/mcp: {{ include "toolmesh.mcpJSON" $ | sha256sum }}
-        {{- end }}
         {{- end }}
         {{- if $.Values.metrics.enabled }}
         {{- if $.Values.metrics.podAnnotations }}
