@@ -147,6 +147,8 @@ api:
 
 Flags set the defaults below, the file overlays them, and flags given on the command line win over
 the file. The file may also hold an inline ` + "`mcpServers`" + ` map (the format of ` + "`--mcp-config`" + `).
+Settings apply at a start; only the MCP servers (that map and ` + "`--mcp-config`" + `) are read again
+while running, when their file changes or on SIGHUP (see [reloading](README.md#reloading-the-mcp-servers)).
 Secrets are never flags: they come from the environment (see [operations](README.md#secrets)).
 `)
 	section := func(title, intro string, rows []row) {
