@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,7 +20,10 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/eventually"
+	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/services/executor"
 )
 
 // configMap lays out a directory as the kubelet does for a mounted ConfigMap: the data in a
@@ -324,5 +328,105 @@ func TestReloadConfigMapSwap(t *testing.T) {
 
 	if got := connectedAt(t, base, "keep"); got != keptSince {
 		t.Errorf("the untouched server reconnected: connected at %s, then %s", keptSince, got)
+	}
+}
+
+// TestReloaderYAML reloads the inline mcpServers of a --config file, edited as an editor
+// saves (a new file renamed over), into an executor.
+func TestReloaderYAML(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolmesh.yaml")
+	save := func(content string) {
+		t.Helper()
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const a = "  a: {url: http://127.0.0.1:1/mcp}\n"
+	const b = "  b: {command: /bin/cat}\n"
+	save("executor: {call-timeout: 30s}\nmcpServers:\n" + a)
+	exec, err := executor.New(executor.Config{Servers: map[string]mcpconfig.Server{"a": {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://127.0.0.1:1/mcp"}}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	var logMu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	r := newReloader(Config{ConfigFile: path}, nil, exec, nil, log)
+	state := func() string {
+		resp, err := exec.ListServers(context.Background(), &toolmeshv1.ExecutorServiceListServersRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, s := range resp.GetServers() {
+			names = append(names, s.GetName())
+		}
+		c := resp.GetConfig()
+		return fmt.Sprintf("%v gen=%d reloaded=%v err=%q", names, c.GetGeneration(), c.GetLastReloadAt() != nil, c.GetLastReloadError())
+	}
+
+	steps := []struct {
+		name    string
+		content string // "" keeps the file as it is
+		force   bool
+		wantErr string
+		want    string
+		wantLog string
+	}{
+		{name: "same bytes", want: `[a] gen=1 reloaded=false err=""`},
+		{name: "SIGHUP, same bytes", force: true, want: `[a] gen=1 reloaded=true err=""`, wantLog: "no server changed"},
+		{name: "server added", content: "executor: {call-timeout: 30s}\nmcpServers:\n" + a + b, want: `[a b] gen=2 reloaded=true err=""`},
+		{name: "other key changed", content: "executor: {call-timeout: 5s}\nmcpServers:\n" + a + b, want: `[a b] gen=2 reloaded=true err=""`, wantLog: "apply at the next restart"},
+		{name: "broken YAML", content: "executor: {call-timeout: 5s\nmcpServers:\n" + a, wantErr: "toolmesh.yaml", want: `[a b] gen=2 reloaded=true err="config `},
+		{name: "bad server", content: "mcpServers:\n  a: {transport: sse}\n", wantErr: "url: required", want: `[a b] gen=2 reloaded=true err="config `},
+		{name: "server removed", content: "executor: {call-timeout: 5s}\nmcpServers:\n" + b, want: `[b] gen=3 reloaded=true err=""`},
+	}
+	for _, st := range steps {
+		if st.content != "" {
+			save(st.content)
+		}
+		err := r.reload(st.force)
+		if st.wantErr == "" && err != nil || st.wantErr != "" && (err == nil || !strings.Contains(err.Error(), st.wantErr)) {
+			t.Errorf("%s: reload = %v, want error %q", st.name, err, st.wantErr)
+		}
+		if got := state(); !strings.HasPrefix(got, st.want) {
+			t.Errorf("%s: executor %s, want %s", st.name, got, st.want)
+		}
+		logMu.Lock()
+		got := logs.String()
+		logs.Reset()
+		logMu.Unlock()
+		if st.wantLog != "" && !strings.Contains(got, st.wantLog) {
+			t.Errorf("%s: log %q, want %q in it", st.name, got, st.wantLog)
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func TestReloaderConcerns(t *testing.T) {
+	r := &reloader{configFile: "/etc/toolmesh/config/toolmesh.yaml", mcpConfig: "/etc/toolmesh/config/mcp.json"}
+	for name, want := range map[string]bool{
+		"/etc/toolmesh/config/mcp.json":                        true,
+		"/etc/toolmesh/config/toolmesh.yaml":                   true,
+		"/etc/toolmesh/config/..data":                          true,
+		"/etc/toolmesh/config/..data_tmp":                      true,
+		"/etc/toolmesh/config/..2026_12_03_20_00_01.123456789": true,
+		"/etc/toolmesh/config/.mcp.json.swp":                   false,
+		"/etc/toolmesh/config/notes.txt":                       false,
+	} {
+		if got := r.concerns(name); got != want {
+			t.Errorf("concerns(%s) = %v, want %v", name, got, want)
+		}
 	}
 }

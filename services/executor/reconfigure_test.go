@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -326,5 +328,44 @@ func TestDiffServers(t *testing.T) {
 				t.Errorf("diffServers = %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestReconfigureStdioRemoved: a removed stdio server's process is stopped (and reaped), and
+// a changed one's is replaced by a new process.
+func TestReconfigureStdioRemoved(t *testing.T) {
+	kid, _ := stdioServer(t, 0)
+	other, _ := stdioServer(t, 0)
+	h := startExecutor(t, Config{Servers: map[string]mcpconfig.Server{"kid": kid, "other": other}})
+	h.waitReady(t)
+	pidOf := func(server string) int {
+		t.Helper()
+		resp, err := call(t, h, server+".pid", nil)
+		if err != nil {
+			t.Fatalf("%s.pid: %v", server, err)
+		}
+		pid, err := strconv.Atoi(text(resp))
+		if err != nil {
+			t.Fatalf("%s.pid = %q", server, text(resp))
+		}
+		return pid
+	}
+	kidPid, otherPid := pidOf("kid"), pidOf("other")
+	changed := other
+	changed.Args = append(slices.Clone(other.Args), "-test.v=false")
+	if _, err := h.svc.Reconfigure(map[string]mcpconfig.Server{"other": changed}); err != nil {
+		t.Fatal(err)
+	}
+	if pid := pidOf("other"); pid == otherPid {
+		t.Errorf("the changed stdio server answers from its old process %d", pid)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range []int{kidPid, otherPid} {
+		for syscall.Kill(pid, 0) == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d of a removed or changed stdio server still runs", pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }
