@@ -17,6 +17,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/errreason"
@@ -371,5 +372,45 @@ func TestRecord(t *testing.T) {
 	}
 	if rule != "scope" {
 		t.Errorf("toolmesh.policy.denied_rule = %q; want scope (a withheld offer does not set it)", rule)
+	}
+}
+
+// TestSetServers: a reload replaces the servers' rules and keeps the token scopes; rules that
+// do not compile change nothing.
+func TestSetServers(t *testing.T) {
+	p, err := New(Config{Servers: map[string]ServerRules{"notes": {ExcludedTools: []string{"secret_*"}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	destructive := &toolmeshv1.Tool{Id: "notes.delete_note", Annotations: &toolmeshv1.ToolAnnotations{DestructiveHint: proto.Bool(true)}}
+	steps := []struct {
+		name    string
+		rules   map[string]ServerRules
+		wantErr string
+		// what follows the step
+		exists, offered bool
+	}{
+		{name: "at start", exists: false, offered: false},
+		{name: "allowDestructive and no exclusion", rules: map[string]ServerRules{"notes": {AllowDestructive: true}}, exists: true, offered: true},
+		{name: "bad glob", rules: map[string]ServerRules{"notes": {AllowedTools: []string{"get *"}}}, wantErr: "mcpServers.notes.allowedTools[0]", exists: true, offered: true},
+		{name: "server removed", rules: nil, exists: true, offered: false},
+	}
+	for _, st := range steps {
+		if st.name != "at start" {
+			err := p.SetServers(st.rules)
+			if st.wantErr == "" && err != nil || st.wantErr != "" && (err == nil || !strings.Contains(err.Error(), st.wantErr)) {
+				t.Errorf("%s: SetServers = %v, want error %q", st.name, err, st.wantErr)
+			}
+		}
+		if got := p.Exists("notes", "secret_dump"); got != st.exists {
+			t.Errorf("%s: Exists(notes.secret_dump) = %v, want %v", st.name, got, st.exists)
+		}
+		if got := p.Offer(Caller{}, destructive) == nil; got != st.offered {
+			t.Errorf("%s: destructive tool offered = %v, want %v", st.name, got, st.offered)
+		}
+	}
+	var nilPolicy *Policy
+	if err := nilPolicy.SetServers(nil); err == nil {
+		t.Error("SetServers on a nil policy succeeded")
 	}
 }
