@@ -348,7 +348,12 @@ func TestReloaderYAML(t *testing.T) {
 	const a = "  a: {url: http://127.0.0.1:1/mcp}\n"
 	const b = "  b: {command: /bin/cat}\n"
 	save("executor: {call-timeout: 30s}\nmcpServers:\n" + a)
-	exec, err := executor.New(executor.Config{Servers: map[string]mcpconfig.Server{"a": {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://127.0.0.1:1/mcp"}}}, nil, nil)
+	// demo stands for `up`'s demo servers, which no file declares: every reload keeps them.
+	demo := map[string]mcpconfig.Server{"demo": {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://127.0.0.1:2/mcp"}}
+	exec, err := executor.New(executor.Config{Servers: map[string]mcpconfig.Server{
+		"a":    {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://127.0.0.1:1/mcp"},
+		"demo": demo["demo"],
+	}}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +364,7 @@ func TestReloaderYAML(t *testing.T) {
 		defer logMu.Unlock()
 		return logs.Write(p)
 	}), nil))
-	r := newReloader(Config{ConfigFile: path}, nil, exec, nil, log)
+	r := newReloader(Config{ConfigFile: path}, demo, exec, nil, log)
 	state := func() string {
 		resp, err := exec.ListServers(context.Background(), &toolmeshv1.ExecutorServiceListServersRequest{})
 		if err != nil {
@@ -381,13 +386,13 @@ func TestReloaderYAML(t *testing.T) {
 		want    string
 		wantLog string
 	}{
-		{name: "same bytes", want: `[a] gen=1 reloaded=false err=""`},
-		{name: "SIGHUP, same bytes", force: true, want: `[a] gen=1 reloaded=true err=""`, wantLog: "no server changed"},
-		{name: "server added", content: "executor: {call-timeout: 30s}\nmcpServers:\n" + a + b, want: `[a b] gen=2 reloaded=true err=""`},
-		{name: "other key changed", content: "executor: {call-timeout: 5s}\nmcpServers:\n" + a + b, want: `[a b] gen=2 reloaded=true err=""`, wantLog: "apply at the next restart"},
-		{name: "broken YAML", content: "executor: {call-timeout: 5s\nmcpServers:\n" + a, wantErr: "toolmesh.yaml", want: `[a b] gen=2 reloaded=true err="config `},
-		{name: "bad server", content: "mcpServers:\n  a: {transport: sse}\n", wantErr: "url: required", want: `[a b] gen=2 reloaded=true err="config `},
-		{name: "server removed", content: "executor: {call-timeout: 5s}\nmcpServers:\n" + b, want: `[b] gen=3 reloaded=true err=""`},
+		{name: "same bytes", want: `[a demo] gen=1 reloaded=false err=""`},
+		{name: "SIGHUP, same bytes", force: true, want: `[a demo] gen=1 reloaded=true err=""`, wantLog: "no server changed"},
+		{name: "server added", content: "executor: {call-timeout: 30s}\nmcpServers:\n" + a + b, want: `[a b demo] gen=2 reloaded=true err=""`},
+		{name: "other key changed", content: "executor: {call-timeout: 5s}\nmcpServers:\n" + a + b, want: `[a b demo] gen=2 reloaded=true err=""`, wantLog: "apply at the next restart"},
+		{name: "broken YAML", content: "executor: {call-timeout: 5s\nmcpServers:\n" + a, wantErr: "toolmesh.yaml", want: `[a b demo] gen=2 reloaded=true err="config `},
+		{name: "bad server", content: "mcpServers:\n  a: {transport: sse}\n", wantErr: "url: required", want: `[a b demo] gen=2 reloaded=true err="config `},
+		{name: "server removed", content: "executor: {call-timeout: 5s}\nmcpServers:\n" + b, want: `[b demo] gen=3 reloaded=true err=""`},
 	}
 	for _, st := range steps {
 		if st.content != "" {
