@@ -61,7 +61,8 @@ var maxConnectionAge = 5 * time.Minute
 
 // DialOptions are the client options for calls between toolmesh services: plaintext over a
 // trusted network or loopback, with the same fixed windows as the servers and room for a
-// catalog of many thousand tools in one message.
+// catalog of many thousand tools in one message. With mutual TLS, a grpc.WithTransportCredentials
+// (ClientTLS) after them replaces the plaintext.
 func DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),

@@ -1,4 +1,4 @@
-package tlsfiles
+package tlsfiles_test
 
 import (
 	"crypto/tls"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolmesh/toolmesh/internal/tlsfiles"
 )
 
 // TestInit: the layout Init writes (a CA at the top, a cert-manager-style folder per name), what
@@ -16,7 +18,7 @@ import (
 func TestInit(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "tls")
 	names := []string{"retriever", "api", "executor", "api"}
-	res, err := Init(dir, names, 24*time.Hour)
+	res, err := tlsfiles.Init(dir, names, 24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +32,7 @@ func TestInit(t *testing.T) {
 	if want := []string{"api", "executor", "retriever"}; !slices.Equal(got, want) {
 		t.Errorf("names %v, want %v (sorted, once each)", got, want)
 	}
-	caPEM, err := os.ReadFile(filepath.Join(dir, CACertFile))
+	caPEM, err := os.ReadFile(filepath.Join(dir, tlsfiles.CACertFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +40,7 @@ func TestInit(t *testing.T) {
 	roots.AppendCertsFromPEM(caPEM)
 	for _, name := range []string{"api", "executor", "retriever"} {
 		sub := filepath.Join(dir, name)
-		for _, f := range []string{CertFile, KeyFile, CACertFile} {
+		for _, f := range []string{tlsfiles.CertFile, tlsfiles.KeyFile, tlsfiles.CACertFile} {
 			fi, err := os.Stat(filepath.Join(sub, f))
 			if err != nil {
 				t.Fatal(err)
@@ -47,17 +49,17 @@ func TestInit(t *testing.T) {
 				t.Errorf("%s/%s: mode %v, want no access for group or others", name, f, fi.Mode().Perm())
 			}
 		}
-		if b, _ := os.ReadFile(filepath.Join(sub, CACertFile)); string(b) != string(caPEM) {
+		if b, _ := os.ReadFile(filepath.Join(sub, tlsfiles.CACertFile)); string(b) != string(caPEM) {
 			t.Errorf("%s/ca.crt is not the CA's certificate", name)
 		}
-		if _, err := os.Stat(filepath.Join(sub, CAKeyFile)); err == nil {
+		if _, err := os.Stat(filepath.Join(sub, tlsfiles.CAKeyFile)); err == nil {
 			t.Errorf("%s/ holds the CA's key: a service mounting its folder must not see it", name)
 		}
-		pair, err := tls.LoadX509KeyPair(filepath.Join(sub, CertFile), filepath.Join(sub, KeyFile))
+		pair, err := tls.LoadX509KeyPair(filepath.Join(sub, tlsfiles.CertFile), filepath.Join(sub, tlsfiles.KeyFile))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, host := range append([]string{name}, LoopbackNames...) {
+		for _, host := range append([]string{name}, tlsfiles.LoopbackNames...) {
 			for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
 				if _, err := pair.Leaf.Verify(x509.VerifyOptions{DNSName: host, Roots: roots, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
 					t.Errorf("%s's certificate for %s (usage %v): %v", name, host, usage, err)
@@ -71,13 +73,13 @@ func TestInit(t *testing.T) {
 			t.Errorf("%s's certificate valid for %s more, want about 24h", name, left)
 		}
 		// The files load as a Source, the way a service reads them.
-		if _, err := Load(Files{Cert: filepath.Join(sub, CertFile), Key: filepath.Join(sub, KeyFile), CA: filepath.Join(sub, CACertFile)}, nil); err != nil {
+		if _, err := tlsfiles.Load(tlsfiles.Files{Cert: filepath.Join(sub, tlsfiles.CertFile), Key: filepath.Join(sub, tlsfiles.KeyFile), CA: filepath.Join(sub, tlsfiles.CACertFile)}, nil); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
 
-	before, _ := os.ReadFile(filepath.Join(dir, "api", CertFile))
-	res, err = Init(dir, []string{"api", "executor", "retriever", "inference"}, 24*time.Hour)
+	before, _ := os.ReadFile(filepath.Join(dir, "api", tlsfiles.CertFile))
+	res, err = tlsfiles.Init(dir, []string{"api", "executor", "retriever", "inference"}, 24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,15 +88,15 @@ func TestInit(t *testing.T) {
 			t.Errorf("second run, %s: issued %v; want only the new name issued", r.Name, r.Issued)
 		}
 	}
-	if after, _ := os.ReadFile(filepath.Join(dir, "api", CertFile)); string(after) != string(before) {
+	if after, _ := os.ReadFile(filepath.Join(dir, "api", tlsfiles.CertFile)); string(after) != string(before) {
 		t.Error("second run replaced api's certificate, which was still good")
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, CACertFile)); string(b) != string(caPEM) {
+	if b, _ := os.ReadFile(filepath.Join(dir, tlsfiles.CACertFile)); string(b) != string(caPEM) {
 		t.Error("second run made a new CA")
 	}
 
 	// Asked for a longer life, the 24h certificates have less than a third of it left: renewed.
-	res, err = Init(dir, []string{"api"}, 100*time.Hour)
+	res, err = tlsfiles.Init(dir, []string{"api"}, 100*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +104,7 @@ func TestInit(t *testing.T) {
 		t.Error("a certificate with less than a third of its validity left was kept")
 	}
 	// A certificate the CA did not sign (a folder copied from elsewhere) is replaced.
-	other, err := NewCA("other", time.Hour)
+	other, err := tlsfiles.NewCA("other", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,9 +112,9 @@ func TestInit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeTemp(t, filepath.Join(dir, "executor"), CertFile, cert)
-	writeTemp(t, filepath.Join(dir, "executor"), KeyFile, key)
-	res, err = Init(dir, []string{"executor"}, 24*time.Hour)
+	writeTemp(t, filepath.Join(dir, "executor"), tlsfiles.CertFile, cert)
+	writeTemp(t, filepath.Join(dir, "executor"), tlsfiles.KeyFile, key)
+	res, err = tlsfiles.Init(dir, []string{"executor"}, 24*time.Hour)
 	if err != nil || !res[0].Issued {
 		t.Errorf("a certificate of another CA: issued %v, err %v; want it replaced", res, err)
 	}
@@ -132,8 +134,8 @@ func TestInitRefuses(t *testing.T) {
 		{"an IP address", []string{"::1"}, time.Hour, nil, "not a lower-case DNS name"},
 		{"too short", []string{"api"}, time.Minute, nil, "--valid-for"},
 		{"a CA certificate without its key", []string{"api"}, time.Hour, func(dir string) {
-			ca, _ := NewCA("x", time.Hour)
-			writeTemp(t, dir, CACertFile, ca.CertPEM())
+			ca, _ := tlsfiles.NewCA("x", time.Hour)
+			writeTemp(t, dir, tlsfiles.CACertFile, ca.CertPEM())
 		}, "want both or neither"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -141,9 +143,9 @@ func TestInitRefuses(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(dir)
 			}
-			_, err := Init(dir, tc.names, tc.validFor)
+			_, err := tlsfiles.Init(dir, tc.names, tc.validFor)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("Init(%v, %s) = %v, want an error containing %q", tc.names, tc.validFor, err, tc.want)
+				t.Errorf("tlsfiles.Init(%v, %s) = %v, want an error containing %q", tc.names, tc.validFor, err, tc.want)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package tlsfiles
+package tlsfiles_test
 
 import (
 	"testing"

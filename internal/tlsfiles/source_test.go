@@ -1,11 +1,10 @@
-package tlsfiles
+package tlsfiles_test
 
 import (
 	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -15,76 +14,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/toolmesh/toolmesh/internal/tlsfiles"
+	"github.com/toolmesh/toolmesh/internal/tlsfiles/tlstest"
 )
-
-// identity is one certificate and key signed by ca, in PEM.
-type identity struct {
-	ca        *CA
-	cert, key []byte
-}
-
-func newCA(t *testing.T) *CA {
-	t.Helper()
-	ca, err := NewCA("test CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
-}
-
-func issue(t *testing.T, ca *CA, names ...string) identity {
-	t.Helper()
-	cert, key, err := ca.Issue(names, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return identity{ca: ca, cert: cert, key: key}
-}
-
-// secretDir lays out files as the kubelet mounts a Secret: the real files in a timestamped
-// folder, ..data a symlink to it, and each file name a symlink through ..data. swap replaces
-// them all at once, as the kubelet does, by renaming a new ..data symlink over the old one.
-type secretDir struct {
-	t   *testing.T
-	dir string
-	n   int
-}
-
-func newSecretDir(t *testing.T, id identity) *secretDir {
-	d := &secretDir{t: t, dir: t.TempDir()}
-	d.swap(id.cert, id.key, id.ca.CertPEM())
-	for _, f := range []string{CertFile, KeyFile, CACertFile} {
-		if err := os.Symlink(filepath.Join("..data", f), filepath.Join(d.dir, f)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return d
-}
-
-func (d *secretDir) swap(cert, key, ca []byte) {
-	d.t.Helper()
-	d.n++
-	version := fmt.Sprintf("..2026_01_01_00_00_%02d", d.n)
-	if err := os.Mkdir(filepath.Join(d.dir, version), 0o700); err != nil {
-		d.t.Fatal(err)
-	}
-	for f, b := range map[string][]byte{CertFile: cert, KeyFile: key, CACertFile: ca} {
-		if err := os.WriteFile(filepath.Join(d.dir, version, f), b, 0o600); err != nil {
-			d.t.Fatal(err)
-		}
-	}
-	tmp := filepath.Join(d.dir, "..data_tmp")
-	if err := os.Symlink(version, tmp); err != nil {
-		d.t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(d.dir, "..data")); err != nil {
-		d.t.Fatal(err)
-	}
-}
-
-func (d *secretDir) files() Files {
-	return Files{Cert: filepath.Join(d.dir, CertFile), Key: filepath.Join(d.dir, KeyFile), CA: filepath.Join(d.dir, CACertFile)}
-}
 
 func writeTemp(t *testing.T, dir, name string, b []byte) string {
 	t.Helper()
@@ -96,77 +29,70 @@ func writeTemp(t *testing.T, dir, name string, b []byte) string {
 }
 
 func TestLoadRefuses(t *testing.T) {
-	ca := newCA(t)
-	id := issue(t, ca, "svc")
-	other := issue(t, newCA(t), "svc")
+	ca := tlstest.NewCA(t)
+	id := tlstest.Issue(t, ca, "svc")
+	other := tlstest.Issue(t, tlstest.NewCA(t), "svc")
 	dir := t.TempDir()
-	cert := writeTemp(t, dir, "tls.crt", id.cert)
-	key := writeTemp(t, dir, "tls.key", id.key)
+	cert := writeTemp(t, dir, "tls.crt", id.Cert)
+	key := writeTemp(t, dir, "tls.key", id.Key)
 	caFile := writeTemp(t, dir, "ca.crt", ca.CertPEM())
-	otherKey := writeTemp(t, dir, "other.key", other.key)
-	otherCert := writeTemp(t, dir, "other.crt", other.cert)
+	otherKey := writeTemp(t, dir, "other.key", other.Key)
+	otherCert := writeTemp(t, dir, "other.crt", other.Cert)
 	empty := writeTemp(t, dir, "empty.crt", []byte("not PEM\n"))
-	huge := writeTemp(t, dir, "huge.crt", bytes.Repeat([]byte("A"), maxFileBytes+1))
+	huge := writeTemp(t, dir, "huge.crt", bytes.Repeat([]byte("A"), 1<<20+1))
 	for _, tc := range []struct {
 		name  string
-		files Files
+		files tlsfiles.Files
 		want  string
 	}{
-		{"key without certificate", Files{Key: key, CA: caFile}, "go together"},
-		{"nothing", Files{}, "no certificate and no CA"},
-		{"missing file", Files{Cert: filepath.Join(dir, "nope.crt"), Key: key}, "nope.crt"},
-		{"key of another certificate", Files{Cert: cert, Key: otherKey}, "private key does not match"},
-		{"CA file without a certificate", Files{CA: empty}, "empty.crt: holds no PEM certificate"},
-		{"certificate of another CA", Files{Cert: otherCert, Key: otherKey, CA: caFile}, "is not signed by the CA of"},
-		{"oversized file", Files{CA: huge}, "larger than"},
+		{"key without certificate", tlsfiles.Files{Key: key, CA: caFile}, "go together"},
+		{"nothing", tlsfiles.Files{}, "no certificate and no CA"},
+		{"missing file", tlsfiles.Files{Cert: filepath.Join(dir, "nope.crt"), Key: key}, "nope.crt"},
+		{"key of another certificate", tlsfiles.Files{Cert: cert, Key: otherKey}, "private key does not match"},
+		{"CA file without a certificate", tlsfiles.Files{CA: empty}, "empty.crt: holds no PEM certificate"},
+		{"certificate of another CA", tlsfiles.Files{Cert: otherCert, Key: otherKey, CA: caFile}, "is not signed by the CA of"},
+		{"oversized file", tlsfiles.Files{CA: huge}, "larger than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Load(tc.files, nil)
+			_, err := tlsfiles.Load(tc.files, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("Load(%+v) = %v, want an error containing %q", tc.files, err, tc.want)
+				t.Errorf("tlsfiles.Load(%+v) = %v, want an error containing %q", tc.files, err, tc.want)
 			}
 		})
 	}
-	for _, files := range []Files{{Cert: cert, Key: key, CA: caFile}, {Cert: cert, Key: key}, {CA: caFile}, {Cert: otherCert, Key: otherKey}} {
-		if _, err := Load(files, nil); err != nil {
-			t.Errorf("Load(%+v): %v", files, err)
+	for _, files := range []tlsfiles.Files{{Cert: cert, Key: key, CA: caFile}, {Cert: cert, Key: key}, {CA: caFile}, {Cert: otherCert, Key: otherKey}} {
+		if _, err := tlsfiles.Load(files, nil); err != nil {
+			t.Errorf("tlsfiles.Load(%+v): %v", files, err)
 		}
 	}
 }
 
-func serial(s *Source) string { return s.Certificate().Leaf.SerialNumber.String() }
+func serial(s *tlsfiles.Source) string { return s.Certificate().Leaf.SerialNumber.String() }
 
-func leafSerial(t *testing.T, certPEM []byte) string {
-	t.Helper()
-	certs, err := parseCerts(certPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return certs[0].SerialNumber.String()
-}
+var leafSerial = tlstest.Serial
 
 // TestReloadSymlinkSwap: files replaced the way the kubelet replaces a Secret's are taken on the
 // next reload; a set that does not load keeps the previous one, until a good one comes.
 func TestReloadSymlinkSwap(t *testing.T) {
-	ca := newCA(t)
-	first, second, third := issue(t, ca, "svc"), issue(t, ca, "svc"), issue(t, ca, "svc")
-	d := newSecretDir(t, first)
-	s, err := Load(d.files(), nil)
+	ca := tlstest.NewCA(t)
+	first, second, third := tlstest.Issue(t, ca, "svc"), tlstest.Issue(t, ca, "svc"), tlstest.Issue(t, ca, "svc")
+	d := tlstest.NewSecretDir(t, first)
+	s, err := tlsfiles.Load(d.Files(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := serial(s), leafSerial(t, first.cert); got != want {
+	if got, want := serial(s), leafSerial(t, first.Cert); got != want {
 		t.Fatalf("serial %s, want the first certificate's %s", got, want)
 	}
 	if changed, err := s.Reload(); changed || err != nil {
 		t.Errorf("Reload of unchanged files = %v, %v; want false, nil", changed, err)
 	}
 
-	d.swap(second.cert, second.key, ca.CertPEM())
+	d.Swap(second.Cert, second.Key, ca.CertPEM())
 	if changed, err := s.Reload(); !changed || err != nil {
 		t.Fatalf("Reload after the swap = %v, %v; want true, nil", changed, err)
 	}
-	if got, want := serial(s), leafSerial(t, second.cert); got != want {
+	if got, want := serial(s), leafSerial(t, second.Cert); got != want {
 		t.Errorf("serial after the swap %s, want the second certificate's %s", got, want)
 	}
 
@@ -175,27 +101,27 @@ func TestReloadSymlinkSwap(t *testing.T) {
 		cert, key, cas []byte
 		want           string
 	}{
-		{"the new certificate with the old key (a torn copy)", third.cert, second.key, ca.CertPEM(), "private key does not match"},
-		{"a truncated certificate", third.cert[:len(third.cert)/2], third.key, ca.CertPEM(), "tls.crt"},
-		{"an empty CA file", third.cert, third.key, nil, "holds no PEM certificate"},
-		{"a CA that did not sign the certificate", third.cert, third.key, newCA(t).CertPEM(), "not signed by the CA"},
+		{"the new certificate with the old key (a torn copy)", third.Cert, second.Key, ca.CertPEM(), "private key does not match"},
+		{"a truncated certificate", third.Cert[:len(third.Cert)/2], third.Key, ca.CertPEM(), "tls.crt"},
+		{"an empty CA file", third.Cert, third.Key, nil, "holds no PEM certificate"},
+		{"a CA that did not sign the certificate", third.Cert, third.Key, tlstest.NewCA(t).CertPEM(), "not signed by the CA"},
 	}
 	for _, b := range broken {
-		d.swap(b.cert, b.key, b.cas)
+		d.Swap(b.cert, b.key, b.cas)
 		changed, err := s.Reload()
 		if changed || err == nil || !strings.Contains(err.Error(), b.want) {
 			t.Errorf("%s: Reload = %v, %v; want false and an error containing %q", b.name, changed, err, b.want)
 		}
-		if got, want := serial(s), leafSerial(t, second.cert); got != want {
+		if got, want := serial(s), leafSerial(t, second.Cert); got != want {
 			t.Errorf("%s: serial %s, want the second certificate's %s kept", b.name, got, want)
 		}
 	}
 
-	d.swap(third.cert, third.key, ca.CertPEM())
+	d.Swap(third.Cert, third.Key, ca.CertPEM())
 	if changed, err := s.Reload(); !changed || err != nil {
 		t.Fatalf("Reload of a good set after broken ones = %v, %v; want true, nil", changed, err)
 	}
-	if got, want := serial(s), leafSerial(t, third.cert); got != want {
+	if got, want := serial(s), leafSerial(t, third.Cert); got != want {
 		t.Errorf("serial %s, want the third certificate's %s", got, want)
 	}
 }
@@ -232,11 +158,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // TestRunLogs: Run takes a change by itself and logs it; a broken set is logged once, however
 // many polls see it.
 func TestRunLogs(t *testing.T) {
-	ca := newCA(t)
-	first, second := issue(t, ca, "svc"), issue(t, ca, "svc")
-	d := newSecretDir(t, first)
+	ca := tlstest.NewCA(t)
+	first, second := tlstest.Issue(t, ca, "svc"), tlstest.Issue(t, ca, "svc")
+	d := tlstest.NewSecretDir(t, first)
 	var logs syncBuffer
-	s, err := Load(d.files(), slog.New(slog.NewTextHandler(&logs, nil)))
+	s, err := tlsfiles.Load(d.Files(), slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,14 +171,14 @@ func TestRunLogs(t *testing.T) {
 	go func() { defer close(done); s.Run(ctx, 5*time.Millisecond) }()
 	defer func() { cancel(); <-done }()
 
-	d.swap(second.cert, first.key, ca.CertPEM())
+	d.Swap(second.Cert, first.Key, ca.CertPEM())
 	waitFor(t, "a log line for the broken set", func() bool { return strings.Contains(logs.String(), "keeping the previous ones") })
 	time.Sleep(50 * time.Millisecond) // ten more polls of the same broken set
 	if n := strings.Count(logs.String(), "keeping the previous ones"); n != 1 {
 		t.Errorf("the broken set was logged %d times, want once:\n%s", n, logs.String())
 	}
-	d.swap(second.cert, second.key, ca.CertPEM())
-	want := leafSerial(t, second.cert)
+	d.Swap(second.Cert, second.Key, ca.CertPEM())
+	want := leafSerial(t, second.Cert)
 	waitFor(t, "the second certificate taken", func() bool { return serial(s) == want })
 	waitFor(t, "a log line for the reload", func() bool { return strings.Contains(logs.String(), "tls files reloaded") })
 	if !strings.Contains(logs.String(), `subject="CN=svc"`) {
@@ -313,48 +239,48 @@ func handshake(t *testing.T, server func() *tls.Config, client *tls.Config) (str
 // rotation (a new certificate, then a new CA) needs no new configuration, and a client without a
 // certificate the current CA signed is refused.
 func TestConfigsPerHandshake(t *testing.T) {
-	ca := newCA(t)
-	serverID, clientID := issue(t, ca, "svc"), issue(t, ca, "client")
-	sd, cd := newSecretDir(t, serverID), newSecretDir(t, clientID)
-	server, err := Load(sd.files(), nil)
+	ca := tlstest.NewCA(t)
+	serverID, clientID := tlstest.Issue(t, ca, "svc"), tlstest.Issue(t, ca, "client")
+	sd, cd := tlstest.NewSecretDir(t, serverID), tlstest.NewSecretDir(t, clientID)
+	server, err := tlsfiles.Load(sd.Files(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := Load(cd.files(), nil)
+	client, err := tlsfiles.Load(cd.Files(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mutual := func() *tls.Config { return ServerConfig(server, server, tls.RequireAndVerifyClientCert) }
+	mutual := func() *tls.Config { return tlsfiles.ServerConfig(server, server, tls.RequireAndVerifyClientCert) }
 	clientCfg := func(name string) *tls.Config {
-		c := ClientConfig(client, client)
+		c := tlsfiles.ClientConfig(client, client)
 		c.ServerName = name
 		return c
 	}
 
 	got, err := handshake(t, mutual, clientCfg("svc"))
-	if err != nil || got != leafSerial(t, serverID.cert) {
+	if err != nil || got != leafSerial(t, serverID.Cert) {
 		t.Fatalf("first handshake: serial %s, err %v; want the server's first certificate", got, err)
 	}
 	if _, err := handshake(t, mutual, clientCfg("other")); err == nil {
 		t.Error("a client dialling a name the server's certificate lacks was let through")
 	}
-	noCert := ClientConfig(nil, client)
+	noCert := tlsfiles.ClientConfig(nil, client)
 	noCert.ServerName = "svc"
 	if _, err := handshake(t, mutual, noCert); err == nil {
 		t.Error("a client without a certificate was let through")
 	}
-	stranger := issue(t, newCA(t), "client")
-	pair, err := tls.X509KeyPair(stranger.cert, stranger.key)
+	stranger := tlstest.Issue(t, tlstest.NewCA(t), "client")
+	pair, err := tls.X509KeyPair(stranger.Cert, stranger.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign := ClientConfig(nil, client)
+	foreign := tlsfiles.ClientConfig(nil, client)
 	foreign.ServerName, foreign.Certificates = "svc", []tls.Certificate{pair}
 	if _, err := handshake(t, mutual, foreign); err == nil {
 		t.Error("a client whose certificate another CA signed was let through")
 	}
 	// Optional client certificates: none is fine, a foreign one is not.
-	optional := func() *tls.Config { return ServerConfig(server, server, tls.VerifyClientCertIfGiven) }
+	optional := func() *tls.Config { return tlsfiles.ServerConfig(server, server, tls.VerifyClientCertIfGiven) }
 	if _, err := handshake(t, optional, noCert); err != nil {
 		t.Errorf("optional client certificates: a client without one was refused: %v", err)
 	}
@@ -363,31 +289,31 @@ func TestConfigsPerHandshake(t *testing.T) {
 	}
 
 	// A new server certificate: the next handshake presents it.
-	renewed := issue(t, ca, "svc")
-	sd.swap(renewed.cert, renewed.key, ca.CertPEM())
+	renewed := tlstest.Issue(t, ca, "svc")
+	sd.Swap(renewed.Cert, renewed.Key, ca.CertPEM())
 	if _, err := server.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := handshake(t, mutual, clientCfg("svc")); err != nil || got != leafSerial(t, renewed.cert) {
-		t.Errorf("after the server's renewal: serial %s, err %v; want the renewed certificate %s", got, err, leafSerial(t, renewed.cert))
+	if got, err := handshake(t, mutual, clientCfg("svc")); err != nil || got != leafSerial(t, renewed.Cert) {
+		t.Errorf("after the server's renewal: serial %s, err %v; want the renewed certificate %s", got, err, leafSerial(t, renewed.Cert))
 	}
 
 	// A new CA on the server's side only: the client's old certificate is refused, until the
 	// client has one of the new CA too (and trusts it).
-	ca2 := newCA(t)
-	server2, client2 := issue(t, ca2, "svc"), issue(t, ca2, "client")
-	sd.swap(server2.cert, server2.key, ca2.CertPEM())
+	ca2 := tlstest.NewCA(t)
+	server2, client2 := tlstest.Issue(t, ca2, "svc"), tlstest.Issue(t, ca2, "client")
+	sd.Swap(server2.Cert, server2.Key, ca2.CertPEM())
 	if _, err := server.Reload(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := handshake(t, mutual, clientCfg("svc")); err == nil {
 		t.Error("after the CA changed, a client of the old CA was let through")
 	}
-	cd.swap(client2.cert, client2.key, ca2.CertPEM())
+	cd.Swap(client2.Cert, client2.Key, ca2.CertPEM())
 	if _, err := client.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := handshake(t, mutual, clientCfg("svc")); err != nil || got != leafSerial(t, server2.cert) {
+	if got, err := handshake(t, mutual, clientCfg("svc")); err != nil || got != leafSerial(t, server2.Cert) {
 		t.Errorf("both on the new CA: serial %s, err %v", got, err)
 	}
 }
@@ -395,32 +321,32 @@ func TestConfigsPerHandshake(t *testing.T) {
 // TestPinnedConfig: the gateway's client accepts its own server's current certificate and no
 // other, even one of the same CA with the same name.
 func TestPinnedConfig(t *testing.T) {
-	ca := newCA(t)
-	d := newSecretDir(t, issue(t, ca, "svc"))
-	own, err := Load(d.files(), nil)
+	ca := tlstest.NewCA(t)
+	d := tlstest.NewSecretDir(t, tlstest.Issue(t, ca, "svc"))
+	own, err := tlsfiles.Load(d.Files(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	twinDir := newSecretDir(t, issue(t, ca, "svc"))
-	twin, err := Load(twinDir.files(), nil)
+	twinDir := tlstest.NewSecretDir(t, tlstest.Issue(t, ca, "svc"))
+	twin, err := tlsfiles.Load(twinDir.Files(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain := func(s *Source) func() *tls.Config {
-		return func() *tls.Config { return ServerConfig(s, nil, tls.NoClientCert) }
+	plain := func(s *tlsfiles.Source) func() *tls.Config {
+		return func() *tls.Config { return tlsfiles.ServerConfig(s, nil, tls.NoClientCert) }
 	}
-	if _, err := handshake(t, plain(own), PinnedConfig(own)); err != nil {
+	if _, err := handshake(t, plain(own), tlsfiles.PinnedConfig(own)); err != nil {
 		t.Errorf("pinned to its own server: %v", err)
 	}
-	if _, err := handshake(t, plain(twin), PinnedConfig(own)); err == nil {
+	if _, err := handshake(t, plain(twin), tlsfiles.PinnedConfig(own)); err == nil {
 		t.Error("pinned client accepted another certificate of the same CA and name")
 	}
-	renewed := issue(t, ca, "svc")
-	d.swap(renewed.cert, renewed.key, ca.CertPEM())
+	renewed := tlstest.Issue(t, ca, "svc")
+	d.Swap(renewed.Cert, renewed.Key, ca.CertPEM())
 	if _, err := own.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := handshake(t, plain(own), PinnedConfig(own)); err != nil {
+	if _, err := handshake(t, plain(own), tlsfiles.PinnedConfig(own)); err != nil {
 		t.Errorf("pinned client after its server's renewal: %v", err)
 	}
 }
