@@ -76,6 +76,7 @@ type App struct {
 	cfg    Config
 	logger *slog.Logger
 	tel    *telemetry.Telemetry
+	tls    tlsSources
 	// Endpoints lists what each started target listens on, for `up` to print.
 	Endpoints []Endpoint
 	// book is where started targets leave what the targets after them read.
@@ -164,7 +165,11 @@ func New(cfg Config, logger *slog.Logger) (*App, error) {
 	}
 	// Errors logged by any target may quote an MCP server's URL with its credentials.
 	logger = slog.New(redact.Handler(logger.Handler()))
-	return &App{cfg: cfg, logger: logger, tel: tel, force: make(chan struct{}),
+	tlsSrc, err := loadTLS(cfg.TLS, slices.Contains(cfg.Targets, "api"), logger)
+	if err != nil {
+		return nil, err
+	}
+	return &App{cfg: cfg, logger: logger, tel: tel, tls: tlsSrc, force: make(chan struct{}),
 		book: addressBook{grpc: map[string]string{}, mcpServers: map[string]mcpconfig.Server{}}}, nil
 }
 
@@ -228,6 +233,10 @@ func (a *App) Run(ctx context.Context, started func()) error {
 		go func() { defer close(done); _ = hs.Run(mctx) }()
 		defer func() { stop(); <-done }()
 	}
+	// Rotated certificates are read while the targets run, and until the last has stopped.
+	tlsCtx, stopTLS := context.WithCancel(context.WithoutCancel(ctx))
+	defer a.tls.run(tlsCtx)()
+	defer stopTLS()
 	for _, name := range names {
 		env := targetEnv{name: name, logger: a.logger.With("target", name)}
 		var err error
@@ -306,6 +315,13 @@ func (a *App) endpoint(name, addr string) {
 // startGRPC binds addr, puts svc's RPCs on it and reports each of them SERVING, and writes the
 // bound address in the address book under the target's name. On error svc is closed if it can be.
 func (a *App) startGRPC(env targetEnv, addr string, svc service, opts ...grpc.ServerOption) (*server.GRPC, error) {
+	// Every server speaks the TLS the config asks for: mutual between the services, and the
+	// api's public port its own.
+	if env.name == "api" {
+		opts = append(opts, a.tls.apiServerOptions()...)
+	} else {
+		opts = append(opts, a.tls.serverOptions()...)
+	}
 	g, err := server.NewGRPC(addr, env.logger, a.cfg.DrainTimeout, opts...)
 	if err != nil {
 		if c, ok := svc.(interface{ Close() }); ok {
@@ -360,6 +376,7 @@ func initExecutor(a *App, env targetEnv) ([]runner, error) {
 func initRetriever(a *App, env targetEnv) ([]runner, error) {
 	cfg := a.cfg.Retriever
 	cfg.ExecutorAddr = a.dial("executor", cfg.ExecutorAddr)
+	cfg.DialOptions = a.tls.dialOptions()
 	svc, err := retriever.New(context.Background(), cfg, env.logger, env.tel)
 	if err != nil {
 		return nil, err
@@ -386,6 +403,7 @@ func initAPI(a *App, env targetEnv) ([]runner, error) {
 	cfg.ExecutorAddr = a.dial("executor", cfg.ExecutorAddr)
 	cfg.RetrieverAddr = a.dial("retriever", cfg.RetrieverAddr)
 	cfg.InferenceAddr = a.dial("inference", cfg.InferenceAddr)
+	cfg.DialOptions = a.tls.dialOptions()
 	svc, err := api.New(cfg, env.logger, env.tel)
 	if err != nil {
 		return nil, err
@@ -395,7 +413,7 @@ func initAPI(a *App, env targetEnv) ([]runner, error) {
 		return nil, err
 	}
 	svc.SetMetrics(a.tel.MetricsHandler())
-	h, closeGateway, err := svc.Gateway(context.Background(), g.Addr())
+	h, closeGateway, err := svc.Gateway(context.Background(), g.Addr(), a.tls.gatewayDialOptions()...)
 	if err != nil {
 		svc.Close()
 		return nil, err

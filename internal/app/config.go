@@ -39,6 +39,7 @@ type Config struct {
 	API       api.Config
 	Demo      DemoConfig
 	Telemetry telemetry.Config
+	TLS       TLSConfig
 	// MetricsAddr serves GET /metrics on its own listener (the api's REST port always does).
 	MetricsAddr string
 
@@ -67,6 +68,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Inference.RegisterFlags(fs)
 	c.API.RegisterFlags(fs)
 	c.Telemetry.RegisterFlags(fs)
+	c.TLS.RegisterFlags(fs)
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "also serve Prometheus metrics at http://ADDR/metrics (for targets without the api's REST port); empty: off")
 }
 
@@ -242,6 +244,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("log.format: %q is not text or json", c.LogFormat)
 	}
 	if err := c.Telemetry.Validate(); err != nil {
+		return err
+	}
+	if err := c.TLS.Validate(); err != nil {
 		return err
 	}
 	for _, t := range c.Targets {

@@ -10,8 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/peer"
 
 	"github.com/toolmesh/toolmesh/internal/tlsfiles"
 	"github.com/toolmesh/toolmesh/internal/tlsfiles/tlstest"
@@ -41,27 +39,11 @@ func load(t *testing.T, files tlsfiles.Files) *tlsfiles.Source {
 	return s
 }
 
-// check asks the server's health over a new connection made with creds, and returns the
-// serial of the certificate the server presented.
+// check asks the server's health over a new connection made with creds (and the options every
+// toolmesh client has), and returns the serial of the certificate the server presented.
 func check(t *testing.T, target string, creds credentials.TransportCredentials) (string, error) {
 	t.Helper()
-	conn, err := grpc.NewClient(target, append(DialOptions(), grpc.WithTransportCredentials(creds))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var p peer.Peer
-	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p))
-	if err != nil {
-		return "", err
-	}
-	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok {
-		t.Fatalf("peer auth info %T, want TLS", p.AuthInfo)
-	}
-	return info.State.PeerCertificates[0].SerialNumber.String(), nil
+	return tlstest.HealthCheck(t, target, "", append(DialOptions(), grpc.WithTransportCredentials(creds))...)
 }
 
 // TestMutualTLS: a server with mutual TLS answers a client whose certificate its CA signed and

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/secret"
@@ -53,6 +55,9 @@ type Config struct {
 	AllowOpen bool
 	// BodyTimeout bounds how long a client may take to send a request body.
 	BodyTimeout time.Duration
+	// DialOptions are added to those of every client of a dependency (mutual TLS); set by the
+	// app, not a flag.
+	DialOptions []grpc.DialOption
 }
 
 // Secrets are the values the api target reads from the environment.

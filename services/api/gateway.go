@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -28,9 +29,10 @@ import (
 var openAPI []byte
 
 // Gateway is the REST front of the api. It calls the api's own gRPC server over loopback so
-// REST and gRPC requests pass the same interceptors. The returned func closes its connection.
-func (s *Service) Gateway(ctx context.Context, grpcAddr string) (http.Handler, func(), error) {
-	conn, err := grpc.NewClient(grpcAddr, append(server.DialOptions(), s.tel.GRPCDialOptions()...)...)
+// REST and gRPC requests pass the same interceptors; opts are added to its client's options
+// (the TLS of that port). The returned func closes its connection.
+func (s *Service) Gateway(ctx context.Context, grpcAddr string, opts ...grpc.DialOption) (http.Handler, func(), error) {
+	conn, err := grpc.NewClient(grpcAddr, slices.Concat(server.DialOptions(), opts, s.tel.GRPCDialOptions())...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gateway client: %w", err)
 	}

@@ -161,7 +161,7 @@ func loopback(addr string) bool {
 }
 
 func (s *Service) dial(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr, append(server.DialOptions(), s.tel.GRPCDialOptions()...)...)
+	conn, err := grpc.NewClient(addr, slices.Concat(server.DialOptions(), s.cfg.DialOptions, s.tel.GRPCDialOptions())...)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,8 @@ import (
 	"net"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/toolmesh/toolmesh/internal/llamaserver"
 	"github.com/toolmesh/toolmesh/internal/model"
 	"github.com/toolmesh/toolmesh/internal/secret"
@@ -49,6 +51,10 @@ type Config struct {
 
 	// ResyncBackoffMax caps the wait between attempts to resubscribe to the executor.
 	ResyncBackoffMax time.Duration
+
+	// DialOptions are added to those of the executor's client (mutual TLS); set by the app,
+	// not a flag.
+	DialOptions []grpc.DialOption
 }
 
 // Secrets come from the environment only, never from flags (flags show in ps and logs).

@@ -3,6 +3,7 @@
 package tlstest
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -10,6 +11,11 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
 
 	"github.com/toolmesh/toolmesh/internal/tlsfiles"
 )
@@ -108,3 +114,29 @@ func (d *SecretDir) Files() tlsfiles.Files {
 
 // Path is the path of one of the files.
 func (d *SecretDir) Path(name string) string { return filepath.Join(d.Dir, name) }
+
+// HealthCheck asks grpc.health.v1 at target about service over a new connection made with
+// opts (its transport credentials among them), and returns the serial of the certificate the
+// server presented ("" without TLS).
+func HealthCheck(t testing.TB, target, service string, opts ...grpc.DialOption) (string, error) {
+	t.Helper()
+	conn, err := grpc.NewClient(target, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var p peer.Peer
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service}, grpc.Peer(&p))
+	if err != nil {
+		return "", err
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return "", fmt.Errorf("health of %q: %s", service, resp.GetStatus())
+	}
+	if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.PeerCertificates) > 0 {
+		return info.State.PeerCertificates[0].SerialNumber.String(), nil
+	}
+	return "", nil
+}
