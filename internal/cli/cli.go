@@ -21,6 +21,7 @@ Usage:
   toolmesh serve --target=api,executor [flags] chosen services (microservices mode; "all" for every one)
   toolmesh mcp NAME [--transport T] [--addr A]  run a shipped MCP server (calculator, converter, sqlite)
   toolmesh model pull|ls|rm [NAME]            download (verified), list or delete the models toolmesh runs
+  toolmesh tls init --dir D --names N,...     a private CA and a certificate per service, for mutual TLS
   toolmesh tools [--server S]                 list the tools of the running mesh
   toolmesh tools search "TEXT" [-k N]         the top-k tools for TEXT
   toolmesh call SERVER.TOOL '{"arg":1}'       call one tool
@@ -47,6 +48,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = runMCP(ctx, rest, stdin, stdout, stderr)
 	case "model":
 		err = runModel(ctx, rest, stdout, stderr)
+	case "tls":
+		err = runTLS(rest, stdout, stderr)
 	case "tools":
 		err = runTools(ctx, rest, stdout, stderr)
 	case "call":
