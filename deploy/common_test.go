@@ -19,6 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const (
 	composeFile    = "compose.yaml"
 	cpuOverride    = "deploy/compose.cpu.yaml"
+	mtlsOverride   = "deploy/compose.mtls.yaml"
 	toolmeshConfig = "deploy/toolmesh.yaml"
 	mcpConfig      = "deploy/mcp.json"
 )

@@ -134,7 +134,7 @@ func TestComposeOneImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"CGO_ENABLED=0", "./cmd/toolmesh", "-o /out/toolmesh-healthcheck ./deploy/healthcheck", "USER 65532", "HEALTHCHECK",
-		"--chown=65532:65532 /out/models /models"} {
+		"--chown=65532:65532 /out/models /models", "--chown=65532:65532 /out/tls /tls"} {
 		if !strings.Contains(string(dockerfile), want) {
 			t.Errorf("Dockerfile does not contain %q", want)
 		}
