@@ -20,65 +20,65 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compose-spec/compose-go/v2/types"
 	qc "github.com/qdrant/go-client/qdrant"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 	"github.com/toolmesh/toolmesh/services/retriever/store/qdrant/qdranttest"
 )
 
-// composeService is the part of a compose.yaml service the mesh test runs.
+// composeService is the part of a compose service the mesh test runs.
 type composeService struct {
-	Command []string `yaml:"command"`
-	Volumes []string `yaml:"volumes"`
+	Command     []string
+	Volumes     []types.ServiceVolumeConfig
+	HealthCheck []string
 }
 
-// readComposeCommands reads compose.yaml's services with their ${VAR:-default} values at their
-// defaults (an unset environment). The Compose loader itself is used by compose_test.go.
-func readComposeCommands(t *testing.T) map[string]composeService {
+// readComposeCommands loads compose files (every profile) with the Compose loader, their
+// ${VAR:-default} values at their defaults (an unset environment).
+func readComposeCommands(t *testing.T, files ...string) map[string]composeService {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), composeFile))
-	if err != nil {
-		t.Fatal(err)
+	if len(files) == 0 {
+		files = []string{composeFile}
 	}
-	var doc struct {
-		Services map[string]composeService `yaml:"services"`
-	}
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	for name, svc := range doc.Services {
-		for i, a := range svc.Command {
-			svc.Command[i] = interpolateDefaults(t, a)
+	p := loadProject(t, files, []string{"*"}, nil)
+	out := map[string]composeService{}
+	for name, svc := range p.Services {
+		cs := composeService{Command: svc.Command, Volumes: svc.Volumes}
+		if svc.HealthCheck != nil {
+			cs.HealthCheck = svc.HealthCheck.Test
 		}
-		doc.Services[name] = svc
+		out[name] = cs
 	}
-	return doc.Services
-}
-
-var composeVar = regexp.MustCompile(`\$\{([A-Za-z0-9_]+)(:-([^}]*))?\}`)
-
-func interpolateDefaults(t *testing.T, s string) string {
-	return composeVar.ReplaceAllStringFunc(s, func(m string) string {
-		sub := composeVar.FindStringSubmatch(m)
-		if sub[2] == "" {
-			t.Fatalf("compose.yaml: %s has no default", m)
-		}
-		return sub[3]
-	})
+	return out
 }
 
 // mountedAt is the repository file the service bind-mounts at a container path.
 func (s composeService) mountedAt(t *testing.T, containerPath string) string {
 	t.Helper()
 	for _, v := range s.Volumes {
-		parts := strings.Split(v, ":")
-		if len(parts) >= 2 && parts[1] == containerPath && strings.HasPrefix(parts[0], "./") {
-			return filepath.Join(repoRoot(t), parts[0])
+		if v.Type == types.VolumeTypeBind && v.Target == containerPath {
+			return v.Source
 		}
 	}
 	t.Fatalf("nothing from the repository is mounted at %s", containerPath)
 	return ""
+}
+
+// inVolumes maps the container paths in arg that lie in a named volume the service mounts to
+// that volume's folder on the host: volumes[NAME], plus the mount's subpath.
+func (s composeService) inVolumes(arg string, volumes map[string]string) string {
+	for _, v := range s.Volumes {
+		host, ok := volumes[v.Source]
+		if v.Type != types.VolumeTypeVolume || !ok {
+			continue
+		}
+		if v.Volume != nil && v.Volume.Subpath != "" {
+			host = filepath.Join(host, v.Volume.Subpath)
+		}
+		arg = strings.ReplaceAll(arg, v.Target, host)
+	}
+	return arg
 }
 
 // listenFlags are the flags each target listens on.
@@ -97,8 +97,39 @@ func TestMeshWithoutContainers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
 	}
-	services := readComposeCommands(t)
+	runMesh(t, composeFile)
+}
+
+// TestMeshWithoutContainersMTLS runs the mutual TLS variant (deploy/compose.mtls.yaml) the same
+// way, as separate processes: tls-init's `toolmesh tls init` makes the CA and certificates
+// first, each service reads its own folder, and every hop of the question is mutual TLS. The
+// compose health checks pass over it, and a client without a certificate is refused.
+func TestMeshWithoutContainersMTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	runMesh(t, composeFile, mtlsOverride)
+}
+
+// runMesh runs the topology of compose files without containers (see TestMeshWithoutContainers)
+// and runs every serve service's compose health check against it.
+func runMesh(t *testing.T, files ...string) {
+	services := readComposeCommands(t, files...)
 	bin := buildToolmesh(t)
+	healthcheck := buildHealthcheck(t)
+
+	// Named volumes a toolmesh service writes (tls-init's certificates) are folders here.
+	volumes := map[string]string{}
+	if init, ok := services["tls-init"]; ok {
+		volumes["tls"] = t.TempDir()
+		var args []string
+		for _, a := range init.Command {
+			args = append(args, init.inVolumes(a, volumes))
+		}
+		if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+			t.Fatalf("tls-init: toolmesh %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
 
 	// llama-server, as compose starts it (-c, -np), running Gorilla's side of the question.
 	llamaArgs := services["llama-server"].Command
@@ -180,7 +211,7 @@ func TestMeshWithoutContainers(t *testing.T) {
 			case strings.HasPrefix(a, "--mcp-config="):
 				a = "--mcp-config=" + mcpPath
 			}
-			args = append(args, a)
+			args = append(args, services[name].inVolumes(a, volumes))
 		}
 		args = append(args, overrides...)
 		if _, port, err := net.SplitHostPort(deployFlags.Lookup("metrics-addr").Value.String()); err == nil {
@@ -244,6 +275,65 @@ func TestMeshWithoutContainers(t *testing.T) {
 			t.Errorf("GET /v1/tools has no tool of MCP server %s (servers with tools: %v)", s, servers)
 		}
 	}
+
+	// Each service's compose health check, as its container runs it (its own loopback is the
+	// service's loopback address here). With mutual TLS, the same check without the client
+	// certificate, or without TLS at all, is refused by the gRPC services.
+	for _, tg := range serveTargets {
+		name := serveNames[tg]
+		hc := services[name].HealthCheck
+		if len(hc) < 3 || hc[0] != "CMD" || hc[1] != "toolmesh-healthcheck" {
+			t.Errorf("%s: health check %v, want CMD toolmesh-healthcheck ...", name, hc)
+			continue
+		}
+		var args []string
+		for _, a := range hc[2:] {
+			args = append(args, inContainer(t, name, services[name].inVolumes(a, volumes), loop))
+		}
+		if out, err := exec.Command(healthcheck, args...).CombinedOutput(); err != nil {
+			t.Errorf("%s: health check toolmesh-healthcheck %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "-tls.") }) {
+			continue
+		}
+		for _, drop := range []string{"-tls.cert-file=|-tls.key-file=", "-tls."} {
+			without := []string{"-timeout=1s"} // bounds each refused check
+			for _, a := range args {
+				if !slices.ContainsFunc(strings.Split(drop, "|"), func(p string) bool { return strings.HasPrefix(a, p) }) {
+					without = append(without, a)
+				}
+			}
+			if out, err := exec.Command(healthcheck, without...).CombinedOutput(); err == nil {
+				t.Errorf("%s: toolmesh-healthcheck %s answered; want the client refused (%s)", name, strings.Join(without, " "), out)
+			}
+		}
+	}
+}
+
+var containerLoopback = regexp.MustCompile(`127\.0\.0\.1:([0-9]+)`)
+
+// inContainer maps an address on the loopback of service name's container to the loopback
+// address that service listens on here.
+func inContainer(t *testing.T, name, arg string, loop map[string]string) string {
+	t.Helper()
+	return containerLoopback.ReplaceAllStringFunc(arg, func(m string) string {
+		port := containerLoopback.FindStringSubmatch(m)[1]
+		to, ok := loop[name+":"+port]
+		if !ok {
+			t.Fatalf("%s: %s is not a port %s listens on", name, m, name)
+		}
+		return to
+	})
+}
+
+func buildHealthcheck(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "toolmesh-healthcheck")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/toolmesh/toolmesh/deploy/healthcheck")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }
 
 func embedPort(t *testing.T, services map[string]composeService) string {
