@@ -3,17 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/toolmesh/toolmesh/bench/internal/addscript"
@@ -66,7 +70,17 @@ func newAsker(via string, ms *mesh, clients int, timeout time.Duration) (asker, 
 		hc := &http.Client{Transport: tr, Timeout: timeout}
 		return restAsker(ms.rest, hc), hc.CloseIdleConnections, nil
 	case "grpc":
-		conn, err := grpc.NewClient(ms.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		creds := insecure.NewCredentials()
+		if ms.caFile != "" {
+			// An app of a mesh with mutual TLS: it trusts the CA and has no certificate.
+			pool := x509.NewCertPool()
+			pem, err := os.ReadFile(ms.caFile)
+			if err != nil || !pool.AppendCertsFromPEM(pem) {
+				return nil, nil, fmt.Errorf("api CA %s: %v", ms.caFile, err)
+			}
+			creds = credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+		}
+		conn, err := grpc.NewClient(ms.grpc, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			return nil, nil, err
 		}

@@ -21,19 +21,31 @@ func (w logWriter) Write(p []byte) (int, error) {
 }
 
 // runShort runs the bench for d and checks that every query was answered right and took the
-// scripted path: 3 requests to the model per query.
-func runShort(t *testing.T, mode string, d time.Duration) {
+// scripted path: 3 requests to the model per query. edit changes the options first.
+func runShort(t *testing.T, mode string, d time.Duration, edit ...func(o *options)) {
 	t.Helper()
 	o := options{duration: d, warmup: 100 * time.Millisecond, clients: []int{1},
 		modes: []string{mode}, vias: []string{"rest"}, timeout: 10 * time.Second}
+	for _, e := range edit {
+		e(&o)
+	}
+	if err := o.check(); err != nil {
+		t.Fatal(err)
+	}
 	results, err := run(t.Context(), o, logWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != 1 {
-		t.Fatalf("got %d results, want 1", len(results))
+	if len(results) != len(o.vias) {
+		t.Fatalf("got %d results, want %d", len(results), len(o.vias))
 	}
-	r := results[0]
+	for _, r := range results {
+		checkResult(t, r)
+	}
+}
+
+func checkResult(t *testing.T, r result) {
+	t.Helper()
 	if r.errors != 0 || r.queries == 0 {
 		t.Errorf("%d queries, %d errors (first: %s); want some queries and no errors", r.queries, r.errors, r.firstErr)
 	}
@@ -53,6 +65,15 @@ func TestMicro(t *testing.T) {
 	}
 	// Shorter: building toolmesh and starting the processes take most of this test's time.
 	runShort(t, "micro", 500*time.Millisecond)
+}
+
+// TestMicroTLS: with -tls the mesh's processes talk mutual TLS and the gRPC clients TLS, and
+// every query is still answered right.
+func TestMicroTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("micro mode builds toolmesh and starts seven processes")
+	}
+	runShort(t, "micro", 500*time.Millisecond, func(o *options) { o.tls, o.vias = true, []string{"rest", "grpc"} })
 }
 
 func TestCheck(t *testing.T) {

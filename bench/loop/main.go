@@ -22,7 +22,10 @@
 // own model time is subtracted; with more, queries overlap at the double, so the mean model
 // time per query is subtracted instead (marked ~).
 //
-//	go run ./bench/loop [-duration 10s] [-clients 1,32] [-mode inproc,micro] [-via rest,grpc] [-markdown] [-json FILE]
+// With -tls, micro mode's services talk mutual TLS (certificates from `toolmesh tls init`'s
+// code, made in the run's folder) and the gRPC clients speak TLS to the api; REST stays plain.
+//
+//	go run ./bench/loop [-duration 10s] [-clients 1,32] [-mode inproc,micro] [-via rest,grpc] [-tls] [-markdown] [-json FILE]
 package main
 
 import (
@@ -60,6 +63,7 @@ type options struct {
 	noProxy    bool
 	childEnv   []string
 	jsonPath   string
+	tls        bool
 }
 
 // Targets of the issue: the loop's own overhead per iteration at p50.
@@ -86,6 +90,7 @@ func main() {
 		o.childEnv = append(o.childEnv, v)
 		return nil
 	})
+	fs.BoolVar(&o.tls, "tls", false, "micro mode only: mutual TLS between the services (--tls.*) and TLS from the gRPC clients to the api")
 	fs.BoolVar(&o.noProxy, "no-model-time", false, "point the mesh at the double directly, without the timing proxy: no model time (overhead/iter is then the whole query ÷ iterations), to see what the proxy costs")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound of one query; a query that exceeds it counts as an error")
 	fs.StringVar(&o.jsonPath, "json", "", "also write every row's headline figures as JSON to this file, for bench/report")
@@ -134,6 +139,9 @@ func (o options) check() error {
 		if m != "inproc" && m != "micro" {
 			return fmt.Errorf("-mode: %q is not inproc or micro", m)
 		}
+	}
+	if o.tls && !slices.Equal(o.modes, []string{"micro"}) {
+		return fmt.Errorf("-tls: micro mode only (give -mode micro)")
 	}
 	for _, v := range o.vias {
 		if v != "rest" && v != "grpc" {
@@ -223,7 +231,7 @@ func runMode(ctx context.Context, o options, mode, dir string, m *model, logf fu
 				return nil, err
 			}
 		}
-		ms, err = startMicro(ctx, bin, dir, m.URL, profiled, o.childEnv)
+		ms, err = startMicro(ctx, bin, dir, m.URL, profiled, o.childEnv, o.tls)
 	}
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/toolmesh/toolmesh/internal/app"
+	"github.com/toolmesh/toolmesh/internal/tlsfiles"
 )
 
 // mesh is a running toolmesh: every target in this process (inproc) or one process per
@@ -23,6 +24,8 @@ import (
 type mesh struct {
 	rest string // REST base URL, http://host:port
 	grpc string // api gRPC address, host:port
+	// caFile is the CA of the api's gRPC certificate when the mesh runs mutual TLS; "" when not.
+	caFile string
 
 	// children are the processes of micro mode, in start order.
 	children []*child
@@ -285,8 +288,9 @@ func freeAddrs(n int) ([]string, error) {
 
 // startMicro runs the mesh as `toolmesh serve` processes, one per target, and the demo MCP
 // servers (calculator, converter, sqlite) as `toolmesh mcp` processes, on free loopback ports; the executor finds the MCP
-// servers in an mcp.json. On any failure every child started so far is stopped.
-func startMicro(ctx context.Context, bin, dir, modelURL string, profiled bool, env []string) (m *mesh, err error) {
+// servers in an mcp.json. With mtls, each service gets a certificate of a CA made in dir and
+// the --tls.* flags. On any failure every child started so far is stopped.
+func startMicro(ctx context.Context, bin, dir, modelURL string, profiled bool, env []string, mtls bool) (m *mesh, err error) {
 	addrs, err := freeAddrs(8)
 	if err != nil {
 		return nil, err
@@ -341,22 +345,37 @@ func startMicro(ctx context.Context, bin, dir, modelURL string, profiled bool, e
 			return m, err
 		}
 	}
-	common := []string{"--drain-timeout=2s"}
+	common := func(target string) []string {
+		args := []string{"--drain-timeout=2s"}
+		if mtls {
+			// Every certificate names 127.0.0.1, the address each service is dialled at.
+			d := filepath.Join(dir, "tls", target)
+			args = append(args, "--tls.cert-file="+filepath.Join(d, tlsfiles.CertFile),
+				"--tls.key-file="+filepath.Join(d, tlsfiles.KeyFile), "--tls.ca-file="+filepath.Join(d, tlsfiles.CACertFile))
+		}
+		return args
+	}
+	if mtls {
+		if _, err := tlsfiles.Init(filepath.Join(dir, "tls"), []string{"executor", "retriever", "inference", "api"}, 24*time.Hour); err != nil {
+			return m, fmt.Errorf("tls init: %w", err)
+		}
+		m.caFile = filepath.Join(dir, "tls", "api", tlsfiles.CACertFile)
+	}
 	if err := start("executor", append([]string{"serve", "--target=executor",
-		"--executor.grpc-addr=" + executor, "--mcp-config=" + mcpJSON}, common...)...); err != nil {
+		"--executor.grpc-addr=" + executor, "--mcp-config=" + mcpJSON}, common("executor")...)...); err != nil {
 		return m, err
 	}
 	if err := start("retriever", append([]string{"serve", "--target=retriever",
-		"--retriever.grpc-addr=" + retriever, "--retriever.executor-addr=" + executor}, common...)...); err != nil {
+		"--retriever.grpc-addr=" + retriever, "--retriever.executor-addr=" + executor}, common("retriever")...)...); err != nil {
 		return m, err
 	}
 	if err := start("inference", append([]string{"serve", "--target=inference",
-		"--inference.grpc-addr=" + inference, "--inference.llm.url=" + modelURL}, common...)...); err != nil {
+		"--inference.grpc-addr=" + inference, "--inference.llm.url=" + modelURL}, common("inference")...)...); err != nil {
 		return m, err
 	}
 	if err := start("api", append([]string{"serve", "--target=api",
 		"--api.http-addr=" + apiHTTP, "--api.grpc-addr=" + apiGRPC, "--api.executor-addr=" + executor,
-		"--api.retriever-addr=" + retriever, "--api.inference-addr=" + inference}, common...)...); err != nil {
+		"--api.retriever-addr=" + retriever, "--api.inference-addr=" + inference}, common("api")...)...); err != nil {
 		return m, err
 	}
 	return m, nil
