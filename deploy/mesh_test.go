@@ -326,16 +326,6 @@ func inContainer(t *testing.T, name, arg string, loop map[string]string) string 
 	})
 }
 
-func buildHealthcheck(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "toolmesh-healthcheck")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/toolmesh/toolmesh/deploy/healthcheck")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 func embedPort(t *testing.T, services map[string]composeService) string {
 	t.Helper()
 	p, ok := flagValue(services["llama-embed"].Command, "port")
@@ -481,10 +471,21 @@ func scriptTwoPlusThree(d *llamatest.Double) {
 
 func buildToolmesh(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "toolmesh")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/toolmesh/toolmesh/cmd/toolmesh")
+	return goBuild(t, "toolmesh", "github.com/toolmesh/toolmesh/cmd/toolmesh")
+}
+
+// buildHealthcheck builds the image's health-check program, which compose's checks run.
+func buildHealthcheck(t *testing.T) string {
+	t.Helper()
+	return goBuild(t, "toolmesh-healthcheck", "github.com/toolmesh/toolmesh/deploy/healthcheck")
+}
+
+func goBuild(t *testing.T, name, pkg string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
 	return bin
 }

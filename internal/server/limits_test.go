@@ -17,7 +17,7 @@ import (
 )
 
 // runGRPC starts a server from NewGRPC until the test ends.
-func runGRPC(t *testing.T, opts ...grpc.ServerOption) *GRPC {
+func runGRPC(t testing.TB, opts ...grpc.ServerOption) *GRPC {
 	t.Helper()
 	g, err := NewGRPC("127.0.0.1:0", slog.New(slog.DiscardHandler), time.Second, opts...)
 	if err != nil {

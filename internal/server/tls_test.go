@@ -3,9 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"log/slog"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -20,21 +18,7 @@ import (
 func startMutualTLS(t testing.TB, src *tlsfiles.Source) *GRPC {
 	t.Helper()
 	creds := ServerTLS(func() *tls.Config { return tlsfiles.ServerConfig(src, src, tls.RequireAndVerifyClientCert) })
-	return startServer(t, grpc.Creds(creds))
-}
-
-// startServer runs a gRPC server with opts until the test ends.
-func startServer(t testing.TB, opts ...grpc.ServerOption) *GRPC {
-	t.Helper()
-	g, err := NewGRPC("127.0.0.1:0", slog.New(slog.DiscardHandler), time.Second, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return g
+	return runGRPC(t, grpc.Creds(creds))
 }
 
 func load(t testing.TB, files tlsfiles.Files) *tlsfiles.Source {
@@ -135,7 +119,7 @@ func BenchmarkCallMutualTLS(b *testing.B) {
 		start func() *GRPC
 		creds credentials.TransportCredentials
 	}{
-		{"plaintext", func() *GRPC { return startServer(b) }, insecure.NewCredentials()},
+		{"plaintext", func() *GRPC { return runGRPC(b) }, insecure.NewCredentials()},
 		{"mutual-tls", func() *GRPC { return startMutualTLS(b, srv) },
 			ClientTLS(func() *tls.Config { return tlsfiles.ClientConfig(cli, cli) }, "svc")},
 	} {
