@@ -159,13 +159,14 @@ func New(cfg Config, logger *slog.Logger) (*App, error) {
 			return nil, fmt.Errorf("target %q: unknown; choose from %s", t, strings.Join(serveTargets, ", "))
 		}
 	}
-	tel, err := telemetry.New(cfg.Telemetry)
+	// Errors logged by any target may quote an MCP server's URL with its credentials.
+	logger = slog.New(redact.Handler(logger.Handler()))
+	// Before telemetry, which would have to be shut down if the files did not load.
+	tlsSrc, err := loadTLS(cfg.TLS, slices.Contains(cfg.Targets, "api"), logger)
 	if err != nil {
 		return nil, err
 	}
-	// Errors logged by any target may quote an MCP server's URL with its credentials.
-	logger = slog.New(redact.Handler(logger.Handler()))
-	tlsSrc, err := loadTLS(cfg.TLS, slices.Contains(cfg.Targets, "api"), logger)
+	tel, err := telemetry.New(cfg.Telemetry)
 	if err != nil {
 		return nil, err
 	}

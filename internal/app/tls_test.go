@@ -2,8 +2,13 @@ package app
 
 import (
 	"crypto/tls"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -239,4 +244,41 @@ func waitReadyz(t *testing.T, base string) {
 		}
 		return ""
 	})
+}
+
+// TestTLSFilesRefused: files that do not make a TLS identity stop the start with an error
+// naming the flags, before any target runs.
+func TestTLSFilesRefused(t *testing.T) {
+	ca := tlstest.NewCA(t)
+	good := tlstest.NewSecretDir(t, tlstest.Issue(t, ca, "localhost")).Files()
+	foreign := tlstest.NewSecretDir(t, tlstest.Issue(t, tlstest.NewCA(t), "localhost")).Files()
+	notPEM := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing certificate file", tlsFlags(tlsfiles.Files{Cert: good.Cert + ".missing", Key: good.Key, CA: good.CA}), "tls.cert-file, tls.key-file, tls.ca-file"},
+		{"certificate of another CA", tlsFlags(tlsfiles.Files{Cert: foreign.Cert, Key: foreign.Key, CA: good.CA}), "is not signed by the CA"},
+		{"key of another certificate", tlsFlags(tlsfiles.Files{Cert: good.Cert, Key: foreign.Key, CA: good.CA}), "tls.cert-file"},
+		{"api client CA not PEM", append(tlsFlags(good), "--api.grpc-tls.client-ca-file="+notPEM), "api.grpc-tls.client-ca-file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			var cfg Config
+			cfg.RegisterFlags(fs)
+			if err := cfg.Load(fs, tc.args); err != nil {
+				t.Fatal(err)
+			}
+			cfg.Targets = []string{"executor", "api"}
+			_, err := New(cfg, slog.New(slog.DiscardHandler))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New() error = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
 }
