@@ -6,8 +6,8 @@
 // tool_calls. Compose streams the final answer from the calls' results (a streamed chat
 // completion without tools, stream_options.include_usage set).
 //
-// Tool ids (SERVER.TOOL) are not valid OpenAI function names; Names maps them to names that
-// are (SERVER__TOOL) and back exactly. Failures come back as *Error, whose Code is the gRPC
+// Tool ids (SERVER.TOOL) are not valid OpenAI function names; toolname.Names maps them to names
+// that are (SERVER__TOOL) and back exactly. Failures come back as *Error, whose Code is the gRPC
 // code the service answers with. Package chattest holds a double of the endpoint.
 //
 // Checked against llama-server b11669 (Debian forky 0.7.0) with a model whose GGUF has no chat
@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/toolname"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
 
@@ -209,11 +210,11 @@ type (
 )
 
 // BuildRequest is the JSON body Generate posts, and the names it used for the tools.
-func (c *Client) BuildRequest(query string, tools []*toolmeshv1.Tool, history []*toolmeshv1.ToolCallRecord, maxTokens int) ([]byte, *Names, error) {
+func (c *Client) BuildRequest(query string, tools []*toolmeshv1.Tool, history []*toolmeshv1.ToolCallRecord, maxTokens int) ([]byte, *toolname.Names, error) {
 	if maxTokens <= 0 {
 		maxTokens = c.cfg.MaxTokens
 	}
-	names := NewNames()
+	names := toolname.New()
 	req := chatRequest{Model: c.cfg.Model, MaxTokens: maxTokens, Temperature: c.cfg.Temperature}
 	for i, t := range tools {
 		if t.GetId() == "" {
@@ -254,7 +255,7 @@ func (c *Client) BuildRequest(query string, tools []*toolmeshv1.Tool, history []
 // "tool" message per call with its output and the matching tool_call_id. Records with the
 // same non-zero Step that follow each other are one step (parallel calls); an error output is
 // prefixed "Error: ". Tools that are no longer offered are named through names all the same.
-func historyMessages(history []*toolmeshv1.ToolCallRecord, names *Names) ([]message, error) {
+func historyMessages(history []*toolmeshv1.ToolCallRecord, names *toolname.Names) ([]message, error) {
 	var out []message
 	var calls []toolCall
 	var results []message
@@ -321,7 +322,7 @@ func (c *Client) Generate(ctx context.Context, query string, tools []*toolmeshv1
 
 // ParseResponse reads a chat.completion answer: choices[0].message's tool_calls (function
 // names mapped back through names, arguments a JSON object in a string) and content, and usage.
-func ParseResponse(raw []byte, names *Names) (*Result, error) {
+func ParseResponse(raw []byte, names *toolname.Names) (*Result, error) {
 	var resp struct {
 		Choices []struct {
 			Message      json.RawMessage `json:"message"`

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/toolname"
 	"github.com/toolmesh/toolmesh/services/inference/chat/chattest"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
@@ -59,59 +60,6 @@ func newTestClient(t testing.TB, url string, cfg Config) (*Client, *bytes.Buffer
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c, &logs
-}
-
-func TestNames(t *testing.T) {
-	long := strings.Repeat("s", 40) + "." + strings.Repeat("t", 40)
-	for _, tc := range []struct {
-		ids  []string
-		want []string
-	}{
-		{[]string{"weather.get_forecast"}, []string{"weather__get_forecast"}},
-		{[]string{"files.read-file", "a.b.c"}, []string{"files__read-file", "a__b__c"}},
-		{[]string{"a.b", "a__b"}, []string{"a__b", hashed("a__b", "a__b", "")}},
-		{[]string{"a__b", "a.b"}, []string{"a__b", hashed("a__b", "a.b", "")}},
-		{[]string{"srv.tööl/x y"}, []string{"srv__t__l_x_y"}},
-		{[]string{"srv.t?l", "srv.t!l"}, []string{"srv__t_l", hashed("srv__t_l", "srv.t!l", "")}},
-		{[]string{""}, []string{"tool"}},
-		{[]string{long}, []string{hashed(BaseName(long), long, "")}},
-	} {
-		n := NewNames(tc.ids...)
-		seen := map[string]bool{}
-		for i, id := range tc.ids {
-			name := n.Name(id)
-			if name != tc.want[i] {
-				t.Errorf("%q: name %q, want %q", id, name, tc.want[i])
-			}
-			if !ValidName(name) {
-				t.Errorf("%q: name %q is not a valid OpenAI function name", id, name)
-			}
-			if seen[name] {
-				t.Errorf("%q: name %q given twice", id, name)
-			}
-			seen[name] = true
-			if back, ok := n.ID(name); !ok || back != id {
-				t.Errorf("%q: ID(%q) = %q, %v", id, name, back, ok)
-			}
-		}
-	}
-	if _, ok := NewNames("a.b").ID("a.b"); ok {
-		t.Error("ID of an unmapped name succeeded")
-	}
-	// Many colliding ids stay one-to-one.
-	ids := []string{"x.y", "x__y", "x_.y", "x._y", "x?.y", "x!.y", "x y.y"}
-	n := NewNames(ids...)
-	seen := map[string]string{}
-	for _, id := range ids {
-		name := n.Name(id)
-		if other, dup := seen[name]; dup {
-			t.Errorf("%q and %q share %q", id, other, name)
-		}
-		seen[name] = id
-		if back, _ := n.ID(name); back != id || !ValidName(name) {
-			t.Errorf("%q -> %q -> %q", id, name, back)
-		}
-	}
 }
 
 func history(t testing.TB) []*toolmeshv1.ToolCallRecord {
@@ -184,7 +132,7 @@ func TestEndpointFromBaseURL(t *testing.T) {
 }
 
 func TestHistoryMessages(t *testing.T) {
-	names := NewNames("weather.get_forecast", "files.read-file")
+	names := toolname.New("weather.get_forecast", "files.read-file")
 	msgs, err := historyMessages(history(t), names)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/toolname"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
 
@@ -226,7 +227,7 @@ func (c *Client) unstreamed(ctx context.Context, body io.Reader, fn func(string)
 	if len(raw) > maxResponseBytes {
 		return nil, &Error{Op: "chat", Code: codes.ResourceExhausted, Message: fmt.Sprintf("answer larger than %d bytes", maxResponseBytes)}
 	}
-	r, err := ParseResponse(raw, NewNames())
+	r, err := ParseResponse(raw, toolname.New())
 	if err != nil {
 		return nil, err
 	}
