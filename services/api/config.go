@@ -15,6 +15,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/secret"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/webguard"
+	"github.com/toolmesh/toolmesh/services/api/mcpface"
 )
 
 // Config is the api target's configuration.
@@ -58,6 +59,8 @@ type Config struct {
 	// DialOptions are added to those of every client of a dependency (mutual TLS); set by the
 	// app, not a flag.
 	DialOptions []grpc.DialOption
+	// MCP tunes the MCP endpoints on the REST port (/mcp, /mcp/search, /mcp/servers/S, /sse).
+	MCP mcpface.Config
 }
 
 // Secrets are the values the api target reads from the environment.
@@ -102,6 +105,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.AllowOpen, "api.allow-open", false, "let the api listen beyond loopback without API tokens, so that anyone who reaches it can call every tool (without it, such a start is refused)")
 	c.Auth.RegisterFlags(fs, "api.")
 	c.Web.RegisterFlags(fs, "api.")
+	c.MCP.RegisterFlags(fs, "api.mcp-")
 }
 
 // Validate reports the first bad value, naming its flag.
@@ -149,6 +153,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BodyTimeout <= 0 {
 		return fmt.Errorf("api.body-timeout: %s must be positive", c.BodyTimeout)
+	}
+	if err := c.MCP.Validate("api.mcp-"); err != nil {
+		return err
 	}
 	if c.JaegerURL != "" {
 		// The console puts it in a link, so only a plain http(s) URL will do.

@@ -22,6 +22,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/server"
+	"github.com/toolmesh/toolmesh/services/api/mcpface"
 	"github.com/toolmesh/toolmesh/services/api/ui"
 )
 
@@ -68,6 +69,9 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string, opts ...grpc.Dia
 		_, _ = w.Write(openAPI)
 	})
 	mux.Handle("GET "+ui.Prefix, ui.Handler(ui.Config{JaegerURL: s.cfg.JaegerURL}))
+	for _, p := range mcpface.Routes { // the MCP endpoints: /mcp, /mcp/search, /mcp/servers/S, /sse
+		mux.Handle(p, s.mcp)
+	}
 	// Without these, another method on an operational path would fall through to the gateway's
 	// catch-all and read as "no route" (404) rather than a wrong method (405).
 	operational := []string{"/healthz", "/readyz", "/openapi.json", ui.Prefix}
@@ -85,10 +89,12 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string, opts ...grpc.Dia
 	// Every request but /healthz needs a token, checked before the body is read. The /v1/
 	// routes go on through the gateway to the gRPC server, whose interceptor counts them
 	// against the rate limit (once). The console's page and script load without a token
-	// (ui.Public) so that it can ask for one.
+	// (ui.Public) so that it can ask for one, and so does an MCP endpoint's protected resource
+	// metadata (mcpface.Public), which tells a client how to send one.
 	healthz := auth.Paths("/healthz")
 	h := s.guard.HTTP(checkBody(s.cfg.MaxBodyBytes, s.cfg.BodyTimeout, mux),
-		func(r *http.Request) bool { return healthz(r) || ui.Public(r) }, auth.Paths("/v1/"))
+		func(r *http.Request) bool { return healthz(r) || ui.Public(r) || mcpface.Public(r) }, auth.Paths("/v1/"))
+	h = mcpface.Challenge(h) // an MCP client's 401 names the endpoint's resource metadata
 	// Before the token: no web page may use the browser's access to this port (foreign Host,
 	// foreign Origin, a body that is not JSON). Any page may see that /healthz is up.
 	h = s.web.Handler(h, healthz)

@@ -19,6 +19,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/internal/webguard"
+	"github.com/toolmesh/toolmesh/services/api/mcpface"
 )
 
 // Service is the api target. It holds client connections to its dependencies.
@@ -31,6 +32,8 @@ type Service struct {
 	guard  *auth.Guard
 	web    *webguard.Guard
 	tel    *telemetry.Service
+	// mcp is the MCP face, served on the REST port (Gateway).
+	mcp *mcpface.Face
 	// metrics serves GET /metrics when set (SetMetrics).
 	metrics http.Handler
 }
@@ -74,6 +77,9 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		return nil, fmt.Errorf("executor client: %w", err)
 	}
 	s.tools = &toolHandler{cfg: cfg, executor: toolmeshv1.NewExecutorServiceClient(execConn), policy: pol}
+	mcfg := cfg.MCP
+	mcfg.RPCTimeout = cfg.RPCTimeout
+	s.mcp = mcpface.New(mcfg, s.tools, toolmeshv1.NewExecutorServiceClient(execConn), pol, logger, tel)
 	if cfg.RetrieverAddr != "" {
 		conn, err := s.dial(cfg.RetrieverAddr)
 		if err != nil {
@@ -180,15 +186,22 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 	toolmeshv1.RegisterAgentServiceServer(g, s.agent)
 }
 
-// Run waits for ctx to end, then closes the dependency connections.
+// Run follows the executor's catalog for the MCP endpoints until ctx ends, then closes the
+// dependency connections.
 func (s *Service) Run(ctx context.Context) error {
-	<-ctx.Done()
+	err := s.mcp.Run(ctx)
 	s.Close()
-	return nil
+	return err
 }
 
-// Close closes the dependency connections.
+// Drain ends the MCP endpoints' open streams when the REST server starts draining.
+func (s *Service) Drain() { s.mcp.Drain() }
+
+// Close stops the MCP endpoints and closes the dependency connections.
 func (s *Service) Close() {
+	if s.mcp != nil {
+		s.mcp.Close()
+	}
 	for _, c := range s.conns {
 		_ = c.Close()
 	}

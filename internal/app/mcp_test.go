@@ -1,0 +1,120 @@
+package app
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// Tool-name rules of the model APIs MCP clients forward tools to: OpenAI's function names
+// (platform.openai.com/docs/api-reference/chat/create, tools[].function.name) and Anthropic's
+// tool names (docs.anthropic.com/en/api/messages, tools[].name) are both ^[a-zA-Z0-9_-]{1,64}$.
+var (
+	openAIName    = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+	anthropicName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+)
+
+// mcpClient connects an mcp-go client to url at protocol version (modern or legacy) with token.
+func mcpClient(t *testing.T, url, version, token string) *client.Client {
+	t.Helper()
+	var topts []transport.StreamableHTTPCOption
+	if token != "" {
+		topts = append(topts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
+	}
+	if version != mcp.LATEST_PROTOCOL_VERSION {
+		topts = append(topts, transport.WithContinuousListening())
+	}
+	tr, err := transport.NewStreamableHTTP(url, topts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var copts []client.ClientOption
+	if version != mcp.LATEST_PROTOCOL_VERSION {
+		copts = append(copts, client.WithProtocolVersion(version))
+	}
+	c := client.NewClient(tr, copts...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// The transport's streams (SSE, the GET stream) live as long as Start's context.
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = version
+	req.Params.ClientInfo = mcp.Implementation{Name: "toolmesh-test", Version: "0"}
+	res, err := c.Initialize(ctx, req)
+	if err != nil {
+		t.Fatalf("initialize %s at %s: %v", url, version, err)
+	}
+	if res.ProtocolVersion != version {
+		t.Fatalf("negotiated %s, want %s", res.ProtocolVersion, version)
+	}
+	return c
+}
+
+func callText(t *testing.T, c *client.Client, name string, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := mcp.CallToolRequest{}
+	req.Params.Name, req.Params.Arguments = name, args
+	res, err := c.CallTool(ctx, req)
+	if err != nil {
+		t.Fatalf("call %s: %v", name, err)
+	}
+	return res
+}
+
+func textOf(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+// TestMCPCatalog lists and calls the demo servers' tools through /mcp with mcp-go's client,
+// at each protocol era.
+func TestMCPCatalog(t *testing.T) {
+	m := startMesh(t)
+	for _, version := range []string{mcp.LATEST_PROTOCOL_VERSION, "2025-11-25", "2025-06-18"} {
+		t.Run(version, func(t *testing.T) {
+			c := mcpClient(t, m.base+"/mcp", version, "")
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids := map[string]string{}
+			for _, tool := range list.Tools {
+				if !openAIName.MatchString(tool.Name) || !anthropicName.MatchString(tool.Name) {
+					t.Errorf("tool name %q breaks OpenAI's or Anthropic's rule", tool.Name)
+				}
+				id, _ := tool.Meta.AdditionalFields["toolmesh/id"].(string)
+				ids[tool.Name] = id
+			}
+			if ids["calculator__add"] != "calculator.add" {
+				t.Fatalf("calculator__add has id %q; tools: %v", ids["calculator__add"], ids)
+			}
+			res := callText(t, c, "calculator__add", map[string]any{"a": 2, "b": 3})
+			if res.IsError || textOf(res) != "5" {
+				t.Errorf("calculator__add(2,3) = %q (isError %v), want 5", textOf(res), res.IsError)
+			}
+			// Arguments the schema refuses come back as a tool error the model can read.
+			res = callText(t, c, "calculator__add", map[string]any{"a": "two"})
+			if !res.IsError || !strings.Contains(textOf(res), "a") {
+				t.Errorf("bad arguments: isError %v, %q", res.IsError, textOf(res))
+			}
+		})
+	}
+}
