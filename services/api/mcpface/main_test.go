@@ -14,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -114,12 +115,14 @@ type toolsDouble struct {
 	canceled chan struct{} // closed when a blocked call's context ends
 	found    []*toolmeshv1.ScoredTool
 	searches []*toolmeshv1.SearchToolsRequest
+	spans    []trace.SpanContext // the span in each call's context
 }
 
 func (d *toolsDouble) CallTool(ctx context.Context, req *toolmeshv1.CallToolRequest) (*toolmeshv1.CallToolResponse, error) {
 	d.mu.Lock()
 	d.calls = append(d.calls, req)
 	d.callers = append(d.callers, auth.Name(ctx))
+	d.spans = append(d.spans, trace.SpanContextFromContext(ctx))
 	block, canceled, result := d.block, d.canceled, d.result
 	d.mu.Unlock()
 	if block != nil {
