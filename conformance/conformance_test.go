@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolmesh/toolmesh/internal/model"
 	"github.com/toolmesh/toolmesh/mcpservers"
 )
 
@@ -119,10 +121,15 @@ func TestConformance(t *testing.T) {
 	t.Run("server", func(t *testing.T) {
 		t.Parallel()
 		scenarios := s.list(t, "server")
-		for _, name := range mcpservers.Names() {
+		for _, name := range append(mcpservers.Names(), meshServer) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				url := startServer(t, name)
+				var url string
+				if name == meshServer {
+					url = startMesh(t)
+				} else {
+					url = startServer(t, name)
+				}
 				for _, v := range versions {
 					t.Run(v, func(t *testing.T) {
 						ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -137,6 +144,10 @@ func TestConformance(t *testing.T) {
 					})
 				}
 				t.Run("sse", func(t *testing.T) {
+					if name == meshServer {
+						t.Skip("the suite drives servers over streamable HTTP only (its server runner connects with the SDK's StreamableHTTPClientTransport); " +
+							"the mesh's legacy SSE endpoint (/sse) serves the same catalog and is covered by services/api/mcpface's tests (TestSSE)")
+					}
 					t.Skip("the suite drives servers over streamable HTTP only (its server runner connects with the SDK's StreamableHTTPClientTransport); " +
 						"the SSE endpoint is the same mcp-go server behind mcpservers/serve and is covered by that package's tests")
 				})
@@ -355,8 +366,69 @@ func startServer(t *testing.T, name string) string {
 	return ""
 }
 
-// listening is the line `toolmesh mcp` prints once it listens.
-var listening = regexp.MustCompile(`streamable HTTP (http://\S+/mcp)`)
+// meshServer names, among the servers the suite tests, toolmesh's own MCP face: the catalog
+// endpoint /mcp of `toolmesh up`, serving the tools of the shipped demo servers through the
+// executor.
+const meshServer = "mesh"
+
+// startMesh runs `toolmesh up` (no model: the catalog needs none) on free loopback ports until
+// the test ends and returns the URL of its catalog endpoint once /readyz says the demo servers'
+// tools are in the catalog.
+func startMesh(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "up", "--log.level", "warn",
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
+		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
+		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0")
+	// A model pulled on this machine must not make this `up` start one.
+	cmd.Env = append(os.Environ(), envRole+"=toolmesh", model.EnvDir+"="+t.TempDir())
+	w := &urlWatcher{found: make(chan string, 1), pattern: restLine}
+	cmd.Stdout = w
+	cmd.Stderr = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Errorf("toolmesh up did not stop within 10 s of an interrupt\n%s", w.output())
+		}
+	})
+	var base string
+	select {
+	case base = <-w.found:
+	case err := <-exited:
+		t.Fatalf("toolmesh up exited before listening: %v\n%s", err, w.output())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("toolmesh up did not print its REST endpoint within 60 s\n%s", w.output())
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return base + "/mcp"
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("toolmesh up: /readyz not 200 within 60 s (%v)\n%s", err, w.output())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// listening is the line `toolmesh mcp` prints once it listens; restLine the one of `toolmesh up`.
+var (
+	listening = regexp.MustCompile(`streamable HTTP (http://\S+/mcp)`)
+	restLine  = regexp.MustCompile(`REST\s+(http://\S+)`)
+)
 
 // urlWatcher collects a server's output and reports the URL it listens on.
 type urlWatcher struct {
@@ -364,6 +436,8 @@ type urlWatcher struct {
 	buf   bytes.Buffer
 	found chan string
 	sent  bool
+	// pattern finds the URL; listening when nil.
+	pattern *regexp.Regexp
 }
 
 func (w *urlWatcher) Write(p []byte) (int, error) {
@@ -371,7 +445,11 @@ func (w *urlWatcher) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	w.buf.Write(p)
 	if !w.sent {
-		if m := listening.FindSubmatch(w.buf.Bytes()); m != nil {
+		pat := w.pattern
+		if pat == nil {
+			pat = listening
+		}
+		if m := pat.FindSubmatch(w.buf.Bytes()); m != nil {
 			w.sent = true
 			w.found <- string(m[1])
 		}
