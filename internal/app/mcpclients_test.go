@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/http/httptest"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +21,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/toolmesh/toolmesh/internal/eventually"
 	"github.com/toolmesh/toolmesh/internal/testbackend"
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
@@ -74,7 +78,24 @@ func startEverythingMesh(t *testing.T, dyn *changingServer, extra ...string) str
 		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
 		"--drain-timeout=2s", "--llm-url=" + d.URL, "--mcp-config=" + cfg,
 	}, extra...)
-	return startApp(t, "", args, "executor", "retriever", "inference", "api")
+	base := startApp(t, "", args, "executor", "retriever", "inference", "api")
+	// Ready does not wait for every server (a stdio server takes a Node start), and the MCP
+	// face publishes a change of the catalog a moment after the executor has it.
+	c := mcpClient(t, base+"/mcp", mcp.LATEST_PROTOCOL_VERSION, "")
+	eventually.Check(t, 30*time.Second, "server-everything's tools in the MCP catalog", func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+		if err != nil {
+			return err.Error()
+		}
+		got := names(list.Tools)
+		if !slices.Contains(got, "everything__get-sum") || !slices.Contains(got, "dyn__first") {
+			return fmt.Sprintf("listed %v", got)
+		}
+		return ""
+	})
+	return base
 }
 
 // tsEvent is one line the TypeScript client prints.
@@ -228,4 +249,212 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("the client exited with %v; stderr: %s", err, stderr.String())
 	}
+}
+
+// TestMCPGoClient does with mcp-go's client what TestMCPTypeScriptClient does with the
+// TypeScript SDK's, at each protocol era: list (names valid for OpenAI and Anthropic), hear
+// notifications/tools/list_changed when dyn gains a tool, call get-sum, and cancel a 20 s
+// long-running operation of the real server-everything.
+func TestMCPGoClient(t *testing.T) {
+	dyn := newChangingServer(t)
+	base := startEverythingMesh(t, dyn)
+	for i, version := range []string{mcp.LATEST_PROTOCOL_VERSION, "2025-11-25", "2025-06-18"} {
+		t.Run(version, func(t *testing.T) {
+			c := mcpClient(t, base+"/mcp", version, "")
+			changed := make(chan struct{}, 16)
+			c.OnNotification(func(n mcp.JSONRPCNotification) {
+				if n.Method == mcp.MethodNotificationToolsListChanged {
+					changed <- struct{}{}
+				}
+			})
+			if version == mcp.LATEST_PROTOCOL_VERSION {
+				// The stateless era hears notifications on a subscriptions/listen stream.
+				ctx, cancel := context.WithCancel(context.Background())
+				t.Cleanup(cancel)
+				go func() { _ = c.Listen(ctx, mcp.SubscriptionFilter{ToolsListChanged: true}) }()
+				time.Sleep(200 * time.Millisecond)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids := map[string]string{}
+			for _, tool := range list.Tools {
+				if !openAIName.MatchString(tool.Name) || !anthropicName.MatchString(tool.Name) {
+					t.Errorf("tool name %q breaks OpenAI's or Anthropic's rule", tool.Name)
+				}
+				ids[tool.Name], _ = tool.Meta.AdditionalFields["toolmesh/id"].(string)
+			}
+			if ids["everything__get-sum"] != "everything.get-sum" {
+				t.Fatalf("everything__get-sum has id %q; listed %v", ids["everything__get-sum"], ids)
+			}
+
+			added := fmt.Sprintf("added_%d", i)
+			dyn.srv.AddTool(mcp.NewTool(added, mcp.WithDescription("A tool added while clients listen.")), constText(added))
+			select {
+			case <-changed:
+			case <-time.After(15 * time.Second):
+				t.Fatal("no notifications/tools/list_changed within 15 s of dyn gaining a tool")
+			}
+			list, err = c.ListTools(ctx, mcp.ListToolsRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(list.Tools, func(tl mcp.Tool) bool { return tl.Name == "dyn__"+added }) {
+				t.Errorf("after list_changed dyn__%s is not listed", added)
+			}
+
+			res := callText(t, c, "everything__get-sum", map[string]any{"a": 2, "b": 3})
+			if res.IsError || !strings.Contains(textOf(res), "5") {
+				t.Errorf("everything__get-sum(2, 3) = %q (isError %v), want a text with 5", textOf(res), res.IsError)
+			}
+
+			cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
+			defer ccancel()
+			req := mcp.CallToolRequest{}
+			req.Params.Name = "everything__trigger-long-running-operation"
+			req.Params.Arguments = map[string]any{"duration": 20, "steps": 20}
+			start := time.Now()
+			_, err = c.CallTool(cctx, req)
+			if err == nil || time.Since(start) > 10*time.Second {
+				t.Errorf("a 20 s call cancelled after 1 s: err %v after %s; want an error soon after the cancel", err, time.Since(start))
+			}
+			// The session still works after a cancelled call.
+			if res := callText(t, c, "everything__echo", map[string]any{"message": "still here"}); !strings.Contains(textOf(res), "still here") {
+				t.Errorf("echo after the cancel = %q", textOf(res))
+			}
+		})
+	}
+}
+
+// bfclTypes turns BFCL's parameter types into JSON Schema's ("dict" is object, "float" number).
+var bfclTypes = strings.NewReplacer(`"type": "dict"`, `"type": "object"`, `"type": "float"`,
+	`"type": "number"`, `"type": "tuple"`, `"type": "array"`, `"type": "any"`, `"type": {}`)
+
+// serveBFCL serves the BFCL retrieval pool (shared/data/bfcl-retrieval/pool.jsonl, 1951
+// tools) as one MCP server and returns its URL and the pool's dev queries; it skips when the
+// data is not there.
+func serveBFCL(t *testing.T) (string, []string) {
+	t.Helper()
+	dir := filepath.Join("..", "..", "..", "shared", "data", "bfcl-retrieval")
+	pool, err := os.ReadFile(filepath.Join(dir, "pool.jsonl"))
+	if err != nil {
+		t.Skipf("the BFCL retrieval pool is not here: %v", err)
+	}
+	var tools []mcpserver.ServerTool
+	for _, line := range strings.Split(strings.TrimSpace(string(pool)), "\n") {
+		var f struct {
+			ID          string          `json:"id"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+		}
+		if err := json.Unmarshal([]byte(line), &f); err != nil {
+			t.Fatal(err)
+		}
+		schema := strings.ReplaceAll(bfclTypes.Replace(string(f.Parameters)), `"type": {}, `, ``)
+		tools = append(tools, mcpserver.ServerTool{
+			Tool:    mcp.NewToolWithRawSchema(f.ID, f.Description, json.RawMessage(schema)),
+			Handler: constText(f.ID),
+		})
+	}
+	queries, err := os.ReadFile(filepath.Join(dir, "queries-dev.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qs []string
+	for _, line := range strings.Split(strings.TrimSpace(string(queries)), "\n") {
+		var q struct{ Query string }
+		if err := json.Unmarshal([]byte(line), &q); err != nil {
+			t.Fatal(err)
+		}
+		qs = append(qs, q.Query)
+	}
+	return serveTools(t, "bfcl", tools), qs
+}
+
+// TestMCPSearchBFCL serves the BFCL pool through the mesh: on /mcp/search, search_tools
+// returns the same tools in the same order as GET /v1/tools:search, for 100 of BFCL's dev
+// queries, each with its definition, and call_tool calls the first by the name it returned.
+func TestMCPSearchBFCL(t *testing.T) {
+	url, queries := serveBFCL(t)
+	cfg := filepath.Join(t.TempDir(), "mcp.json")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `{"mcpServers": {"bfcl": {"url": %q}}}`, url), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := startApp(t, "", []string{
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
+		"--retriever.grpc-addr=127.0.0.1:0", "--api.inference-addr=", "--drain-timeout=2s", "--mcp-config=" + cfg,
+	}, "executor", "retriever", "api")
+	c := mcpClient(t, base+"/mcp/search", mcp.LATEST_PROTOCOL_VERSION, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(list.Tools); !slices.Equal(got, []string{"call_tool", "search_tools"}) {
+		t.Fatalf("/mcp/search lists %v, want call_tool and search_tools", got)
+	}
+	const k = 5
+	step := max(1, len(queries)/100)
+	compared := 0
+	for i := 0; i < len(queries); i += step {
+		q := queries[i]
+		code, body := get(t, base+"/v1/tools:search?k="+fmt.Sprint(k)+"&q="+neturl.QueryEscape(q))
+		var rest struct {
+			Results []struct {
+				Tool struct {
+					ID string `json:"id"`
+				} `json:"tool"`
+			} `json:"results"`
+		}
+		if err := json.Unmarshal(body, &rest); err != nil || code != http.StatusOK {
+			t.Fatalf("GET /v1/tools:search %q: %d %s", q, code, body)
+		}
+		var want []string
+		for _, r := range rest.Results {
+			want = append(want, r.Tool.ID)
+		}
+		res := callText(t, c, "search_tools", map[string]any{"query": q, "k": k})
+		var found struct {
+			Tools []struct {
+				ID, Name    string
+				InputSchema map[string]any `json:"inputSchema"`
+			} `json:"tools"`
+		}
+		if err := json.Unmarshal([]byte(textOf(res)), &found); err != nil || res.IsError {
+			t.Fatalf("search_tools %q: %s (isError %v)", q, textOf(res), res.IsError)
+		}
+		var got []string
+		for _, f := range found.Tools {
+			got = append(got, f.ID)
+			if f.Name == "" || f.InputSchema == nil || !openAIName.MatchString(f.Name) {
+				t.Errorf("search_tools %q: %s comes with name %q and schema %v, want a valid name and its inputSchema", q, f.ID, f.Name, f.InputSchema)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("query %q: search_tools found %v, /v1/tools:search %v", q, got, want)
+		}
+		if compared == 0 && len(found.Tools) > 0 {
+			first := found.Tools[0]
+			res := callText(t, c, "call_tool", map[string]any{"tool": first.Name, "arguments": map[string]any{}})
+			// The BFCL tools require arguments; an empty call is refused by the schema check, as a result the model reads.
+			if !res.IsError && textOf(res) != strings.TrimPrefix(first.ID, "bfcl.") {
+				t.Errorf("call_tool %s = %q", first.Name, textOf(res))
+			}
+		}
+		compared++
+	}
+	t.Logf("%d queries: search_tools and /v1/tools:search agree on the top %d", compared, k)
+}
+
+func names(tools []mcp.Tool) []string {
+	out := make([]string, 0, len(tools))
+	for _, t := range tools {
+		out = append(out, t.Name)
+	}
+	slices.Sort(out)
+	return out
 }
