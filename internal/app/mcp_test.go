@@ -2,7 +2,10 @@ package app
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,8 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolmesh/toolmesh/internal/eventually"
 )
 
 // Tool-name rules of the model APIs MCP clients forward tools to: OpenAI's function names
@@ -116,5 +121,93 @@ func TestMCPCatalog(t *testing.T) {
 				t.Errorf("bad arguments: isError %v, %q", res.IsError, textOf(res))
 			}
 		})
+	}
+}
+
+// TestMCPTokenScope: over MCP, a token scoped to one server sees and calls only that server's
+// tools, in every view; a request without a token is told where the endpoint's resource
+// metadata is.
+func TestMCPTokenScope(t *testing.T) {
+	const root, calc = "root-token-0123456789abcdef", "calc-token-0123456789abcdef"
+	t.Setenv("TOOLMESH_API_TOKENS", "root:"+root+",calc:"+calc)
+	cfg := policyConfig(t, &notes{}, `policy:
+  tokens:
+    root: {call: ["*"], query: true}
+    calc: {call: [calculator]}
+`)
+	m := startMeshToken(t, root, "--config="+cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	all := mcpClient(t, m.base+"/mcp", mcp.LATEST_PROTOCOL_VERSION, root)
+	// Ready does not wait for the catalog of every server to reach the MCP face.
+	eventually.Check(t, 30*time.Second, "every server's tools listed to root", func() string {
+		list, err := all.ListTools(ctx, mcp.ListToolsRequest{})
+		if err != nil {
+			return err.Error()
+		}
+		got := names(list.Tools)
+		for _, want := range []string{"calculator__add", "sqlite__list_tables", "notes__fetch_article"} {
+			if !slices.Contains(got, want) {
+				return fmt.Sprintf("root lists %v, no %s", got, want)
+			}
+		}
+		return ""
+	})
+
+	for _, version := range []string{mcp.LATEST_PROTOCOL_VERSION, "2025-11-25"} {
+		t.Run(version, func(t *testing.T) {
+			c := mcpClient(t, m.base+"/mcp", version, calc)
+			list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(list.Tools) == 0 {
+				t.Fatal("calc lists no tool")
+			}
+			for _, tool := range list.Tools {
+				if !strings.HasPrefix(tool.Name, "calculator__") {
+					t.Errorf("calc lists %s; want only calculator's tools", tool.Name)
+				}
+			}
+			if res := callText(t, c, "calculator__add", map[string]any{"a": 2, "b": 3}); res.IsError || textOf(res) != "5" {
+				t.Errorf("calc calls calculator__add: %q (isError %v)", textOf(res), res.IsError)
+			}
+			req := mcp.CallToolRequest{}
+			req.Params.Name = "sqlite__list_tables"
+			if res, err := c.CallTool(ctx, req); err == nil && !res.IsError {
+				t.Errorf("calc called sqlite__list_tables: %q", textOf(res))
+			}
+
+			s := mcpClient(t, m.base+"/mcp/search", version, calc)
+			res := callText(t, s, "search_tools", map[string]any{"query": "list the database tables", "k": 50})
+			if strings.Contains(textOf(res), "sqlite.") {
+				t.Errorf("calc's search_tools found sqlite's tools: %.300s", textOf(res))
+			}
+			res = callText(t, s, "call_tool", map[string]any{"tool": "sqlite.list_tables", "arguments": map[string]any{}})
+			if !res.IsError || strings.Contains(textOf(res), "employees") {
+				t.Errorf("calc's call_tool sqlite.list_tables: %q (isError %v); want a refusal", textOf(res), res.IsError)
+			}
+		})
+	}
+
+	code, body := do(t, calc, http.MethodPost, m.base+"/mcp/servers/sqlite", `{}`)
+	if code != http.StatusNotFound {
+		t.Errorf("calc POST /mcp/servers/sqlite: %d %s; want 404", code, body)
+	}
+	one := mcpClient(t, m.base+"/mcp/servers/calculator", mcp.LATEST_PROTOCOL_VERSION, calc)
+	if list, err := one.ListTools(ctx, mcp.ListToolsRequest{}); err != nil || !slices.Contains(names(list.Tools), "add") {
+		t.Errorf("calc on /mcp/servers/calculator: %v %v; want its tools under their own names (add)", err, list)
+	}
+
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, m.base+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if ch := resp.Header.Get("WWW-Authenticate"); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(ch, "resource_metadata=") {
+		t.Errorf("POST /mcp without a token: %d, WWW-Authenticate %q; want 401 naming the resource metadata", resp.StatusCode, ch)
 	}
 }
