@@ -18,10 +18,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
+	"github.com/toolmesh/toolmesh/internal/mcpbridge"
 	"github.com/toolmesh/toolmesh/internal/testbackend"
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
@@ -258,9 +261,24 @@ func TestMCPTypeScriptClient(t *testing.T) {
 func TestMCPGoClient(t *testing.T) {
 	dyn := newChangingServer(t)
 	base := startEverythingMesh(t, dyn)
-	for i, version := range []string{mcp.LATEST_PROTOCOL_VERSION, "2025-11-25", "2025-06-18"} {
-		t.Run(version, func(t *testing.T) {
-			c := mcpClient(t, base+"/mcp", version, "")
+	type run struct {
+		name, version string
+		bridged       bool // through toolmesh connect's stdio bridge
+	}
+	var runs []run
+	for _, v := range []string{mcp.LATEST_PROTOCOL_VERSION, "2025-11-25", "2025-06-18"} {
+		runs = append(runs, run{v, v, false})
+	}
+	runs = append(runs, run{"connect/" + mcp.LATEST_PROTOCOL_VERSION, mcp.LATEST_PROTOCOL_VERSION, true}, run{"connect/2025-11-25", "2025-11-25", true})
+	for i, r := range runs {
+		version := r.version
+		t.Run(r.name, func(t *testing.T) {
+			var c *client.Client
+			if r.bridged {
+				c = bridgedClient(t, base+"/mcp", version)
+			} else {
+				c = mcpClient(t, base+"/mcp", version, "")
+			}
 			changed := make(chan struct{}, 16)
 			c.OnNotification(func(n mcp.JSONRPCNotification) {
 				if n.Method == mcp.MethodNotificationToolsListChanged {
@@ -327,6 +345,45 @@ func TestMCPGoClient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bridgedClient is an mcp-go client on stdio pipes to toolmesh connect's bridge (mcpbridge),
+// relaying to url, initialized at version.
+func bridgedClient(t *testing.T, url, version string) *client.Client {
+	t.Helper()
+	inR, inW := io.Pipe()   // the client writes, the bridge reads: the bridge's stdin
+	outR, outW := io.Pipe() // the bridge writes, the client reads: its stdout
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- mcpbridge.New(mcpbridge.Config{URL: url}, nil).Run(ctx, inR, outW)
+		outW.Close()
+	}()
+	c := client.NewClient(transport.NewIO(outR, inW, io.NopCloser(strings.NewReader(""))), client.WithProtocolVersion(version))
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Close()
+		_ = inW.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the bridge: %v", err)
+		}
+	})
+	ictx, icancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer icancel()
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = version
+	req.Params.ClientInfo = mcp.Implementation{Name: "toolmesh-test-bridged", Version: "0"}
+	res, err := c.Initialize(ictx, req)
+	if err != nil {
+		t.Fatalf("initialize through the bridge at %s: %v", version, err)
+	}
+	if res.ProtocolVersion != version {
+		t.Fatalf("negotiated %s through the bridge, want %s", res.ProtocolVersion, version)
+	}
+	return c
 }
 
 // bfclTypes turns BFCL's parameter types into JSON Schema's ("dict" is object, "float" number).

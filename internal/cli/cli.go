@@ -26,6 +26,7 @@ Usage:
   toolmesh tools search "TEXT" [-k N]         the top-k tools for TEXT
   toolmesh call SERVER.TOOL '{"arg":1}'       call one tool
   toolmesh query "TEXT" [-k N] [--server S]   answer TEXT using the tools: steps on stderr, answer on stdout
+  toolmesh connect [--search | --server S]    an MCP client's stdio, relayed to the mesh's MCP endpoint
   toolmesh version [--json]                   the version, commit, Go version and protocol versions
 
 Client commands read --api (env TOOLMESH_API, default http://127.0.0.1:7700) and --token
@@ -56,6 +57,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = runCall(ctx, rest, stdout, stderr)
 	case "query":
 		err = runQuery(ctx, rest, stdout, stderr)
+	case "connect":
+		err = runConnect(ctx, rest, stdin, stdout, stderr)
 	case "version", "--version":
 		err = runVersion(rest, stdout, stderr)
 	case "help", "-h", "--help":
