@@ -284,6 +284,34 @@ func TestConsole(t *testing.T) {
 				if code, b := get(t, docs); code != http.StatusOK || !strings.Contains(string(b), `"swagger"`) {
 					t.Errorf("GET %s: %d %.100s", docs, code, b)
 				}
+				// The MCP endpoints of this mesh and client configs to copy.
+				p.wait("the MCP endpoints", `document.querySelectorAll('#mcp-endpoints li').length === 6`)
+				endpoints := eval[[]string](p, `[...document.querySelectorAll('#mcp-endpoints li code')].map(c => c.textContent)`)
+				if want := []string{m.base + "/mcp", m.base + "/mcp/search", m.base + "/mcp/servers/calculator", m.base + "/mcp/servers/converter",
+					m.base + "/mcp/servers/sqlite", m.base + "/sse"}; !slices.Equal(endpoints, want) {
+					t.Errorf("MCP endpoints shown: %v, want %v", endpoints, want)
+				}
+				var vscode struct {
+					Servers map[string]struct{ Type, URL string }
+				}
+				if err := json.Unmarshal([]byte(eval[string](p, `document.getElementById('mcp-vscode').textContent`)), &vscode); err != nil ||
+					vscode.Servers["toolmesh"].URL != m.base+"/mcp" || vscode.Servers["toolmesh"].Type != "http" {
+					t.Errorf("VS Code config: %+v (%v); want toolmesh at %s/mcp over http", vscode, err, m.base)
+				}
+				var claude struct {
+					MCPServers map[string]struct {
+						Command string
+						Args    []string
+						Env     map[string]string
+					} `json:"mcpServers"`
+				}
+				if err := json.Unmarshal([]byte(eval[string](p, `document.getElementById('mcp-claude').textContent`)), &claude); err != nil ||
+					claude.MCPServers["toolmesh"].Command != "toolmesh" || !slices.Equal(claude.MCPServers["toolmesh"].Args, []string{"connect"}) ||
+					claude.MCPServers["toolmesh"].Env["TOOLMESH_API"] != m.base {
+					t.Errorf("Claude Desktop config: %+v (%v); want toolmesh connect with TOOLMESH_API %s", claude, err, m.base)
+				}
+				p.do(chromedp.Click(chromedp.CSS(`button[data-copy="mcp-vscode"]`)))
+				p.wait("the copy button's answer", `['Copied', 'Selected: press Ctrl-C'].includes(document.querySelector('button[data-copy="mcp-vscode"]').textContent)`)
 				p.checkAccessible()
 				p.screenshot("servers")
 			}

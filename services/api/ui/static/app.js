@@ -332,6 +332,7 @@ const serversView = {
       // Intl, whose first use costs tens of milliseconds in a fresh tab.
       const servers = (body.servers || []).slice().sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
       this.render(servers);
+      mcpClients.render(servers, !!sessionStorage.getItem(TOKEN_KEY));
       $('servers-error').hidden = true;
       const ready = servers.filter((s) => s.state === 'SERVER_STATE_READY').length;
       $('servers-updated').textContent =
@@ -393,6 +394,60 @@ const serversView = {
     }
   },
 };
+
+// mcpClients fills the "Use from an MCP client" part of the servers page: the MCP endpoint
+// URLs of the mesh the console is served by, and client configs to copy. The token is never
+// put in them (a placeholder stands for it): a config copied into a chat or a screenshot must
+// not carry a secret.
+const mcpClients = {
+  shown: '',
+
+  render(servers, needsToken) {
+    const base = location.origin;
+    const key = JSON.stringify([base, needsToken, servers.map((s) => s.name)]);
+    if (key === this.shown) return;
+    this.shown = key;
+    const item = (path, what) => el('li', {}, el('code', {}, base + path), ' ', what);
+    $('mcp-endpoints').replaceChildren(
+      item('/mcp', '— every tool your token may call, named SERVER__TOOL'),
+      item('/mcp/search', '— two tools, search_tools and call_tool, for catalogs too big to list'),
+      ...servers.map((s) => item('/mcp/servers/' + encodeURIComponent(s.name), `— the tools of ${s.name} under their own names`)),
+      item('/sse', '— the catalog over the legacy SSE transport'),
+    );
+    const vscode = { servers: { toolmesh: { type: 'http', url: base + '/mcp' } } };
+    const claude = { mcpServers: { toolmesh: { command: 'toolmesh', args: ['connect'], env: { TOOLMESH_API: base } } } };
+    if (needsToken) {
+      vscode.servers.toolmesh.headers = { Authorization: 'Bearer ${input:toolmesh-token}' };
+      vscode.inputs = [{ id: 'toolmesh-token', type: 'promptString', description: 'toolmesh API token', password: true }];
+      claude.mcpServers.toolmesh.env.TOOLMESH_TOKEN = 'YOUR_TOKEN';
+    }
+    $('mcp-vscode').textContent = pretty(vscode);
+    $('mcp-claude').textContent = pretty(claude);
+    $('mcp-token-note').textContent = needsToken
+      ? 'This mesh needs an API token: VS Code asks for it; put yours in place of YOUR_TOKEN for Claude Desktop.'
+      : '';
+  },
+
+  // copy puts a config on the clipboard; where the browser offers none (a page not served
+  // over https or from localhost), it selects the text for Ctrl-C.
+  async copy(button) {
+    const code = $(button.dataset.copy);
+    try {
+      await navigator.clipboard.writeText(code.textContent);
+      button.textContent = 'Copied';
+      announce('Copied');
+    } catch {
+      getSelection().selectAllChildren(code);
+      button.textContent = 'Selected: press Ctrl-C';
+    }
+    setTimeout(() => { button.textContent = 'Copy'; }, 2000);
+  },
+};
+
+document.addEventListener('click', (e) => {
+  const b = e.target.closest && e.target.closest('button[data-copy]');
+  if (b) mcpClients.copy(b);
+});
 
 function connectedAt(ts) {
   if (!ts) return '—';
