@@ -1,0 +1,415 @@
+// Command mcpface measures the api's MCP face (issue 19), side by side in one run:
+//
+//   - a tool call through toolmesh's /mcp (mcp-go client → api → executor → the MCP server)
+//     against the same call made directly on the MCP server with a held mcp-go session, at 1
+//     and at -callers concurrent callers sharing one session: p50, p99 and calls/s. The two
+//     are measured in alternating rounds so that a busy machine weighs on both alike;
+//   - tools/list of a -tools catalog through /mcp, every page (the face's page size), against
+//     one tools/list of the same tools on the server directly.
+//
+// Everything runs on loopback in this process: the MCP servers (mcp-go, streamable HTTP) and
+// the executor, retriever and api targets, as `toolmesh up` runs them. Both clients speak the
+// same protocol version (-protocol).
+//
+//	go run ./bench/mcpface [-callers 64] [-duration 5s] [-rounds 3] [-tools 10000]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolmesh/toolmesh/bench/internal/loadavg"
+	"github.com/toolmesh/toolmesh/internal/app"
+)
+
+func main() {
+	callers := flag.Int("callers", 64, "concurrent callers sharing one session")
+	duration := flag.Duration("duration", 5*time.Second, "length of one measured round")
+	rounds := flag.Int("rounds", 3, "rounds of each path, alternating")
+	tools := flag.Int("tools", 10000, "tools in the catalog listed through /mcp")
+	listRuns := flag.Int("list-runs", 20, "full tools/list runs of each path")
+	protocol := flag.String("protocol", mcp.LATEST_PROTOCOL_VERSION, "MCP protocol version both clients speak")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mcpface: -cpuprofile:", err)
+			os.Exit(1)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
+	if err := run(*callers, *duration, *rounds, *tools, *listRuns, *protocol); err != nil {
+		fmt.Fprintln(os.Stderr, "mcpface:", err)
+		pprof.StopCPUProfile()
+		os.Exit(1)
+	}
+}
+
+func run(callers int, duration time.Duration, rounds, nTools, listRuns int, protocol string) error {
+	if callers < 1 || rounds < 1 || nTools < 1 || listRuns < 1 || duration <= 0 {
+		return errors.New("-callers, -rounds, -tools, -list-runs and -duration must be positive")
+	}
+	echoURL, stopEcho, err := serve("echo", []mcpserver.ServerTool{{Tool: mcp.NewTool("echo",
+		mcp.WithDescription("Echo the message back."), mcp.WithString("message", mcp.Required())),
+		Handler: func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(r.GetString("message", "")), nil
+		}}})
+	if err != nil {
+		return err
+	}
+	defer stopEcho()
+	big := make([]mcpserver.ServerTool, nTools)
+	for i := range big {
+		big[i] = mcpserver.ServerTool{Tool: mcp.NewTool(fmt.Sprintf("tool_%05d", i),
+			mcp.WithDescription(fmt.Sprintf("Tool number %d of the big catalog: it looks up record %d and returns it.", i, i)),
+			mcp.WithString("id", mcp.Required(), mcp.Description("The record's id.")),
+			mcp.WithNumber("limit", mcp.Min(1), mcp.Max(100))),
+			Handler: func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) { return mcp.NewToolResultText("ok"), nil }}
+	}
+	bigURL, stopBig, err := serve("big", big)
+	if err != nil {
+		return err
+	}
+	defer stopBig()
+
+	dir, err := os.MkdirTemp("", "mcpface-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cfg := filepath.Join(dir, "mcp.json")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `{"mcpServers": {"echo": {"url": %q}, "big": {"url": %q}}}`, echoURL, bigURL), 0o600); err != nil {
+		return err
+	}
+	rest, stopMesh, err := startMesh(cfg)
+	if err != nil {
+		return err
+	}
+	defer stopMesh()
+
+	load0 := loadavg.Now()
+	start := time.Now()
+	ctx := context.Background()
+	direct, err := connect(ctx, echoURL, protocol)
+	if err != nil {
+		return fmt.Errorf("direct session: %w", err)
+	}
+	defer direct.Close()
+	face, err := connect(ctx, rest+"/mcp", protocol)
+	if err != nil {
+		return fmt.Errorf("session on /mcp: %w", err)
+	}
+	defer face.Close()
+	if err := waitCatalog(ctx, face, nTools+1); err != nil {
+		return err
+	}
+
+	fmt.Printf("MCP face vs direct held session, %s, GOMAXPROCS %d, protocol %s, %d rounds of %s each, alternating\n\n",
+		runtime.Version(), runtime.GOMAXPROCS(0), protocol, rounds, duration)
+	fmt.Println("| path | callers | calls | calls/s | p50 | p90 | p99 |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+	ratios := map[int][2]float64{}
+	for _, n := range []int{1, callers} {
+		var d, f stats
+		for range rounds {
+			if err := d.round(ctx, direct, "echo", n, duration); err != nil {
+				return fmt.Errorf("direct: %w", err)
+			}
+			if err := f.round(ctx, face, "echo__echo", n, duration); err != nil {
+				return fmt.Errorf("through /mcp: %w", err)
+			}
+		}
+		d.print("direct (held mcp-go session)", n)
+		f.print("through toolmesh /mcp", n)
+		ratios[n] = [2]float64{float64(f.p(50)-d.p(50)) / float64(time.Microsecond), f.rate() / d.rate()}
+	}
+	fmt.Println()
+	for _, n := range []int{1, callers} {
+		fmt.Printf("at %d callers: /mcp adds %+.0f µs to p50; calls/s %.2f× direct\n", n, ratios[n][0], ratios[n][1])
+	}
+	fmt.Printf("targets at %d callers: p50 ≤ +150 µs, calls/s ≥ 0.7× direct\n\n", callers)
+
+	bigDirect, err := connect(ctx, bigURL, protocol)
+	if err != nil {
+		return fmt.Errorf("direct session on the big server: %w", err)
+	}
+	defer bigDirect.Close()
+	fmt.Printf("tools/list of %d tools, %d runs each\n\n", nTools, listRuns)
+	fmt.Println("| path | tools | pages | p50 | max |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	for _, c := range []struct {
+		name   string
+		client *client.Client
+		want   int
+	}{{"direct, one tools/list (the server does not paginate)", bigDirect, nTools}, {"through toolmesh /mcp, every page", face, nTools + 1}} {
+		var times []time.Duration
+		var pages int
+		for range listRuns {
+			t0 := time.Now()
+			n, p, err := listAll(ctx, c.client)
+			if err != nil {
+				return err
+			}
+			times = append(times, time.Since(t0))
+			if n != c.want {
+				return fmt.Errorf("%s listed %d tools, want %d", c.name, n, c.want)
+			}
+			pages = p
+		}
+		slices.Sort(times)
+		fmt.Printf("| %s | %d | %d | %s | %s |\n", c.name, c.want, pages, ms(times[len(times)/2]), ms(times[len(times)-1]))
+	}
+	load1 := loadavg.Now()
+	fmt.Printf("\ntook %s; load average %s → %s: %s\n", time.Since(start).Round(time.Second), load0, load1, loadavg.Verdict(load0, load1, runtime.NumCPU()))
+	return nil
+}
+
+// stats gathers the latencies of one path over its rounds.
+type stats struct {
+	lat     []time.Duration
+	elapsed time.Duration
+}
+
+// round runs n callers on c for d (after a short warm-up), each calling tool in a loop.
+func (s *stats) round(ctx context.Context, c *client.Client, tool string, n int, d time.Duration) error {
+	call := func() error {
+		req := mcp.CallToolRequest{}
+		req.Params.Name = tool
+		req.Params.Arguments = map[string]any{"message": "hello"}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		res, err := c.CallTool(cctx, req)
+		if err == nil && res.IsError {
+			err = fmt.Errorf("%s returned an error result: %v", tool, res.Content)
+		}
+		return err
+	}
+	var stop atomic.Bool
+	warm := time.Now().Add(min(d/5, time.Second))
+	var wg sync.WaitGroup
+	lat := make([][]time.Duration, n)
+	errs := make([]error, n)
+	var began, ended time.Time
+	var once sync.Once
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				t0 := time.Now()
+				if err := call(); err != nil {
+					errs[i] = err
+					stop.Store(true)
+					return
+				}
+				if t0.After(warm) {
+					lat[i] = append(lat[i], time.Since(t0))
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Until(warm))
+	once.Do(func() { began = time.Now() })
+	time.Sleep(d)
+	ended = time.Now()
+	stop.Store(true)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, l := range lat {
+		s.lat = append(s.lat, l...)
+	}
+	s.elapsed += ended.Sub(began)
+	return nil
+}
+
+func (s *stats) p(q int) time.Duration {
+	slices.Sort(s.lat)
+	if len(s.lat) == 0 {
+		return 0
+	}
+	return s.lat[min(len(s.lat)-1, len(s.lat)*q/100)]
+}
+
+func (s *stats) rate() float64 { return float64(len(s.lat)) / s.elapsed.Seconds() }
+
+func (s *stats) print(name string, n int) {
+	fmt.Printf("| %s | %d | %d | %.0f | %s | %s | %s |\n", name, n, len(s.lat), s.rate(), us(s.p(50)), us(s.p(90)), us(s.p(99)))
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+// serve runs an MCP server with tools over streamable HTTP on loopback.
+func serve(name string, tools []mcpserver.ServerTool) (string, func(), error) {
+	m := mcpserver.NewMCPServer(name, "0.1.0", mcpserver.WithToolCapabilities(true))
+	m.AddTools(tools...)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	hs := &http.Server{Handler: mcpserver.NewStreamableHTTPServer(m), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(l) }()
+	return "http://" + l.Addr().String() + "/mcp", func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(ctx)
+	}, nil
+}
+
+// connect opens a held mcp-go session on url at protocol. Its HTTP client keeps enough idle
+// connections for every caller, as a long-running agent's would.
+func connect(ctx context.Context, url, protocol string) (*client.Client, error) {
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}}
+	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPBasicClient(hc))
+	if err != nil {
+		return nil, err
+	}
+	var opts []client.ClientOption
+	if protocol != mcp.LATEST_PROTOCOL_VERSION {
+		opts = append(opts, client.WithProtocolVersion(protocol))
+	}
+	c := client.NewClient(tr, opts...)
+	if err := c.Start(ctx); err != nil {
+		return nil, err
+	}
+	ictx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = protocol
+	req.Params.ClientInfo = mcp.Implementation{Name: "toolmesh-bench", Version: "0"}
+	if _, err := c.Initialize(ictx, req); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// listAll lists every tool page by page: how many tools and pages.
+func listAll(ctx context.Context, c *client.Client) (int, int, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	req := mcp.ListToolsRequest{}
+	n := 0
+	for pages := 1; pages <= 1000; pages++ {
+		res, err := c.ListToolsByPage(ctx, req)
+		if err != nil {
+			return 0, 0, fmt.Errorf("tools/list: %w", err)
+		}
+		n += len(res.Tools)
+		if res.NextCursor == "" {
+			return n, pages, nil
+		}
+		req.Params.Cursor = res.NextCursor
+	}
+	return 0, 0, errors.New("tools/list: more than 1000 pages")
+}
+
+// waitCatalog waits until /mcp lists want tools.
+func waitCatalog(ctx context.Context, c *client.Client, want int) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		n, _, err := listAll(ctx, c)
+		if err == nil && n == want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("/mcp lists %d tools (%v) after 2 minutes, want %d", n, err, want)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// startMesh runs the executor, retriever and api in this process on loopback with the MCP
+// servers of cfg and returns the REST base URL once /readyz says ready.
+func startMesh(cfg string) (string, func(), error) {
+	fs := flag.NewFlagSet("mesh", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var c app.Config
+	c.RegisterFlags(fs)
+	if err := c.Load(fs, []string{
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
+		"--retriever.grpc-addr=127.0.0.1:0", "--api.inference-addr=", "--drain-timeout=2s", "--mcp-config=" + cfg,
+	}); err != nil {
+		return "", nil, err
+	}
+	c.Targets = []string{"executor", "retriever", "api"}
+	if err := c.Validate(); err != nil {
+		return "", nil, err
+	}
+	// Warnings only: the figures are of the calls, not of the log.
+	a, err := app.New(c, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		return "", nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	started := make(chan struct{})
+	go func() { done <- a.Run(ctx, func() { close(started) }) }()
+	stop := func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			fmt.Fprintln(os.Stderr, "mcpface: the mesh did not stop within 15 s")
+		}
+	}
+	select {
+	case <-started:
+	case err := <-done:
+		cancel()
+		return "", nil, fmt.Errorf("mesh: %w", err)
+	}
+	var rest string
+	for _, e := range a.Endpoints {
+		if e.Name == "REST" {
+			rest = e.Addr
+		}
+	}
+	if rest == "" {
+		stop()
+		return "", nil, fmt.Errorf("mesh: no REST endpoint in %v", a.Endpoints)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		resp, err := http.Get(rest + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return rest, stop, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return "", nil, fmt.Errorf("mesh: /readyz not 200 within 2 minutes (%v)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
