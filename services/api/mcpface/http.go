@@ -182,8 +182,9 @@ func (f *Face) serverView(ctx context.Context, name string) (*view, int, string)
 }
 
 // allowedOrigin reports whether a browser page at origin may call the server reached as host:
-// the api's own pages (the console) and pages on loopback. Until the REST port has its own
-// Host and Origin checks for every route, this one guards the MCP endpoints.
+// the api's own pages (the console) and pages on loopback. The REST port's web guard
+// (internal/webguard) checks Host and Origin first, more strictly; this check keeps the face
+// safe on its own, as the MCP transport spec asks of every server, wherever it is mounted.
 func allowedOrigin(o, host string) bool {
 	u, err := url.Parse(o)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
