@@ -64,6 +64,22 @@ func mcpClient(t *testing.T, url, version, token string) *client.Client {
 	return c
 }
 
+// checkedIDs maps each tool's name to the toolmesh id in its _meta, checking the name against
+// OpenAI's and Anthropic's rules.
+func checkedIDs(t *testing.T, tools []mcp.Tool) map[string]string {
+	t.Helper()
+	ids := map[string]string{}
+	for _, tool := range tools {
+		if !openAIName.MatchString(tool.Name) || !anthropicName.MatchString(tool.Name) {
+			t.Errorf("tool name %q breaks OpenAI's or Anthropic's rule", tool.Name)
+		}
+		if tool.Meta != nil {
+			ids[tool.Name], _ = tool.Meta.AdditionalFields["toolmesh/id"].(string)
+		}
+	}
+	return ids
+}
+
 func callText(t *testing.T, c *client.Client, name string, args map[string]any) *mcp.CallToolResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -100,14 +116,7 @@ func TestMCPCatalog(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ids := map[string]string{}
-			for _, tool := range list.Tools {
-				if !openAIName.MatchString(tool.Name) || !anthropicName.MatchString(tool.Name) {
-					t.Errorf("tool name %q breaks OpenAI's or Anthropic's rule", tool.Name)
-				}
-				id, _ := tool.Meta.AdditionalFields["toolmesh/id"].(string)
-				ids[tool.Name] = id
-			}
+			ids := checkedIDs(t, list.Tools)
 			if ids["calculator__add"] != "calculator.add" {
 				t.Fatalf("calculator__add has id %q; tools: %v", ids["calculator__add"], ids)
 			}

@@ -298,13 +298,7 @@ func TestMCPGoClient(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ids := map[string]string{}
-			for _, tool := range list.Tools {
-				if !openAIName.MatchString(tool.Name) || !anthropicName.MatchString(tool.Name) {
-					t.Errorf("tool name %q breaks OpenAI's or Anthropic's rule", tool.Name)
-				}
-				ids[tool.Name], _ = tool.Meta.AdditionalFields["toolmesh/id"].(string)
-			}
+			ids := checkedIDs(t, list.Tools)
 			if ids["everything__get-sum"] != "everything.get-sum" {
 				t.Fatalf("everything__get-sum has id %q; listed %v", ids["everything__get-sum"], ids)
 			}

@@ -21,6 +21,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolmesh/toolmesh/internal/jsonrpcid"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
 
@@ -132,7 +133,7 @@ func (st *serverTelemetry) begin(ctx context.Context, id any, req *mcp.CallToolR
 	}
 	span.SetAttributes(semconv.McpMethodNameKey.String(string(mcp.MethodToolsCall)),
 		semconv.GenAIToolNameKey.String(tool), semconv.GenAIOperationNameExecuteTool)
-	if rid := requestID(id); rid != "" {
+	if rid := jsonrpcid.String(id); rid != "" {
 		span.SetAttributes(semconv.JSONRPCRequestIDKey.String(rid))
 	}
 	if sess := server.ClientSessionFromContext(ctx); sess != nil && sess.SessionID() != "" {
@@ -275,21 +276,4 @@ func (st *serverTelemetry) seriesAttrs(tool, errType string) metric.RecordOption
 	}
 	o, _ := st.series.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(attrs...)))
 	return o.(metric.RecordOption)
-}
-
-// requestID is a JSON-RPC id as jsonrpc.request.id wants it: the number or string itself.
-func requestID(v any) string {
-	switch v := v.(type) {
-	case string:
-		return v
-	case int64:
-		return strconv.FormatInt(v, 10)
-	case float64:
-		return strconv.FormatFloat(v, 'f', -1, 64)
-	case json.Number:
-		return v.String()
-	case mcp.RequestId:
-		return requestID(v.Value())
-	}
-	return ""
 }

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/jsonrpcid"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
@@ -231,7 +232,7 @@ func (r *rpc) answered(req transport.JSONRPCRequest, resp *transport.JSONRPCResp
 		return // e.g. server/discover, sent by mcp-go during initialize
 	}
 	if r.span.IsRecording() {
-		r.id = requestID(req.ID.Value())
+		r.id = jsonrpcid.String(req.ID.Value())
 	}
 	if resp != nil && resp.Error != nil {
 		r.code, r.hasCode = resp.Error.Code, true
@@ -384,19 +385,6 @@ func (s *session) recordSession(ctx context.Context, cn *conn, up time.Time, err
 		attrs = append(attrs, semconv.ErrorTypeKey.String(errType))
 	}
 	s.ins.conns.Record(ctx, time.Since(up).Seconds(), metric.WithAttributes(attrs...))
-}
-
-// requestID is a JSON-RPC id as jsonrpc.request.id wants it: the number or string itself.
-func requestID(v any) string {
-	switch v := v.(type) {
-	case string:
-		return v
-	case int64:
-		return strconv.FormatInt(v, 10)
-	case float64:
-		return strconv.FormatFloat(v, 'f', -1, 64)
-	}
-	return ""
 }
 
 // sessionIDOf is the connection's mcp.session.id: the Mcp-Session-Id of streamable HTTP,

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 
+	"github.com/toolmesh/toolmesh/internal/jsonrpcid"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
 
@@ -105,7 +106,7 @@ func (ins *instruments) begin(ctx context.Context, view string, id any, method m
 	if tool != "" {
 		span.SetAttributes(semconv.GenAIToolNameKey.String(tool), semconv.GenAIOperationNameExecuteTool)
 	}
-	if rid := requestID(id); rid != "" {
+	if rid := jsonrpcid.String(id); rid != "" {
 		span.SetAttributes(semconv.JSONRPCRequestIDKey.String(rid))
 	}
 	if s := server.ClientSessionFromContext(ctx); s != nil && s.SessionID() != "" {
@@ -195,21 +196,6 @@ func (ins *instruments) seriesAttrs(method, view, errType string) metric.RecordO
 	}
 	o, _ := ins.series.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(attrs...)))
 	return o.(metric.RecordOption)
-}
-
-// requestID is a JSON-RPC id as jsonrpc.request.id wants it: the number or string itself.
-func requestID(v any) string {
-	switch v := v.(type) {
-	case string:
-		return v
-	case int64:
-		return strconv.FormatInt(v, 10)
-	case float64:
-		return strconv.FormatFloat(v, 'f', -1, 64)
-	case mcp.RequestId:
-		return requestID(v.Value())
-	}
-	return ""
 }
 
 // metaPropagator reads the trace context a client put in a request's params._meta
