@@ -35,12 +35,26 @@ import (
 type changingServer struct {
 	srv *mcpserver.MCPServer
 	url string
+	// waitEnded gets one value each time a call of its wait tool ends because its context did:
+	// the upstream call was cancelled.
+	waitEnded chan struct{}
 }
 
 func newChangingServer(t *testing.T) *changingServer {
 	t.Helper()
 	m := mcpserver.NewMCPServer("dyn", "0.1.0", mcpserver.WithToolCapabilities(true))
 	m.AddTool(mcp.NewTool("first", mcp.WithDescription("The first tool.")), constText("first"))
+	ended := make(chan struct{}, 16)
+	m.AddTool(mcp.NewTool("wait", mcp.WithDescription("Wait until cancelled, at most 30 s.")),
+		func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			select {
+			case <-ctx.Done():
+				ended <- struct{}{}
+				return nil, ctx.Err()
+			case <-time.After(30 * time.Second):
+				return mcp.NewToolResultText("waited 30 s"), nil
+			}
+		})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +67,7 @@ func newChangingServer(t *testing.T) *changingServer {
 		hs.CloseClientConnections()
 		hs.Close()
 	})
-	return &changingServer{srv: m, url: "http://" + l.Addr().String() + "/mcp"}
+	return &changingServer{srv: m, url: "http://" + l.Addr().String() + "/mcp", waitEnded: ended}
 }
 
 func constText(s string) mcpserver.ToolHandlerFunc {
@@ -332,6 +346,18 @@ func TestMCPGoClient(t *testing.T) {
 			_, err = c.CallTool(cctx, req)
 			if err == nil || time.Since(start) > 10*time.Second {
 				t.Errorf("a 20 s call cancelled after 1 s: err %v after %s; want an error soon after the cancel", err, time.Since(start))
+			}
+			// The cancel reaches the MCP server: its handler's context ends.
+			wctx, wcancel := context.WithTimeout(context.Background(), time.Second)
+			defer wcancel()
+			req.Params.Name, req.Params.Arguments = "dyn__wait", map[string]any{}
+			if _, err := c.CallTool(wctx, req); err == nil {
+				t.Error("dyn__wait cancelled after 1 s returned no error")
+			}
+			select {
+			case <-dyn.waitEnded:
+			case <-time.After(10 * time.Second):
+				t.Error("the MCP server's wait handler was not cancelled within 10 s of the client's cancel")
 			}
 			// The session still works after a cancelled call.
 			if res := callText(t, c, "everything__echo", map[string]any{"message": "still here"}); !strings.Contains(textOf(res), "still here") {
