@@ -90,7 +90,9 @@ func run(callers int, duration time.Duration, rounds, nTools, listRuns int, prot
 			mcp.WithDescription(fmt.Sprintf("Tool number %d of the big catalog: it looks up record %d and returns it.", i, i)),
 			mcp.WithString("id", mcp.Required(), mcp.Description("The record's id.")),
 			mcp.WithNumber("limit", mcp.Min(1), mcp.Max(100))),
-			Handler: func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) { return mcp.NewToolResultText("ok"), nil }}
+			Handler: func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return mcp.NewToolResultText("ok"), nil
+			}}
 	}
 	bigURL, stopBig, err := serve("big", big)
 	if err != nil {
