@@ -64,6 +64,29 @@ func mcpClient(t *testing.T, url, version, token string) *client.Client {
 	return c
 }
 
+// waitMCPTools waits until the MCP endpoint at url lists every tool of want to token: /readyz
+// does not wait for every server's tools, and the MCP face publishes a change of the catalog a
+// moment after the executor has it.
+func waitMCPTools(t *testing.T, url, token string, want ...string) {
+	t.Helper()
+	c := mcpClient(t, url, mcp.LATEST_PROTOCOL_VERSION, token)
+	eventually.Check(t, 30*time.Second, fmt.Sprintf("%v listed on %s", want, url), func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+		if err != nil {
+			return err.Error()
+		}
+		got := names(list.Tools)
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				return fmt.Sprintf("listed %v, no %s", got, w)
+			}
+		}
+		return ""
+	})
+}
+
 // checkedIDs maps each tool's name to the toolmesh id in its _meta, checking the name against
 // OpenAI's and Anthropic's rules.
 func checkedIDs(t *testing.T, tools []mcp.Tool) map[string]string {
@@ -107,6 +130,7 @@ func textOf(res *mcp.CallToolResult) string {
 // at each protocol era.
 func TestMCPCatalog(t *testing.T) {
 	m := startMesh(t)
+	waitMCPTools(t, m.base+"/mcp", "", "calculator__add")
 	for _, version := range []string{mcp.LATEST_PROTOCOL_VERSION, "2025-11-25", "2025-06-18"} {
 		t.Run(version, func(t *testing.T) {
 			c := mcpClient(t, m.base+"/mcp", version, "")
@@ -148,21 +172,7 @@ func TestMCPTokenScope(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	all := mcpClient(t, m.base+"/mcp", mcp.LATEST_PROTOCOL_VERSION, root)
-	// Ready does not wait for the catalog of every server to reach the MCP face.
-	eventually.Check(t, 30*time.Second, "every server's tools listed to root", func() string {
-		list, err := all.ListTools(ctx, mcp.ListToolsRequest{})
-		if err != nil {
-			return err.Error()
-		}
-		got := names(list.Tools)
-		for _, want := range []string{"calculator__add", "sqlite__list_tables", "notes__fetch_article"} {
-			if !slices.Contains(got, want) {
-				return fmt.Sprintf("root lists %v, no %s", got, want)
-			}
-		}
-		return ""
-	})
+	waitMCPTools(t, m.base+"/mcp", root, "calculator__add", "sqlite__list_tables", "notes__fetch_article")
 
 	for _, version := range []string{mcp.LATEST_PROTOCOL_VERSION, "2025-11-25"} {
 		t.Run(version, func(t *testing.T) {

@@ -23,7 +23,6 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
-	"github.com/toolmesh/toolmesh/internal/eventually"
 	"github.com/toolmesh/toolmesh/internal/mcpbridge"
 	"github.com/toolmesh/toolmesh/internal/testbackend"
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
@@ -96,22 +95,8 @@ func startEverythingMesh(t *testing.T, dyn *changingServer, extra ...string) str
 		"--drain-timeout=2s", "--llm-url=" + d.URL, "--mcp-config=" + cfg,
 	}, extra...)
 	base := startApp(t, "", args, "executor", "retriever", "inference", "api")
-	// Ready does not wait for every server (a stdio server takes a Node start), and the MCP
-	// face publishes a change of the catalog a moment after the executor has it.
-	c := mcpClient(t, base+"/mcp", mcp.LATEST_PROTOCOL_VERSION, "")
-	eventually.Check(t, 30*time.Second, "server-everything's tools in the MCP catalog", func() string {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
-		if err != nil {
-			return err.Error()
-		}
-		got := names(list.Tools)
-		if !slices.Contains(got, "everything__get-sum") || !slices.Contains(got, "dyn__first") {
-			return fmt.Sprintf("listed %v", got)
-		}
-		return ""
-	})
+	// A stdio server takes a Node start.
+	waitMCPTools(t, base+"/mcp", "", "everything__get-sum", "dyn__first")
 	return base
 }
 
