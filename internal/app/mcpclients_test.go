@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	neturl "net/url"
 	"os"
 	"os/exec"
@@ -54,19 +52,7 @@ func newChangingServer(t *testing.T) *changingServer {
 				return mcp.NewToolResultText("waited 30 s"), nil
 			}
 		})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewUnstartedServer(mcpserver.NewStreamableHTTPServer(m))
-	hs.Listener.Close()
-	hs.Listener = l
-	hs.Start()
-	t.Cleanup(func() {
-		hs.CloseClientConnections()
-		hs.Close()
-	})
-	return &changingServer{srv: m, url: "http://" + l.Addr().String() + "/mcp", waitEnded: ended}
+	return &changingServer{srv: m, url: serveMCP(t, m), waitEnded: ended}
 }
 
 func constText(s string) mcpserver.ToolHandlerFunc {

@@ -64,6 +64,12 @@ func serveTools(t *testing.T, name string, tools []mcpserver.ServerTool) string 
 	t.Helper()
 	m := mcpserver.NewMCPServer(name, "0.1.0", mcpserver.WithToolCapabilities(false))
 	m.AddTools(tools...)
+	return serveMCP(t, m)
+}
+
+// serveMCP serves m over streamable HTTP until the test ends and returns the URL.
+func serveMCP(t *testing.T, m *mcpserver.MCPServer) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
