@@ -264,18 +264,29 @@ func TestMCPGoClient(t *testing.T) {
 			} else {
 				c = mcpClient(t, base+"/mcp", version, "")
 			}
-			changed := make(chan struct{}, 16)
+			changed, acked := make(chan struct{}, 16), make(chan struct{}, 1)
 			c.OnNotification(func(n mcp.JSONRPCNotification) {
-				if n.Method == mcp.MethodNotificationToolsListChanged {
+				switch n.Method {
+				case mcp.MethodNotificationToolsListChanged:
 					changed <- struct{}{}
+				case mcp.MethodNotificationSubscriptionsAcknowledged:
+					select {
+					case acked <- struct{}{}:
+					default:
+					}
 				}
 			})
 			if version == mcp.LATEST_PROTOCOL_VERSION {
-				// The stateless era hears notifications on a subscriptions/listen stream.
+				// The stateless era hears notifications on a subscriptions/listen stream, once
+				// the server has acknowledged the subscription.
 				ctx, cancel := context.WithCancel(context.Background())
 				t.Cleanup(cancel)
 				go func() { _ = c.Listen(ctx, mcp.SubscriptionFilter{ToolsListChanged: true}) }()
-				time.Sleep(200 * time.Millisecond)
+				select {
+				case <-acked:
+				case <-time.After(10 * time.Second):
+					t.Fatal("subscriptions/listen: no notifications/subscriptions/acknowledged within 10 s")
+				}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
