@@ -446,6 +446,9 @@ func TestMCPSearchBFCL(t *testing.T) {
 		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
 		"--retriever.grpc-addr=127.0.0.1:0", "--api.inference-addr=", "--drain-timeout=2s", "--mcp-config=" + cfg,
 	}, "executor", "retriever", "api")
+	// search_tools names a tool as the catalog does, once the catalog has it: until the face
+	// has published the executor's change, a found tool comes with its id only.
+	waitMCPTools(t, base+"/mcp", "", "bfcl__calculate_triangle_area")
 	c := mcpClient(t, base+"/mcp/search", mcp.LATEST_PROTOCOL_VERSION, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
