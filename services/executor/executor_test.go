@@ -3,9 +3,11 @@ package executor
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -596,5 +598,45 @@ func TestStopLogsNoWarning(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// slowFirst delays the first request the server gets by d: a server that takes a while to
+// answer the first message of a handshake, as a freshly started executor meets it.
+func slowFirst(next func() (http.Handler, func()), d time.Duration) func() (http.Handler, func()) {
+	return func() (http.Handler, func()) {
+		inner, closeFn := next()
+		var first atomic.Bool
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if first.CompareAndSwap(false, true) {
+				time.Sleep(d)
+			}
+			inner.ServeHTTP(w, r)
+		}), closeFn
+	}
+}
+
+// A call that reaches an executor before its first connection to the server is up waits for
+// that connection instead of failing: callers (a round-robin client, a restarted replica in
+// Kubernetes) send calls as soon as the executor's port answers. It used to fail at once with
+// 503 `server "calc" is unavailable: connecting`. A server that cannot be reached still fails
+// the call, within about the connect timeout.
+func TestCallWaitsForFirstConnection(t *testing.T) {
+	ts := newTestMCP("calc", 0)
+	t.Cleanup(ts.stop)
+	slow := newHTTPHarness(t, slowFirst(streamableHandler(fixed(ts)), 500*time.Millisecond))
+	h := startExecutor(t, Config{ConnectTimeout: 2 * time.Second, Servers: map[string]mcpconfig.Server{
+		"calc": {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://" + slow.addr + "/mcp"},
+		"gone": {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://127.0.0.1:1/mcp"},
+	}})
+	r, err := call(t, h, "calc.add", map[string]any{"a": 1, "b": 2})
+	if err != nil || text(r) != "3" {
+		t.Fatalf("first call while connecting: %v %v; want 3", text(r), err)
+	}
+	start := time.Now()
+	_, err = call(t, h, "gone.add", map[string]any{"a": 1, "b": 2})
+	wantCode(t, err, codes.Unavailable, `server "gone" is unavailable`)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("a call to an unreachable server took %s, want about the 2s connect timeout at most", took)
 	}
 }

@@ -212,6 +212,10 @@ func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct
 			}
 			return nil, &notInCatalogError{err}
 		}
+		// The session may have just connected and published its tools.
+		t = s.cat.lookup(id)
+	}
+	if t == nil {
 		_, name, _ := toolid.Split(id)
 		if why, ok := sess.refusal(name); ok {
 			return nil, &refusedToolError{id: id, reason: why}

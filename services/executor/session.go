@@ -776,7 +776,11 @@ func (s *session) current(ctx context.Context) (*conn, error) {
 			s.mu.Unlock()
 			return cn, nil
 		}
-		if !s.reconnecting {
+		// Wait while an expired session is re-initialized, and while the first connection
+		// is being made (bounded by the connect timeout, then the state says why it failed):
+		// a restarted executor gets calls as soon as its port answers.
+		firstAttempt := s.state == toolmeshv1.ServerState_SERVER_STATE_CONNECTING && s.lastErr == ""
+		if !s.reconnecting && !firstAttempt {
 			err := &unavailableError{server: s.name, reason: s.reasonLocked()}
 			s.mu.Unlock()
 			return nil, err
