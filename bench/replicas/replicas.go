@@ -20,6 +20,10 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
 )
 
@@ -213,7 +217,42 @@ func startMesh(ctx context.Context) (*mesh, error) {
 			return nil, err
 		}
 	}
+	// An api's /readyz asks one retriever; each one must have synced before the load, as a
+	// readiness probe on its gRPC health ensures in Kubernetes and compose.
+	for _, addr := range ret {
+		if err := waitServing(ctx, addr, "toolmesh.v1.RetrieverService", 60*time.Second); err != nil {
+			m.close()
+			return nil, err
+		}
+	}
 	return m, nil
+}
+
+// waitServing waits until the gRPC server at addr reports service SERVING.
+func waitServing(ctx context.Context, addr, service string, timeout time.Duration) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := hc.Check(cctx, &healthpb.HealthCheckRequest{Service: service})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+		last = fmt.Sprint(resp.GetStatus(), err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s at %s not serving within %s: %s", service, addr, timeout, last)
 }
 
 // repoRoot is the module root, found from the working directory up.

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -344,7 +345,48 @@ func (a *App) serveGRPC(env targetEnv, addr string, svc service, opts ...grpc.Se
 		return nil, err
 	}
 	a.endpoint(env.name+" gRPC", g.Addr())
-	return []runner{afterDrain(svc, g.Run)}, nil
+	runners := []runner{afterDrain(svc, g.Run)}
+	if r, ok := svc.(readiness); ok {
+		// Not serving until ready: a probe (Kubernetes' readiness, compose's health check)
+		// keeps callers away from a replica that would only answer "not ready".
+		g.SetRegistered(false)
+		runners = append(runners, func(ctx context.Context) error { followReady(ctx, g, r); return nil })
+	}
+	return runners, nil
+}
+
+// readiness is a service that can be up and still not able to answer (the retriever before
+// its index has synced).
+type readiness interface {
+	Ready(ctx context.Context) (bool, string)
+}
+
+// readyPoll is how often followReady asks.
+const readyPoll = 500 * time.Millisecond
+
+// followReady reports g's services SERVING while r is ready and NOT_SERVING while it is not,
+// until ctx ends (the server's own drain then reports NOT_SERVING).
+func followReady(ctx context.Context, g *server.GRPC, r readiness) {
+	t := time.NewTicker(readyPoll)
+	defer t.Stop()
+	serving := false
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ok, _ := r.Ready(rctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if ok != serving {
+			serving = ok
+			g.SetRegistered(ok)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func initExecutor(a *App, env targetEnv) ([]runner, error) {

@@ -135,12 +135,20 @@ func NewGRPC(addr string, logger *slog.Logger, drain time.Duration, opts ...grpc
 
 // ServeRegistered reports every service registered on the server, but health and reflection
 // themselves, as SERVING: what a target reports to health is what it registered.
-func (g *GRPC) ServeRegistered() {
+func (g *GRPC) ServeRegistered() { g.SetRegistered(true) }
+
+// SetRegistered reports every service registered on the server, but health and reflection
+// themselves, as SERVING or NOT_SERVING.
+func (g *GRPC) SetRegistered(serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
 	for name := range g.Server.GetServiceInfo() {
 		if name == healthpb.Health_ServiceDesc.ServiceName || strings.HasPrefix(name, "grpc.reflection.") {
 			continue
 		}
-		g.Health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+		g.Health.SetServingStatus(name, st)
 	}
 }
 
