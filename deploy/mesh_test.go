@@ -290,8 +290,17 @@ func runMesh(t *testing.T, files ...string) {
 		for _, a := range hc[2:] {
 			args = append(args, inContainer(t, name, services[name].inVolumes(a, volumes), loop))
 		}
-		if out, err := exec.Command(healthcheck, args...).CombinedOutput(); err != nil {
-			t.Errorf("%s: health check toolmesh-healthcheck %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		// compose retries a check (the retriever is not ready until its index has synced).
+		for try := 1; ; try++ {
+			out, err := exec.Command(healthcheck, args...).CombinedOutput()
+			if err == nil {
+				break
+			}
+			if try == 30 {
+				t.Errorf("%s: health check toolmesh-healthcheck %s, 30 tries 0.5 s apart: %v\n%s", name, strings.Join(args, " "), err, out)
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
 		}
 		if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "-tls.") }) {
 			continue
