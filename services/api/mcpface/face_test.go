@@ -218,7 +218,7 @@ func TestCancel(t *testing.T) {
 // notifications/tools/list_changed, and a change that leaves the catalog as it was gets none.
 func TestListChanged(t *testing.T) {
 	exec := newExecutorDouble(testTool(t, "srv.a"))
-	h := newHarness(t, exec, harnessOptions{cfg: Config{ListChangedDelay: 200 * time.Millisecond}})
+	h := newHarness(t, exec, harnessOptions{cfg: Config{ListChangedDelay: time.Second}})
 	type counted struct {
 		name string
 		n    *atomic.Int32
@@ -249,21 +249,27 @@ func TestListChanged(t *testing.T) {
 		}
 	})
 	clients = append(clients, counted{"sse", n})
-	time.Sleep(300 * time.Millisecond) // the GET and listen streams open
+	time.Sleep(time.Second) // the GET and listen streams open
+	base := map[string]int32{}
+	for _, c := range clients {
+		base[c.name] = c.n.Load()
+	}
 
+	// A delay of 1 s keeps the burst inside one window even on a busy machine (at 200 ms, a
+	// CI run under the race detector saw the burst as two).
 	exec.change([]*toolmeshv1.Tool{testTool(t, "srv.b")})
 	exec.change([]*toolmeshv1.Tool{testTool(t, "srv.c")})
 	exec.change(nil, "srv.a")
-	time.Sleep(800 * time.Millisecond)
+	time.Sleep(2500 * time.Millisecond)
 	for _, c := range clients {
-		if got := c.n.Load(); got != 1 {
+		if got := c.n.Load() - base[c.name]; got != 1 {
 			t.Errorf("%s: %d list_changed notifications for one burst, want 1", c.name, got)
 		}
 	}
 	exec.change([]*toolmeshv1.Tool{testTool(t, "srv.b")}) // the same definition again
-	time.Sleep(600 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond)
 	for _, c := range clients {
-		if got := c.n.Load(); got != 1 {
+		if got := c.n.Load() - base[c.name]; got != 1 {
 			t.Errorf("%s: %d list_changed notifications after a change that changed nothing, want still 1", c.name, got)
 		}
 	}

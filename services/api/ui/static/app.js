@@ -825,7 +825,7 @@ function callResult(body, trace) {
   const out = [el('h3', {}, isError ? 'The tool answered with an error' : 'Result', ' ',
     el('span', { class: 'badge ' + (isError ? 'bad' : 'ok') }, isError ? 'tool error' : 'ok'))];
   const meta = [];
-  if (typeof body.duration_ms === 'number') meta.push(`took ${body.duration_ms.toFixed(2)} ms`);
+  if (typeof body.duration_ms === 'number') meta.push(`took ${ms(body.duration_ms)}`);
   out.push(el('p', { class: 'meta' }, meta.join(' · '), meta.length && trace ? ' · ' : '', traceLink(trace)));
   for (const c of body.content || []) out.push(contentBlock(c, isError));
   if (body.structured_content) {
@@ -1039,7 +1039,7 @@ class Timeline {
     const status = li.querySelector('.call-status');
     status.replaceChildren(
       el('span', { class: 'badge ' + (rec.is_error ? 'bad' : 'ok') }, rec.is_error ? 'tool error' : 'done'),
-      ` in ${Number(rec.duration_ms || 0).toFixed(2)} ms`);
+      ` in ${ms(rec.duration_ms)}`);
     li.append(el('p', { class: 'meta' }, rec.is_error ? 'Error' : 'Result'), el('pre', { class: 'call-output' + (rec.is_error ? ' error' : '') }, rec.output || ''));
   }
 
