@@ -74,29 +74,8 @@ func TestBannerNamesConfiguredServers(t *testing.T) {
 	if err := os.WriteFile(cfgFile, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var cfg Config
-	cfg.RegisterFlags(fs)
-	if err := cfg.Load(fs, []string{"--executor.grpc-addr=127.0.0.1:0", "--drain-timeout=1s", "--mcp-config=" + cfgFile}); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Targets = []string{"executor"}
-	a, err := New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	started := make(chan struct{})
-	go func() { done <- a.Run(ctx, func() { close(started) }) }()
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("Run returned before starting: %v", err)
-	}
-	cancel()
-	<-done
+	a, stop := runApp(t, []string{"--executor.grpc-addr=127.0.0.1:0", "--drain-timeout=1s", "--mcp-config=" + cfgFile}, "executor")
+	stop()
 	got := map[string]string{}
 	for _, e := range a.Endpoints {
 		got[e.Name] = e.Addr
