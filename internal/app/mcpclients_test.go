@@ -100,13 +100,17 @@ type tsEvent struct {
 	} `json:"content"`
 	MS            int `json:"ms"`
 	Notifications int `json:"notifications"`
+	Reports       []struct {
+		Progress float64 `json:"progress"`
+		Total    float64 `json:"total"`
+	} `json:"reports"`
 }
 
 // TestMCPTypeScriptClient drives the official MCP TypeScript SDK's client
 // (testdata/tsclient/client.mjs, from services/api/mcpface) against /mcp of a mesh whose
 // servers are the real server-everything over stdio and dyn: it lists every tool (names valid
 // for OpenAI and Anthropic), hears notifications/tools/list_changed when dyn gains a tool and
-// lists again, calls get-sum, and cancels a 20 s long-running operation.
+// lists again, calls get-sum, hears a long-running operation's progress, and cancels a 20 s one.
 func TestMCPTypeScriptClient(t *testing.T) {
 	sdk := testbackend.MCPSDK.Need(t)
 	dyn := newChangingServer(t)
@@ -129,6 +133,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	cmd := exec.CommandContext(ctx, sdk[0], filepath.Join(dir, "client.mjs"), base+"/mcp")
 	cmd.Env = append(os.Environ(),
 		"CALL_TOOL=everything__get-sum", `CALL_ARGS={"a":2,"b":3}`,
+		"PROGRESS_TOOL=everything__trigger-long-running-operation", `PROGRESS_ARGS={"duration":0.6,"steps":3}`,
 		"SLOW_TOOL=everything__trigger-long-running-operation", `SLOW_ARGS={"duration":20,"steps":20}`,
 		"CANCEL_AFTER_MS=1000")
 	var stderr strings.Builder
@@ -226,6 +231,14 @@ func TestMCPTypeScriptClient(t *testing.T) {
 		t.Errorf("everything__get-sum(2, 3) = %q (isError %v), want a text with 5", got, ev.IsError)
 	}
 
+	// The last report races the result in mcp-go's server (mark3labs/mcp-go PR #969): the
+	// first two of the three steps' reports are what must arrive before it.
+	ev = next("progress")
+	t.Logf("the TypeScript SDK heard progress %+v", ev.Reports)
+	if ev.IsError || len(ev.Reports) < 2 || ev.Reports[0].Progress != 1 || ev.Reports[1].Progress != 2 || ev.Reports[0].Total != 3 {
+		t.Errorf("the client heard progress %+v (isError %v), want steps 1 and 2 of 3 at least", ev.Reports, ev.IsError)
+	}
+
 	ev = next("cancelled")
 	if ev.MS > 10_000 {
 		t.Errorf("the cancelled 20 s call ended after %d ms, want soon after the cancel at 1000 ms", ev.MS)
@@ -265,8 +278,14 @@ func TestMCPGoClient(t *testing.T) {
 				c = mcpClient(t, base+"/mcp", version, "")
 			}
 			changed, acked := make(chan struct{}, 16), make(chan struct{}, 1)
+			progress := make(chan map[string]any, 16)
 			c.OnNotification(func(n mcp.JSONRPCNotification) {
 				switch n.Method {
+				case string(mcp.MethodNotificationProgress):
+					select {
+					case progress <- n.Params.AdditionalFields:
+					default:
+					}
 				case mcp.MethodNotificationToolsListChanged:
 					changed <- struct{}{}
 				case mcp.MethodNotificationSubscriptionsAcknowledged:
@@ -317,6 +336,29 @@ func TestMCPGoClient(t *testing.T) {
 			res := callText(t, c, "everything__get-sum", map[string]any{"a": 2, "b": 3})
 			if res.IsError || !strings.Contains(textOf(res), "5") {
 				t.Errorf("everything__get-sum(2, 3) = %q (isError %v), want a text with 5", textOf(res), res.IsError)
+			}
+
+			// Progress: server-everything reports each of 3 steps, 0.2 s apart, under the
+			// client's token. The last report races the result in mcp-go's server
+			// (mark3labs/mcp-go PR #969), so the first two are what must arrive before it.
+			preq := mcp.CallToolRequest{}
+			preq.Params.Name = "everything__trigger-long-running-operation"
+			preq.Params.Arguments = map[string]any{"duration": 0.6, "steps": 3}
+			preq.Params.Meta = &mcp.Meta{ProgressToken: "progress-" + r.name}
+			if res, err := c.CallTool(ctx, preq); err != nil || !strings.Contains(textOf(res), "completed") {
+				t.Fatalf("long-running operation: %v %v", res, err)
+			}
+			var reports []map[string]any
+			for len(progress) > 0 {
+				reports = append(reports, <-progress)
+			}
+			if len(reports) < 2 || reports[0]["progress"] != 1.0 || reports[1]["progress"] != 2.0 {
+				t.Errorf("progress notifications %v, want steps 1 and 2 (of 3) at least", reports)
+			}
+			for _, p := range reports {
+				if p["progressToken"] != "progress-"+r.name || p["total"] != 3.0 {
+					t.Errorf("progress notification %v, want the client's token and total 3", p)
+				}
 			}
 
 			cctx, ccancel := context.WithTimeout(context.Background(), time.Second)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 
 	"google.golang.org/grpc"
@@ -24,6 +25,7 @@ type executorClient interface {
 	ListTools(ctx context.Context, in *toolmeshv1.ExecutorServiceListToolsRequest, opts ...grpc.CallOption) (*toolmeshv1.ExecutorServiceListToolsResponse, error)
 	ListServers(ctx context.Context, in *toolmeshv1.ExecutorServiceListServersRequest, opts ...grpc.CallOption) (*toolmeshv1.ExecutorServiceListServersResponse, error)
 	CallTool(ctx context.Context, in *toolmeshv1.ExecutorServiceCallToolRequest, opts ...grpc.CallOption) (*toolmeshv1.ExecutorServiceCallToolResponse, error)
+	CallToolStream(ctx context.Context, in *toolmeshv1.ExecutorServiceCallToolStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[toolmeshv1.ExecutorServiceCallToolStreamResponse], error)
 }
 
 // retrieverClient is the part of the retriever the tools API needs.
@@ -107,6 +109,12 @@ func (h *toolHandler) listServers(ctx context.Context) (*toolmeshv1.ExecutorServ
 }
 
 func (h *toolHandler) CallTool(ctx context.Context, req *toolmeshv1.CallToolRequest) (*toolmeshv1.CallToolResponse, error) {
+	return h.CallToolProgress(ctx, req, nil)
+}
+
+// CallToolProgress is CallTool that passes the tool's progress reports to progress as they
+// come, when progress is set (the MCP face does, for a client that asked for them).
+func (h *toolHandler) CallToolProgress(ctx context.Context, req *toolmeshv1.CallToolRequest, progress func(*toolmeshv1.CallProgress)) (*toolmeshv1.CallToolResponse, error) {
 	if req.GetServer() == "" {
 		return nil, invalid.Field("server", "is required")
 	}
@@ -122,10 +130,14 @@ func (h *toolHandler) CallTool(ctx context.Context, req *toolmeshv1.CallToolRequ
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.CallTimeout)
 	defer cancel()
-	resp, err := h.executor.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{
-		ToolId:    id,
-		Arguments: req.GetArguments(),
-	})
+	call := &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: id, Arguments: req.GetArguments()}
+	var resp *toolmeshv1.ExecutorServiceCallToolResponse
+	var err error
+	if progress == nil {
+		resp, err = h.executor.CallTool(ctx, call)
+	} else {
+		resp, err = h.streamCall(ctx, call, progress)
+	}
 	if err != nil {
 		return nil, dependencyError(ctx, "executor", h.cfg.ExecutorAddr, err)
 	}
@@ -135,6 +147,30 @@ func (h *toolHandler) CallTool(ctx context.Context, req *toolmeshv1.CallToolRequ
 		IsError:           resp.GetIsError(),
 		DurationMs:        resp.GetDurationMs(),
 	}, nil
+}
+
+// streamCall makes call with the executor's CallToolStream: progress gets each report, the
+// result ends it.
+func (h *toolHandler) streamCall(ctx context.Context, call *toolmeshv1.ExecutorServiceCallToolRequest, progress func(*toolmeshv1.CallProgress)) (*toolmeshv1.ExecutorServiceCallToolResponse, error) {
+	st, err := h.executor.CallToolStream(ctx, &toolmeshv1.ExecutorServiceCallToolStreamRequest{Call: call})
+	if err != nil {
+		return nil, err
+	}
+	for {
+		m, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil, status.Error(codes.Internal, "the executor ended the call without its result")
+		}
+		if err != nil {
+			return nil, err
+		}
+		switch e := m.GetEvent().(type) {
+		case *toolmeshv1.ExecutorServiceCallToolStreamResponse_Progress:
+			progress(e.Progress)
+		case *toolmeshv1.ExecutorServiceCallToolStreamResponse_Result:
+			return e.Result, nil
+		}
+	}
 }
 
 func (h *toolHandler) SearchTools(ctx context.Context, req *toolmeshv1.SearchToolsRequest) (*toolmeshv1.SearchToolsResponse, error) {

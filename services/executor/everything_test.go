@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
@@ -89,6 +90,29 @@ func TestEverythingServer(t *testing.T) {
 			}
 			_, err = call(t, h, "everything.get-sum", map[string]any{"a": "two", "b": 40})
 			wantCode(t, err, codes.InvalidArgument, "arguments.a")
+
+			// Progress: the server sends a report after each step, before its result; the
+			// last one always comes through.
+			args, _ := structpb.NewStruct(map[string]any{"duration": 0.3, "steps": 3})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st, err := h.client.CallToolStream(ctx, &toolmeshv1.ExecutorServiceCallToolStreamRequest{
+				Call: &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: "everything.trigger-long-running-operation", Arguments: args}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			progress, result, err := collect(t, st)
+			if err != nil || !strings.Contains(text(result), "completed") {
+				t.Fatalf("long running operation: %v %v", result, err)
+			}
+			if len(progress) == 0 || progress[len(progress)-1].GetProgress() != 3 || progress[len(progress)-1].GetTotal() != 3 {
+				t.Fatalf("progress %v, want growing reports ending at 3 of 3", progress)
+			}
+			for i := 1; i < len(progress); i++ {
+				if progress[i].GetProgress() <= progress[i-1].GetProgress() {
+					t.Errorf("progress went from %v to %v", progress[i-1], progress[i])
+				}
+			}
 
 			ls, _ := h.client.ListServers(context.Background(), &toolmeshv1.ExecutorServiceListServersRequest{})
 			t.Logf("server-everything: %v", ls.GetServers()[0])

@@ -43,6 +43,53 @@ func (s *Service) ListServers(context.Context, *toolmeshv1.ExecutorServiceListSe
 
 // CallTool validates the arguments and calls the tool.
 func (s *Service) CallTool(ctx context.Context, req *toolmeshv1.ExecutorServiceCallToolRequest) (*toolmeshv1.ExecutorServiceCallToolResponse, error) {
+	return s.call(ctx, req, nil)
+}
+
+// CallToolStream is CallTool with the server's progress reports sent ahead of the result.
+// The reports are forwarded by a goroutine of their own: the MCP server's reader hands them
+// over without waiting, and a receiver slower than the server gets the latest one.
+func (s *Service) CallToolStream(req *toolmeshv1.ExecutorServiceCallToolStreamRequest, stream grpc.ServerStreamingServer[toolmeshv1.ExecutorServiceCallToolStreamResponse]) error {
+	sink := newProgressSink()
+	done := make(chan struct{})
+	forwarded := make(chan struct{})
+	go func() {
+		defer close(forwarded)
+		for {
+			select {
+			case <-done:
+				// The report that came just before the result goes first: the server
+				// sent them in that order.
+				if p := sink.take(); p != nil {
+					_ = stream.Send(&toolmeshv1.ExecutorServiceCallToolStreamResponse{
+						Event: &toolmeshv1.ExecutorServiceCallToolStreamResponse_Progress{Progress: p}})
+				}
+				return
+			case <-sink.ready:
+				p := sink.take()
+				if p == nil {
+					continue
+				}
+				// A failed Send means the stream is gone; the call's context ends with it.
+				if err := stream.Send(&toolmeshv1.ExecutorServiceCallToolStreamResponse{
+					Event: &toolmeshv1.ExecutorServiceCallToolStreamResponse_Progress{Progress: p}}); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	out, err := s.call(stream.Context(), req.GetCall(), sink)
+	close(done)
+	<-forwarded
+	if err != nil {
+		return err
+	}
+	return stream.Send(&toolmeshv1.ExecutorServiceCallToolStreamResponse{
+		Event: &toolmeshv1.ExecutorServiceCallToolStreamResponse_Result{Result: out}})
+}
+
+// call is CallTool's work, with progress reports going to sink when it is set.
+func (s *Service) call(ctx context.Context, req *toolmeshv1.ExecutorServiceCallToolRequest, sink *progressSink) (*toolmeshv1.ExecutorServiceCallToolResponse, error) {
 	start := time.Now()
 	var timeout time.Duration
 	if d := req.GetTimeout(); d != nil {
@@ -51,7 +98,7 @@ func (s *Service) CallTool(ctx context.Context, req *toolmeshv1.ExecutorServiceC
 		}
 		timeout = d.AsDuration()
 	}
-	res, err := s.callTool(ctx, req.GetToolId(), req.GetArguments(), timeout)
+	res, err := s.callTool(ctx, req.GetToolId(), req.GetArguments(), timeout, sink)
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -53,6 +53,9 @@ func TestMain(m *testing.M) {
 		if os.Getenv(envBigTool) != "" {
 			addBigTool(ts)
 		}
+		if os.Getenv(envStepsTool) != "" {
+			addStepsTool(ts)
+		}
 		if err := server.ServeStdio(ts.srv); err != nil {
 			fmt.Fprintln(os.Stderr, "stdio server:", err)
 			os.Exit(1)

@@ -193,7 +193,7 @@ func (s *Service) Ready() (bool, string) {
 }
 
 // callTool is the call path: look up, validate, call.
-func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct, timeout time.Duration) (*mcp.CallToolResult, error) {
+func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct, timeout time.Duration, sink *progressSink) (*mcp.CallToolResult, error) {
 	server := toolid.Server(id)
 	sess := s.enter(server)
 	if sess == nil {
@@ -234,7 +234,7 @@ func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct
 			return nil, err
 		}
 	}
-	return sess.call(ctx, t, m, timeout)
+	return sess.call(ctx, t, m, timeout, sink)
 }
 
 // endpointOf is the server's endpoint without credentials, query or command path.

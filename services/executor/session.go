@@ -86,6 +86,8 @@ type session struct {
 	inflight int
 	idle     chan struct{} // closed when a retired session's last call leaves
 	stop     context.CancelFunc
+
+	progress progressRoutes
 }
 
 func newSession(name string, srv mcpconfig.Server, cfg Config, log *slog.Logger, cat *catalog, ins *instruments) *session {
@@ -386,6 +388,8 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ *listing, err err
 		case mcp.MethodNotificationSubscriptionsAcknowledged:
 			// The first message of a subscriptions/listen stream.
 			s.streamUp(cn)
+		case string(mcp.MethodNotificationProgress):
+			s.progress.deliver(n)
 		}
 	})
 	c.OnConnectionLost(func(err error) {
@@ -809,8 +813,9 @@ func (s *session) reasonLocked() string {
 
 // call runs one tools/call with the session's timeout (or the shorter
 // requested one) and concurrency limit. Its span covers waiting for a slot
-// and for a connection too: that is the time the caller sees.
-func (s *session) call(ctx context.Context, t *tool, args map[string]any, reqTimeout time.Duration) (res *mcp.CallToolResult, err error) {
+// and for a connection too: that is the time the caller sees. With a sink,
+// the call asks the server for progress reports and they go to the sink.
+func (s *session) call(ctx context.Context, t *tool, args map[string]any, reqTimeout time.Duration, sink *progressSink) (res *mcp.CallToolResult, err error) {
 	timeout := s.timeout
 	if reqTimeout > 0 && reqTimeout < timeout {
 		timeout = reqTimeout
@@ -840,6 +845,14 @@ func (s *session) call(ctx context.Context, t *tool, args map[string]any, reqTim
 	req.Params.Name = t.name
 	req.Params.Arguments = args
 	req.Params.Meta = rc.injectMeta(ctx)
+	if sink != nil {
+		token := s.progress.add(sink)
+		defer s.progress.remove(token)
+		if req.Params.Meta == nil {
+			req.Params.Meta = &mcp.Meta{}
+		}
+		req.Params.Meta.ProgressToken = token
+	}
 	for attempt := 0; ; attempt++ {
 		cn, err := s.current(ctx)
 		if err != nil {

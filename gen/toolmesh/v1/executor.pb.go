@@ -460,6 +460,198 @@ func (x *ExecutorServiceCallToolResponse) GetDurationMs() float64 {
 	return 0
 }
 
+type ExecutorServiceCallToolStreamRequest struct {
+	state         protoimpl.MessageState          `protogen:"open.v1"`
+	Call          *ExecutorServiceCallToolRequest `protobuf:"bytes,1,opt,name=call,proto3" json:"call,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorServiceCallToolStreamRequest) Reset() {
+	*x = ExecutorServiceCallToolStreamRequest{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorServiceCallToolStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorServiceCallToolStreamRequest) ProtoMessage() {}
+
+func (x *ExecutorServiceCallToolStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorServiceCallToolStreamRequest.ProtoReflect.Descriptor instead.
+func (*ExecutorServiceCallToolStreamRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ExecutorServiceCallToolStreamRequest) GetCall() *ExecutorServiceCallToolRequest {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+type ExecutorServiceCallToolStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*ExecutorServiceCallToolStreamResponse_Progress
+	//	*ExecutorServiceCallToolStreamResponse_Result
+	Event         isExecutorServiceCallToolStreamResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorServiceCallToolStreamResponse) Reset() {
+	*x = ExecutorServiceCallToolStreamResponse{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorServiceCallToolStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorServiceCallToolStreamResponse) ProtoMessage() {}
+
+func (x *ExecutorServiceCallToolStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorServiceCallToolStreamResponse.ProtoReflect.Descriptor instead.
+func (*ExecutorServiceCallToolStreamResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ExecutorServiceCallToolStreamResponse) GetEvent() isExecutorServiceCallToolStreamResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *ExecutorServiceCallToolStreamResponse) GetProgress() *CallProgress {
+	if x != nil {
+		if x, ok := x.Event.(*ExecutorServiceCallToolStreamResponse_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *ExecutorServiceCallToolStreamResponse) GetResult() *ExecutorServiceCallToolResponse {
+	if x != nil {
+		if x, ok := x.Event.(*ExecutorServiceCallToolStreamResponse_Result); ok {
+			return x.Result
+		}
+	}
+	return nil
+}
+
+type isExecutorServiceCallToolStreamResponse_Event interface {
+	isExecutorServiceCallToolStreamResponse_Event()
+}
+
+type ExecutorServiceCallToolStreamResponse_Progress struct {
+	Progress *CallProgress `protobuf:"bytes,1,opt,name=progress,proto3,oneof"`
+}
+
+type ExecutorServiceCallToolStreamResponse_Result struct {
+	// result is the call's result: the stream's last message.
+	Result *ExecutorServiceCallToolResponse `protobuf:"bytes,2,opt,name=result,proto3,oneof"`
+}
+
+func (*ExecutorServiceCallToolStreamResponse_Progress) isExecutorServiceCallToolStreamResponse_Event() {
+}
+
+func (*ExecutorServiceCallToolStreamResponse_Result) isExecutorServiceCallToolStreamResponse_Event() {
+}
+
+// CallProgress is one progress report of a running call, as MCP's notifications/progress
+// carries it: progress grows with every report; total is set when the server knows it.
+type CallProgress struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Progress float64                `protobuf:"fixed64,1,opt,name=progress,proto3" json:"progress,omitempty"`
+	Total    *float64               `protobuf:"fixed64,2,opt,name=total,proto3,oneof" json:"total,omitempty"`
+	// message is the server's words about the step, at most 1 KiB.
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallProgress) Reset() {
+	*x = CallProgress{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallProgress) ProtoMessage() {}
+
+func (x *CallProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallProgress.ProtoReflect.Descriptor instead.
+func (*CallProgress) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CallProgress) GetProgress() float64 {
+	if x != nil {
+		return x.Progress
+	}
+	return 0
+}
+
+func (x *CallProgress) GetTotal() float64 {
+	if x != nil && x.Total != nil {
+		return *x.Total
+	}
+	return 0
+}
+
+func (x *CallProgress) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type WatchToolsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -468,7 +660,7 @@ type WatchToolsRequest struct {
 
 func (x *WatchToolsRequest) Reset() {
 	*x = WatchToolsRequest{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[7]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +672,7 @@ func (x *WatchToolsRequest) String() string {
 func (*WatchToolsRequest) ProtoMessage() {}
 
 func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[7]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +685,7 @@ func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsRequest.ProtoReflect.Descriptor instead.
 func (*WatchToolsRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{7}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{10}
 }
 
 type WatchToolsResponse struct {
@@ -509,7 +701,7 @@ type WatchToolsResponse struct {
 
 func (x *WatchToolsResponse) Reset() {
 	*x = WatchToolsResponse{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[8]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -521,7 +713,7 @@ func (x *WatchToolsResponse) String() string {
 func (*WatchToolsResponse) ProtoMessage() {}
 
 func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[8]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -534,7 +726,7 @@ func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsResponse.ProtoReflect.Descriptor instead.
 func (*WatchToolsResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{8}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchToolsResponse) GetType() WatchEventType {
@@ -595,7 +787,18 @@ const file_toolmesh_v1_executor_proto_rawDesc = "" +
 	"\x12structured_content\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x11structuredContent\x12\x19\n" +
 	"\bis_error\x18\x03 \x01(\bR\aisError\x12\x1f\n" +
 	"\vduration_ms\x18\x04 \x01(\x01R\n" +
-	"durationMs\"\x13\n" +
+	"durationMs\"g\n" +
+	"$ExecutorServiceCallToolStreamRequest\x12?\n" +
+	"\x04call\x18\x01 \x01(\v2+.toolmesh.v1.ExecutorServiceCallToolRequestR\x04call\"\xb1\x01\n" +
+	"%ExecutorServiceCallToolStreamResponse\x127\n" +
+	"\bprogress\x18\x01 \x01(\v2\x19.toolmesh.v1.CallProgressH\x00R\bprogress\x12F\n" +
+	"\x06result\x18\x02 \x01(\v2,.toolmesh.v1.ExecutorServiceCallToolResponseH\x00R\x06resultB\a\n" +
+	"\x05event\"i\n" +
+	"\fCallProgress\x12\x1a\n" +
+	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12\x19\n" +
+	"\x05total\x18\x02 \x01(\x01H\x00R\x05total\x88\x01\x01\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessageB\b\n" +
+	"\x06_total\"\x13\n" +
 	"\x11WatchToolsRequest\"\xb1\x01\n" +
 	"\x12WatchToolsResponse\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.toolmesh.v1.WatchEventTypeR\x04type\x12-\n" +
@@ -606,11 +809,12 @@ const file_toolmesh_v1_executor_proto_rawDesc = "" +
 	"\x0eWatchEventType\x12 \n" +
 	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19WATCH_EVENT_TYPE_SNAPSHOT\x10\x01\x12\x1c\n" +
-	"\x18WATCH_EVENT_TYPE_CHANGED\x10\x022\xa3\x03\n" +
+	"\x18WATCH_EVENT_TYPE_CHANGED\x10\x022\x9e\x04\n" +
 	"\x0fExecutorService\x12h\n" +
 	"\tListTools\x12,.toolmesh.v1.ExecutorServiceListToolsRequest\x1a-.toolmesh.v1.ExecutorServiceListToolsResponse\x12n\n" +
 	"\vListServers\x12..toolmesh.v1.ExecutorServiceListServersRequest\x1a/.toolmesh.v1.ExecutorServiceListServersResponse\x12e\n" +
-	"\bCallTool\x12+.toolmesh.v1.ExecutorServiceCallToolRequest\x1a,.toolmesh.v1.ExecutorServiceCallToolResponse\x12O\n" +
+	"\bCallTool\x12+.toolmesh.v1.ExecutorServiceCallToolRequest\x1a,.toolmesh.v1.ExecutorServiceCallToolResponse\x12y\n" +
+	"\x0eCallToolStream\x121.toolmesh.v1.ExecutorServiceCallToolStreamRequest\x1a2.toolmesh.v1.ExecutorServiceCallToolStreamResponse0\x01\x12O\n" +
 	"\n" +
 	"WatchTools\x12\x1e.toolmesh.v1.WatchToolsRequest\x1a\x1f.toolmesh.v1.WatchToolsResponse0\x01B9Z7github.com/toolmesh/toolmesh/gen/toolmesh/v1;toolmeshv1b\x06proto3"
 
@@ -627,50 +831,58 @@ func file_toolmesh_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_toolmesh_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_toolmesh_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_toolmesh_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_toolmesh_v1_executor_proto_goTypes = []any{
-	(WatchEventType)(0),                        // 0: toolmesh.v1.WatchEventType
-	(*ExecutorServiceListToolsRequest)(nil),    // 1: toolmesh.v1.ExecutorServiceListToolsRequest
-	(*ExecutorServiceListToolsResponse)(nil),   // 2: toolmesh.v1.ExecutorServiceListToolsResponse
-	(*ExecutorServiceListServersRequest)(nil),  // 3: toolmesh.v1.ExecutorServiceListServersRequest
-	(*ExecutorServiceListServersResponse)(nil), // 4: toolmesh.v1.ExecutorServiceListServersResponse
-	(*ConfigStatus)(nil),                       // 5: toolmesh.v1.ConfigStatus
-	(*ExecutorServiceCallToolRequest)(nil),     // 6: toolmesh.v1.ExecutorServiceCallToolRequest
-	(*ExecutorServiceCallToolResponse)(nil),    // 7: toolmesh.v1.ExecutorServiceCallToolResponse
-	(*WatchToolsRequest)(nil),                  // 8: toolmesh.v1.WatchToolsRequest
-	(*WatchToolsResponse)(nil),                 // 9: toolmesh.v1.WatchToolsResponse
-	(*Tool)(nil),                               // 10: toolmesh.v1.Tool
-	(*Server)(nil),                             // 11: toolmesh.v1.Server
-	(*timestamppb.Timestamp)(nil),              // 12: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                    // 13: google.protobuf.Struct
-	(*durationpb.Duration)(nil),                // 14: google.protobuf.Duration
-	(*Content)(nil),                            // 15: toolmesh.v1.Content
+	(WatchEventType)(0),                           // 0: toolmesh.v1.WatchEventType
+	(*ExecutorServiceListToolsRequest)(nil),       // 1: toolmesh.v1.ExecutorServiceListToolsRequest
+	(*ExecutorServiceListToolsResponse)(nil),      // 2: toolmesh.v1.ExecutorServiceListToolsResponse
+	(*ExecutorServiceListServersRequest)(nil),     // 3: toolmesh.v1.ExecutorServiceListServersRequest
+	(*ExecutorServiceListServersResponse)(nil),    // 4: toolmesh.v1.ExecutorServiceListServersResponse
+	(*ConfigStatus)(nil),                          // 5: toolmesh.v1.ConfigStatus
+	(*ExecutorServiceCallToolRequest)(nil),        // 6: toolmesh.v1.ExecutorServiceCallToolRequest
+	(*ExecutorServiceCallToolResponse)(nil),       // 7: toolmesh.v1.ExecutorServiceCallToolResponse
+	(*ExecutorServiceCallToolStreamRequest)(nil),  // 8: toolmesh.v1.ExecutorServiceCallToolStreamRequest
+	(*ExecutorServiceCallToolStreamResponse)(nil), // 9: toolmesh.v1.ExecutorServiceCallToolStreamResponse
+	(*CallProgress)(nil),                          // 10: toolmesh.v1.CallProgress
+	(*WatchToolsRequest)(nil),                     // 11: toolmesh.v1.WatchToolsRequest
+	(*WatchToolsResponse)(nil),                    // 12: toolmesh.v1.WatchToolsResponse
+	(*Tool)(nil),                                  // 13: toolmesh.v1.Tool
+	(*Server)(nil),                                // 14: toolmesh.v1.Server
+	(*timestamppb.Timestamp)(nil),                 // 15: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                       // 16: google.protobuf.Struct
+	(*durationpb.Duration)(nil),                   // 17: google.protobuf.Duration
+	(*Content)(nil),                               // 18: toolmesh.v1.Content
 }
 var file_toolmesh_v1_executor_proto_depIdxs = []int32{
-	10, // 0: toolmesh.v1.ExecutorServiceListToolsResponse.tools:type_name -> toolmesh.v1.Tool
-	11, // 1: toolmesh.v1.ExecutorServiceListServersResponse.servers:type_name -> toolmesh.v1.Server
+	13, // 0: toolmesh.v1.ExecutorServiceListToolsResponse.tools:type_name -> toolmesh.v1.Tool
+	14, // 1: toolmesh.v1.ExecutorServiceListServersResponse.servers:type_name -> toolmesh.v1.Server
 	5,  // 2: toolmesh.v1.ExecutorServiceListServersResponse.config:type_name -> toolmesh.v1.ConfigStatus
-	12, // 3: toolmesh.v1.ConfigStatus.applied_at:type_name -> google.protobuf.Timestamp
-	12, // 4: toolmesh.v1.ConfigStatus.last_reload_at:type_name -> google.protobuf.Timestamp
-	13, // 5: toolmesh.v1.ExecutorServiceCallToolRequest.arguments:type_name -> google.protobuf.Struct
-	14, // 6: toolmesh.v1.ExecutorServiceCallToolRequest.timeout:type_name -> google.protobuf.Duration
-	15, // 7: toolmesh.v1.ExecutorServiceCallToolResponse.content:type_name -> toolmesh.v1.Content
-	13, // 8: toolmesh.v1.ExecutorServiceCallToolResponse.structured_content:type_name -> google.protobuf.Struct
-	0,  // 9: toolmesh.v1.WatchToolsResponse.type:type_name -> toolmesh.v1.WatchEventType
-	10, // 10: toolmesh.v1.WatchToolsResponse.upserted:type_name -> toolmesh.v1.Tool
-	1,  // 11: toolmesh.v1.ExecutorService.ListTools:input_type -> toolmesh.v1.ExecutorServiceListToolsRequest
-	3,  // 12: toolmesh.v1.ExecutorService.ListServers:input_type -> toolmesh.v1.ExecutorServiceListServersRequest
-	6,  // 13: toolmesh.v1.ExecutorService.CallTool:input_type -> toolmesh.v1.ExecutorServiceCallToolRequest
-	8,  // 14: toolmesh.v1.ExecutorService.WatchTools:input_type -> toolmesh.v1.WatchToolsRequest
-	2,  // 15: toolmesh.v1.ExecutorService.ListTools:output_type -> toolmesh.v1.ExecutorServiceListToolsResponse
-	4,  // 16: toolmesh.v1.ExecutorService.ListServers:output_type -> toolmesh.v1.ExecutorServiceListServersResponse
-	7,  // 17: toolmesh.v1.ExecutorService.CallTool:output_type -> toolmesh.v1.ExecutorServiceCallToolResponse
-	9,  // 18: toolmesh.v1.ExecutorService.WatchTools:output_type -> toolmesh.v1.WatchToolsResponse
-	15, // [15:19] is the sub-list for method output_type
-	11, // [11:15] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	15, // 3: toolmesh.v1.ConfigStatus.applied_at:type_name -> google.protobuf.Timestamp
+	15, // 4: toolmesh.v1.ConfigStatus.last_reload_at:type_name -> google.protobuf.Timestamp
+	16, // 5: toolmesh.v1.ExecutorServiceCallToolRequest.arguments:type_name -> google.protobuf.Struct
+	17, // 6: toolmesh.v1.ExecutorServiceCallToolRequest.timeout:type_name -> google.protobuf.Duration
+	18, // 7: toolmesh.v1.ExecutorServiceCallToolResponse.content:type_name -> toolmesh.v1.Content
+	16, // 8: toolmesh.v1.ExecutorServiceCallToolResponse.structured_content:type_name -> google.protobuf.Struct
+	6,  // 9: toolmesh.v1.ExecutorServiceCallToolStreamRequest.call:type_name -> toolmesh.v1.ExecutorServiceCallToolRequest
+	10, // 10: toolmesh.v1.ExecutorServiceCallToolStreamResponse.progress:type_name -> toolmesh.v1.CallProgress
+	7,  // 11: toolmesh.v1.ExecutorServiceCallToolStreamResponse.result:type_name -> toolmesh.v1.ExecutorServiceCallToolResponse
+	0,  // 12: toolmesh.v1.WatchToolsResponse.type:type_name -> toolmesh.v1.WatchEventType
+	13, // 13: toolmesh.v1.WatchToolsResponse.upserted:type_name -> toolmesh.v1.Tool
+	1,  // 14: toolmesh.v1.ExecutorService.ListTools:input_type -> toolmesh.v1.ExecutorServiceListToolsRequest
+	3,  // 15: toolmesh.v1.ExecutorService.ListServers:input_type -> toolmesh.v1.ExecutorServiceListServersRequest
+	6,  // 16: toolmesh.v1.ExecutorService.CallTool:input_type -> toolmesh.v1.ExecutorServiceCallToolRequest
+	8,  // 17: toolmesh.v1.ExecutorService.CallToolStream:input_type -> toolmesh.v1.ExecutorServiceCallToolStreamRequest
+	11, // 18: toolmesh.v1.ExecutorService.WatchTools:input_type -> toolmesh.v1.WatchToolsRequest
+	2,  // 19: toolmesh.v1.ExecutorService.ListTools:output_type -> toolmesh.v1.ExecutorServiceListToolsResponse
+	4,  // 20: toolmesh.v1.ExecutorService.ListServers:output_type -> toolmesh.v1.ExecutorServiceListServersResponse
+	7,  // 21: toolmesh.v1.ExecutorService.CallTool:output_type -> toolmesh.v1.ExecutorServiceCallToolResponse
+	9,  // 22: toolmesh.v1.ExecutorService.CallToolStream:output_type -> toolmesh.v1.ExecutorServiceCallToolStreamResponse
+	12, // 23: toolmesh.v1.ExecutorService.WatchTools:output_type -> toolmesh.v1.WatchToolsResponse
+	19, // [19:24] is the sub-list for method output_type
+	14, // [14:19] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_toolmesh_v1_executor_proto_init() }
@@ -679,13 +891,18 @@ func file_toolmesh_v1_executor_proto_init() {
 		return
 	}
 	file_toolmesh_v1_tool_proto_init()
+	file_toolmesh_v1_executor_proto_msgTypes[8].OneofWrappers = []any{
+		(*ExecutorServiceCallToolStreamResponse_Progress)(nil),
+		(*ExecutorServiceCallToolStreamResponse_Result)(nil),
+	}
+	file_toolmesh_v1_executor_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolmesh_v1_executor_proto_rawDesc), len(file_toolmesh_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,10 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ExecutorService_ListTools_FullMethodName   = "/toolmesh.v1.ExecutorService/ListTools"
-	ExecutorService_ListServers_FullMethodName = "/toolmesh.v1.ExecutorService/ListServers"
-	ExecutorService_CallTool_FullMethodName    = "/toolmesh.v1.ExecutorService/CallTool"
-	ExecutorService_WatchTools_FullMethodName  = "/toolmesh.v1.ExecutorService/WatchTools"
+	ExecutorService_ListTools_FullMethodName      = "/toolmesh.v1.ExecutorService/ListTools"
+	ExecutorService_ListServers_FullMethodName    = "/toolmesh.v1.ExecutorService/ListServers"
+	ExecutorService_CallTool_FullMethodName       = "/toolmesh.v1.ExecutorService/CallTool"
+	ExecutorService_CallToolStream_FullMethodName = "/toolmesh.v1.ExecutorService/CallToolStream"
+	ExecutorService_WatchTools_FullMethodName     = "/toolmesh.v1.ExecutorService/WatchTools"
 )
 
 // ExecutorServiceClient is the client API for ExecutorService service.
@@ -37,6 +38,11 @@ type ExecutorServiceClient interface {
 	// Errors: NOT_FOUND unknown tool, INVALID_ARGUMENT bad arguments, UNAVAILABLE server down,
 	// DEADLINE_EXCEEDED call timeout. A tool that fails is a normal response with is_error set.
 	CallTool(ctx context.Context, in *ExecutorServiceCallToolRequest, opts ...grpc.CallOption) (*ExecutorServiceCallToolResponse, error)
+	// CallToolStream is CallTool with the server's progress reports: a progress message for each
+	// notifications/progress the server sends about the call (coalesced when the receiver is
+	// slower than the server: the latest wins), then the result as the last message. Its errors
+	// are CallTool's, as the stream's status.
+	CallToolStream(ctx context.Context, in *ExecutorServiceCallToolStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecutorServiceCallToolStreamResponse], error)
 	// WatchTools sends the whole catalog first, then every change as it happens.
 	WatchTools(ctx context.Context, in *WatchToolsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchToolsResponse], error)
 }
@@ -79,9 +85,28 @@ func (c *executorServiceClient) CallTool(ctx context.Context, in *ExecutorServic
 	return out, nil
 }
 
+func (c *executorServiceClient) CallToolStream(ctx context.Context, in *ExecutorServiceCallToolStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecutorServiceCallToolStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[0], ExecutorService_CallToolStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExecutorServiceCallToolStreamRequest, ExecutorServiceCallToolStreamResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_CallToolStreamClient = grpc.ServerStreamingClient[ExecutorServiceCallToolStreamResponse]
+
 func (c *executorServiceClient) WatchTools(ctx context.Context, in *WatchToolsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchToolsResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[0], ExecutorService_WatchTools_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[1], ExecutorService_WatchTools_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -110,6 +135,11 @@ type ExecutorServiceServer interface {
 	// Errors: NOT_FOUND unknown tool, INVALID_ARGUMENT bad arguments, UNAVAILABLE server down,
 	// DEADLINE_EXCEEDED call timeout. A tool that fails is a normal response with is_error set.
 	CallTool(context.Context, *ExecutorServiceCallToolRequest) (*ExecutorServiceCallToolResponse, error)
+	// CallToolStream is CallTool with the server's progress reports: a progress message for each
+	// notifications/progress the server sends about the call (coalesced when the receiver is
+	// slower than the server: the latest wins), then the result as the last message. Its errors
+	// are CallTool's, as the stream's status.
+	CallToolStream(*ExecutorServiceCallToolStreamRequest, grpc.ServerStreamingServer[ExecutorServiceCallToolStreamResponse]) error
 	// WatchTools sends the whole catalog first, then every change as it happens.
 	WatchTools(*WatchToolsRequest, grpc.ServerStreamingServer[WatchToolsResponse]) error
 	mustEmbedUnimplementedExecutorServiceServer()
@@ -130,6 +160,9 @@ func (UnimplementedExecutorServiceServer) ListServers(context.Context, *Executor
 }
 func (UnimplementedExecutorServiceServer) CallTool(context.Context, *ExecutorServiceCallToolRequest) (*ExecutorServiceCallToolResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CallTool not implemented")
+}
+func (UnimplementedExecutorServiceServer) CallToolStream(*ExecutorServiceCallToolStreamRequest, grpc.ServerStreamingServer[ExecutorServiceCallToolStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method CallToolStream not implemented")
 }
 func (UnimplementedExecutorServiceServer) WatchTools(*WatchToolsRequest, grpc.ServerStreamingServer[WatchToolsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchTools not implemented")
@@ -209,6 +242,17 @@ func _ExecutorService_CallTool_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutorService_CallToolStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExecutorServiceCallToolStreamRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ExecutorServiceServer).CallToolStream(m, &grpc.GenericServerStream[ExecutorServiceCallToolStreamRequest, ExecutorServiceCallToolStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_CallToolStreamServer = grpc.ServerStreamingServer[ExecutorServiceCallToolStreamResponse]
+
 func _ExecutorService_WatchTools_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchToolsRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -241,6 +285,11 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "CallToolStream",
+			Handler:       _ExecutorService_CallToolStream_Handler,
+			ServerStreams: true,
+		},
 		{
 			StreamName:    "WatchTools",
 			Handler:       _ExecutorService_WatchTools_Handler,

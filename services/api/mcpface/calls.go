@@ -22,7 +22,35 @@ import (
 // callHandler is the handler of the tool id in every view that serves it.
 func (f *Face) callHandler(id string) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return f.callTool(ctx, id, req.Params.Arguments, false)
+		return f.callTool(ctx, id, req.Params.Arguments, progressToken(req), false)
+	}
+}
+
+// progressToken is the token of a call whose client asked for progress reports, or nil.
+func progressToken(req mcp.CallToolRequest) mcp.ProgressToken {
+	if req.Params.Meta == nil {
+		return nil
+	}
+	return req.Params.Meta.ProgressToken
+}
+
+// progressTo returns what passes a call's progress reports on to its client as
+// notifications/progress under the client's token; nil when the client asked for none.
+func progressTo(ctx context.Context, token mcp.ProgressToken) func(*toolmeshv1.CallProgress) {
+	srv := server.ServerFromContext(ctx)
+	if token == nil || srv == nil {
+		return nil
+	}
+	return func(p *toolmeshv1.CallProgress) {
+		params := map[string]any{"progressToken": token, "progress": p.GetProgress()}
+		if p.Total != nil {
+			params["total"] = p.GetTotal()
+		}
+		if p.GetMessage() != "" {
+			params["message"] = p.GetMessage()
+		}
+		// A client that went away misses its progress; the call itself ends with its context.
+		_ = srv.SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress), params)
 	}
 }
 
@@ -31,7 +59,9 @@ func (f *Face) callHandler(id string) server.ToolHandlerFunc {
 // on (arguments that do not match the tool's schema, a refusal, a server that is down or too
 // slow), except the ones that are not about the call: an unknown tool (for call_tool, with
 // unknownAsResult, a result too: that tool is call_tool's argument) and internal errors.
-func (f *Face) callTool(ctx context.Context, id string, arguments any, unknownAsResult bool) (*mcp.CallToolResult, error) {
+//
+// With a progress token, the tool's progress reports go to the client under it.
+func (f *Face) callTool(ctx context.Context, id string, arguments any, token mcp.ProgressToken, unknownAsResult bool) (*mcp.CallToolResult, error) {
 	srv, name, ok := toolid.Split(id)
 	if !ok {
 		return nil, fmt.Errorf("%q is not a tool id (SERVER.TOOL)", id)
@@ -49,7 +79,7 @@ func (f *Face) callTool(ctx context.Context, id string, arguments any, unknownAs
 		return mcp.NewToolResultError("arguments: must be a JSON object of the tool's arguments"), nil
 	}
 	ctx = f.ins.callContext(ctx, id)
-	resp, err := f.tools.CallTool(ctx, &toolmeshv1.CallToolRequest{Server: srv, Name: name, Arguments: args})
+	resp, err := f.tools.CallToolProgress(ctx, &toolmeshv1.CallToolRequest{Server: srv, Name: name, Arguments: args}, progressTo(ctx, token))
 	if err != nil {
 		return failure(ctx, err, unknownAsResult)
 	}
@@ -232,5 +262,5 @@ func (f *Face) handleCall(ctx context.Context, req mcp.CallToolRequest) (*mcp.Ca
 	if _, _, ok := toolid.Split(id); !ok {
 		return mcp.NewToolResultError(fmt.Sprintf("tool: %q is neither a tool name nor an id (SERVER.TOOL, the server matching %s)", tool, toolid.ServerRule)), nil
 	}
-	return f.callTool(ctx, id, args["arguments"], true)
+	return f.callTool(ctx, id, args["arguments"], progressToken(req), true)
 }

@@ -52,7 +52,9 @@ import (
 // Tools is the api's tools handler, called in-process with the caller's token name in the
 // context (auth.Name): the same code, policy and limits as a REST or gRPC call.
 type Tools interface {
-	CallTool(ctx context.Context, req *toolmeshv1.CallToolRequest) (*toolmeshv1.CallToolResponse, error)
+	// CallToolProgress passes the tool's progress reports to progress as they come (none when
+	// progress is nil).
+	CallToolProgress(ctx context.Context, req *toolmeshv1.CallToolRequest, progress func(*toolmeshv1.CallProgress)) (*toolmeshv1.CallToolResponse, error)
 	SearchTools(ctx context.Context, req *toolmeshv1.SearchToolsRequest) (*toolmeshv1.SearchToolsResponse, error)
 }
 

@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -540,4 +542,90 @@ func post(t *testing.T, url, token, body string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// TestProgress: a client that sends a progress token with its call gets the tool's progress
+// reports as notifications/progress under its own token, in order, before the result, through
+// the catalog at every protocol era, through call_tool and over SSE; a call without a token
+// asks the tools handler for none.
+func TestProgress(t *testing.T) {
+	h := newHarness(t, newExecutorDouble(testTool(t, "srv.work")), harnessOptions{})
+	total := 3.0
+	h.tools.mu.Lock()
+	h.tools.reports = []*toolmeshv1.CallProgress{{Progress: 1, Total: &total, Message: "one"}, {Progress: 2, Total: &total}, {Progress: 3, Total: &total, Message: "three"}}
+	// mcp-go's servers may reorder notifications sent together, and drop or delay one sent just
+	// before a result (mark3labs/mcp-go PR #969): the reports come some time apart, as a tool's
+	// steps do, and the last one need not arrive before the result.
+	h.tools.reportEvery = 50 * time.Millisecond
+	h.tools.mu.Unlock()
+
+	type clientCase struct {
+		name       string
+		connect    func(t *testing.T) *client.Client
+		tool       string
+		args       map[string]any
+		wantResult string
+	}
+	var cases []clientCase
+	for _, v := range versions {
+		cases = append(cases, clientCase{"catalog " + v, func(t *testing.T) *client.Client { return h.connect(t, CatalogPath, v, "") }, "srv__work", nil, "ok srv.work"})
+	}
+	cases = append(cases,
+		clientCase{"call_tool", func(t *testing.T) *client.Client { return h.connect(t, SearchPath, mcp.LATEST_PROTOCOL_VERSION, "") }, callToolName, map[string]any{"tool": "srv.work"}, "ok srv.work"},
+		clientCase{"sse", func(t *testing.T) *client.Client { return h.connectSSE(t, "") }, "srv__work", nil, "ok srv.work"},
+	)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.connect(t)
+			var mu sync.Mutex
+			var got []map[string]any
+			c.OnNotification(func(n mcp.JSONRPCNotification) {
+				if n.Method == string(mcp.MethodNotificationProgress) {
+					mu.Lock()
+					got = append(got, n.Params.AdditionalFields)
+					mu.Unlock()
+				}
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			req := mcp.CallToolRequest{}
+			req.Params.Name = tc.tool
+			req.Params.Arguments = tc.args
+			req.Params.Meta = &mcp.Meta{ProgressToken: "client-token-" + tc.name}
+			res, err := c.CallTool(ctx, req)
+			if err != nil || text(res) != tc.wantResult {
+				t.Fatalf("call = %v, %v; want %q", res, err, tc.wantResult)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(got) < 2 {
+				t.Fatalf("got %d progress notifications before the result, want at least 2 of 3: %v", len(got), got)
+			}
+			last := 0.0
+			for _, n := range got {
+				p, _ := n["progress"].(float64)
+				if n["progressToken"] != "client-token-"+tc.name || p <= last || p > 3 || n["total"] != 3.0 {
+					t.Errorf("notification %v: want the client's token, growing progress up to 3 of 3", n)
+				}
+				last = p
+				if want := map[float64]string{1: "one", 3: "three"}[p]; n["message"] != nil && n["message"] != want || want != "" && n["message"] != want {
+					t.Errorf("notification %v: message %v, want %q", n, n["message"], want)
+				}
+			}
+		})
+	}
+
+	// Without a token, the tools handler is asked for no progress.
+	c := h.connect(t, CatalogPath, mcp.LATEST_PROTOCOL_VERSION, "")
+	h.tools.mu.Lock()
+	h.tools.asked = nil
+	h.tools.mu.Unlock()
+	if _, err := call(t, c, "srv__work", nil); err != nil {
+		t.Fatal(err)
+	}
+	h.tools.mu.Lock()
+	defer h.tools.mu.Unlock()
+	if len(h.tools.asked) != 1 || h.tools.asked[0] {
+		t.Errorf("a call without a progress token asked for progress: %v", h.tools.asked)
+	}
 }

@@ -116,10 +116,22 @@ type toolsDouble struct {
 	found    []*toolmeshv1.ScoredTool
 	searches []*toolmeshv1.SearchToolsRequest
 	spans    []trace.SpanContext // the span in each call's context
+	// reports are the progress reports a call that asks for them gets before its result,
+	// every reportEvery, as a tool working through steps sends them.
+	reports     []*toolmeshv1.CallProgress
+	reportEvery time.Duration
+	asked       []bool // whether each call asked for progress
 }
 
-func (d *toolsDouble) CallTool(ctx context.Context, req *toolmeshv1.CallToolRequest) (*toolmeshv1.CallToolResponse, error) {
+func (d *toolsDouble) CallToolProgress(ctx context.Context, req *toolmeshv1.CallToolRequest, progress func(*toolmeshv1.CallProgress)) (*toolmeshv1.CallToolResponse, error) {
 	d.mu.Lock()
+	d.asked = append(d.asked, progress != nil)
+	if progress != nil {
+		for _, p := range d.reports {
+			time.Sleep(d.reportEvery)
+			progress(p)
+		}
+	}
 	d.calls = append(d.calls, req)
 	d.callers = append(d.callers, auth.Name(ctx))
 	d.spans = append(d.spans, trace.SpanContextFromContext(ctx))

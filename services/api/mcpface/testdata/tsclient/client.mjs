@@ -5,7 +5,8 @@
 // MCP_TOKEN, when set, is sent as a bearer token. The script talks to its test over stdio, one
 // JSON object a line: it prints {"event":"listed","tools":[...]} and waits for a line "change"
 // on stdin (the test then changes the mesh's catalog), waits for
-// notifications/tools/list_changed, lists again, calls CALL_TOOL with CALL_ARGS (JSON), then
+// notifications/tools/list_changed, lists again, calls CALL_TOOL with CALL_ARGS (JSON), calls
+// PROGRESS_TOOL with PROGRESS_ARGS asking for progress and reports the progress it heard, then
 // starts SLOW_TOOL with SLOW_ARGS and cancels it after CANCEL_AFTER_MS, and reports each step.
 // Any failure is printed as {"event":"error",...} and exits 1.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -85,6 +86,21 @@ try {
   say({ event: "called", isError: !!res.isError, content: res.content });
 } catch (e) {
   fail("call", e);
+}
+
+if (process.env.PROGRESS_TOOL) {
+  const reports = [];
+  try {
+    // onprogress makes the SDK send a progress token with the call.
+    const res = await client.callTool(
+      { name: process.env.PROGRESS_TOOL, arguments: JSON.parse(process.env.PROGRESS_ARGS || "{}") },
+      undefined,
+      { onprogress: (p) => reports.push(p) },
+    );
+    say({ event: "progress", isError: !!res.isError, content: res.content, reports });
+  } catch (e) {
+    fail("progress", e);
+  }
 }
 
 const ac = new AbortController();
