@@ -209,9 +209,8 @@ func (f *Face) publish(tools map[string]*toolmeshv1.Tool) {
 	f.state.readyOnce.Do(func() { close(f.state.ready) })
 }
 
-// awaitCatalog holds a request that lists or calls tools until the face has the executor's
-// catalog, at most RPCTimeout: a client that connects while the api is starting gets the tools
-// rather than an empty list.
+// awaitCatalog holds a request until the face has the executor's catalog, at most RPCTimeout:
+// a client that connects while the api is starting gets the tools rather than an empty list.
 func (f *Face) awaitCatalog(ctx context.Context) {
 	select {
 	case <-f.state.ready:

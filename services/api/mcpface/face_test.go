@@ -218,6 +218,49 @@ func TestCancel(t *testing.T) {
 
 // TestListChanged changes the catalog three times in a burst: every kind of client gets one
 // notifications/tools/list_changed, and a change that leaves the catalog as it was gets none.
+// TestNoListChangedAtStart: clients that connect while the api is still waiting for the
+// executor's catalog get its tools and no notifications/tools/list_changed when it arrives: the
+// list they were given never changed. (Otherwise every client of a restarted api lists twice.)
+func TestNoListChangedAtStart(t *testing.T) {
+	exec := newExecutorDouble(testTool(t, "srv.a"))
+	exec.snapshotDelay = 300 * time.Millisecond
+	h := newHarness(t, exec, harnessOptions{})
+	var heard atomic.Int32
+	var clients []*client.Client
+	for _, v := range versions {
+		c := h.connect(t, CatalogPath, v, "")
+		c.OnNotification(func(note mcp.JSONRPCNotification) {
+			if note.Method == mcp.MethodNotificationToolsListChanged {
+				heard.Add(1)
+			}
+		})
+		if v == mcp.LATEST_PROTOCOL_VERSION {
+			stop, err := c.ListenAsync(context.Background(), mcp.SubscriptionFilter{ToolsListChanged: true}, func(error) {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(stop)
+		}
+		clients = append(clients, c)
+	}
+	sse := h.connectSSE(t, "")
+	sse.OnNotification(func(note mcp.JSONRPCNotification) {
+		if note.Method == mcp.MethodNotificationToolsListChanged {
+			heard.Add(1)
+		}
+	})
+	clients = append(clients, sse)
+	for _, c := range clients {
+		if got, _ := listAll(t, c); strings.Join(names(got), ",") != "srv__a" {
+			t.Errorf("listed %v, want srv__a", names(got))
+		}
+	}
+	time.Sleep(time.Second)
+	if n := heard.Load(); n != 0 {
+		t.Errorf("%d notifications/tools/list_changed with no change after the clients connected, want 0", n)
+	}
+}
+
 func TestListChanged(t *testing.T) {
 	exec := newExecutorDouble(testTool(t, "srv.a"))
 	h := newHarness(t, exec, harnessOptions{cfg: Config{ListChangedDelay: time.Second}})

@@ -121,6 +121,9 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	r = r.WithContext(withPeer(r.Context(), r))
+	// Every request, initialize and the notification streams included, waits for the first
+	// catalog: a session opened before it would be told its (never seen) empty list changed.
+	f.awaitCatalog(r.Context())
 	switch {
 	case p == CatalogPath:
 		f.catalog.http.ServeHTTP(w, r)

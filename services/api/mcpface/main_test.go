@@ -38,6 +38,8 @@ type executorDouble struct {
 	rev     uint64
 	subs    map[chan *toolmeshv1.WatchToolsResponse]bool
 	servers []string
+	// snapshotDelay holds WatchTools' first message back, as an executor still connecting does.
+	snapshotDelay time.Duration
 }
 
 func newExecutorDouble(tools ...*toolmeshv1.Tool) *executorDouble {
@@ -62,6 +64,7 @@ func (e *executorDouble) WatchTools(_ *toolmeshv1.WatchToolsRequest, stream grpc
 		delete(e.subs, ch)
 		e.mu.Unlock()
 	}()
+	time.Sleep(e.snapshotDelay)
 	if err := stream.Send(snap); err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
 
@@ -52,8 +51,6 @@ func (f *Face) newView(kind viewKind, srv string) *view {
 	hooks := &server.Hooks{}
 	f.ins.install(hooks, v.path)
 	reg.hooks(hooks)
-	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { f.awaitCatalog(ctx) })
-	hooks.AddBeforeCallTool(func(ctx context.Context, _ any, _ *mcp.CallToolRequest) { f.awaitCatalog(ctx) })
 	if kind == viewCatalog {
 		// The catalog also serves the SSE transport, whose sessions end here.
 		hooks.AddOnUnregisterSession(func(_ context.Context, s server.ClientSession) { f.owners.Delete(s.SessionID()) })
