@@ -1,7 +1,6 @@
 package chartcheck
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -41,8 +40,7 @@ func TestAPIGetsMCPConfig(t *testing.T) {
 // --mcp-config names, as its container has it mounted.
 func mcpConfigOf(t *testing.T, r *rendered, component string) (key, data string) {
 	t.Helper()
-	d := r.deployments[component]
-	c := container(t, d, component)
+	c := container(t, r.deployments[component], component)
 	var path string
 	for _, a := range c.Args {
 		if p, ok := strings.CutPrefix(a, "--mcp-config="); ok {
@@ -52,21 +50,9 @@ func mcpConfigOf(t *testing.T, r *rendered, component string) (key, data string)
 	if path == "" {
 		t.Fatalf("%s: args %v have no --mcp-config", component, c.Args)
 	}
-	for _, m := range c.VolumeMounts {
-		v := volumeOf(d, &m)
-		if v == nil || v.ConfigMap == nil {
-			continue
-		}
-		cm := r.configMaps[v.ConfigMap.Name]
-		if cm == nil {
-			t.Fatalf("%s mounts ConfigMap %s, which is not rendered", component, v.ConfigMap.Name)
-		}
-		for _, it := range configMapItems(v.ConfigMap, cm) {
-			if filepath.Join(m.MountPath, it.Path) == path {
-				return cm.Name + "/" + it.Key, cm.Data[it.Key]
-			}
-		}
+	f, ok := configMapFiles(t, r, component)[path]
+	if !ok {
+		t.Fatalf("%s: --mcp-config=%s, but no ConfigMap file is mounted there", component, path)
 	}
-	t.Fatalf("%s: --mcp-config=%s, but no ConfigMap file is mounted there", component, path)
-	return "", ""
+	return f.key, f.data
 }
