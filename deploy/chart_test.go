@@ -5,9 +5,13 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/toolmesh/toolmesh/internal/app"
+	"github.com/toolmesh/toolmesh/internal/policy"
 )
 
 // chartServed holds what each toolmesh container of the Helm chart runs with, one file per
@@ -68,6 +72,9 @@ func TestChartConfig(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// api is loaded first, before any other target's secrets are set: it must start
+			// without them.
+			cfgs := map[string]app.Config{}
 			for _, tg := range serveTargets {
 				target, ok := s.Targets[tg]
 				if !ok {
@@ -91,6 +98,12 @@ func TestChartConfig(t *testing.T) {
 				if err := cfg.Validate(); err != nil {
 					t.Errorf("%s: toolmesh serve --target=%s: %v", file, tg, err)
 				}
+				cfgs[tg] = cfg
+			}
+			// The api enforces the rules of the servers the executor connects to.
+			want := policy.RulesOf(cfgs["executor"].Executor.Servers)
+			if got := cfgs["api"].API.Policy.Servers; !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: the api's rules of the MCP servers are %v, want the executor's servers' %v", file, got, want)
 			}
 		})
 	}

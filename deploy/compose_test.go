@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/policy"
 )
 
 // TestComposeServices: the default `docker compose up` runs the whole mesh, and the optional
@@ -514,5 +516,27 @@ func TestComposeProfiles(t *testing.T) {
 	}
 	if _, err := tryLoadProject(t, []string{composeFile, cpuOverride}, nil, nil); err == nil || !strings.Contains(err.Error(), "TOOLMESH_CHAT_URL") {
 		t.Errorf("CPU variant without TOOLMESH_CHAT_URL: err = %v, want one naming TOOLMESH_CHAT_URL", err)
+	}
+}
+
+// TestComposeAPIGetsServerRules: the api decides what the model may be offered and called by
+// the MCP servers' rules (allowedTools, excludedTools, and allowDestructive, which only the
+// api enforces), so it reads the same MCP server config as the executor, in every variant:
+// an allowDestructive: true in deploy/mcp.json must not reach the executor alone.
+func TestComposeAPIGetsServerRules(t *testing.T) {
+	for _, files := range [][]string{{composeFile}, {composeFile, mtlsOverride}} {
+		p := loadProject(t, files, []string{"*"}, nil)
+		byTarget := serveServices(t, p)
+		exe, api := byTarget["executor"], byTarget["api"]
+		exeFile, _ := flagValue(exe.Command, "mcp-config")
+		apiFile, _ := flagValue(api.Command, "mcp-config")
+		if apiFile == "" || hostFile(t, api, apiFile) != hostFile(t, exe, exeFile) {
+			t.Errorf("%v: the api reads --mcp-config %q, the executor %q: want the same file", files, apiFile, exeFile)
+			continue
+		}
+		want := policy.RulesOf(serveConfig(t, exe).Executor.Servers)
+		if got := serveConfig(t, api).API.Policy.Servers; !reflect.DeepEqual(got, want) {
+			t.Errorf("%v: the api's rules of the MCP servers are %v, want the executor's servers' %v", files, got, want)
+		}
 	}
 }

@@ -63,7 +63,7 @@ type target struct {
 // targets is the one table of what exists, what it needs and what starts before what.
 var targets = map[string]target{
 	"demo":      {init: initDemo},
-	"executor":  {deps: []string{"demo"}, check: func(c *Config) error { return c.Executor.Validate() }, init: initExecutor},
+	"executor":  {deps: []string{"demo"}, check: (*Config).checkExecutor, init: initExecutor},
 	"retriever": {deps: []string{"executor"}, check: func(c *Config) error { return c.Retriever.Validate() }, init: initRetriever},
 	"inference": {check: func(c *Config) error { return c.Inference.Validate() }, init: initInference},
 	"api":       {deps: []string{"executor", "retriever", "inference"}, check: func(c *Config) error { return c.API.Validate() }, init: initAPI},
@@ -390,6 +390,9 @@ func followReady(ctx context.Context, g *server.GRPC, r readiness) {
 }
 
 func initExecutor(a *App, env targetEnv) ([]runner, error) {
+	if a.cfg.serversErr != nil {
+		return nil, a.cfg.serversErr
+	}
 	cfg := a.cfg.Executor
 	if len(a.book.mcpServers) > 0 {
 		cfg.Servers = maps.Clone(cfg.Servers)

@@ -43,8 +43,11 @@ type Config struct {
 	// MetricsAddr serves GET /metrics on its own listener (the api's REST port always does).
 	MetricsAddr string
 
-	// servers holds mcpServers given inline in the YAML file.
-	servers map[string]mcpconfig.Server
+	// servers holds mcpServers given inline in the YAML file, as written.
+	servers map[string]any
+	// serversErr is why the MCP servers did not load when their rules did: the executor,
+	// which connects to them, refuses to start with it; the api needs only the rules.
+	serversErr error
 }
 
 // DemoConfig is the shipped demo MCP servers that `up` runs on loopback.
@@ -100,16 +103,32 @@ func (c *Config) Load(fs *flag.FlagSet, args []string) error {
 			return err
 		}
 	}
-	servers, err := c.mcpServers()
+	servers, err := c.mcpServers(false)
+	rules := servers
 	if err != nil {
-		return err
+		// In microservices mode the api's pod has none of the executor's secrets, which
+		// ${VAR}s in headers, env or url name: the rules read without them, and only the
+		// executor refuses to start (Validate).
+		var rerr error
+		if rules, rerr = c.mcpServers(true); rerr != nil {
+			return err
+		}
+		c.serversErr = err
 	}
 	c.Executor.Servers = servers
 	secret.Read(c.Secrets(), os.LookupEnv)
 	// The api decides by the same servers' rules as the executor (allowDestructive is the
 	// api's alone): in microservices mode give both the same config.
-	c.API.Policy.Servers = policy.RulesOf(servers)
+	c.API.Policy.Servers = policy.RulesOf(rules)
 	return nil
+}
+
+// checkExecutor is the executor target's check: its servers loaded, and its config.
+func (c *Config) checkExecutor() error {
+	if c.serversErr != nil {
+		return c.serversErr
+	}
+	return c.Executor.Validate()
 }
 
 // Secrets lists every value a deployment provides in the environment, each declared by the
@@ -166,8 +185,9 @@ func (c *Config) overlayFile(fs *flag.FlagSet, given map[string]bool) error {
 	return nil
 }
 
-// yamlServers takes the mcpServers map out of doc, the YAML file path parsed.
-func yamlServers(path string, doc map[string]any) (map[string]mcpconfig.Server, error) {
+// yamlServers takes the mcpServers map out of doc, the YAML file path parsed; mcpServers
+// parses it.
+func yamlServers(path string, doc map[string]any) (map[string]any, error) {
 	raw, ok := doc["mcpServers"]
 	if !ok {
 		return nil, nil
@@ -177,11 +197,7 @@ func yamlServers(path string, doc map[string]any) (map[string]mcpconfig.Server, 
 	if !ok {
 		return nil, fmt.Errorf("config %s: mcpServers: want a map of server name to server", path)
 	}
-	servers, err := mcpconfig.FromYAML(m, os.LookupEnv)
-	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	return servers, nil
+	return m, nil
 }
 
 // flatten turns nested maps into dotted keys; lists become comma-joined values.
@@ -215,13 +231,19 @@ func flatten(prefix string, v any, out map[string]string) error {
 }
 
 // mcpServers merges the --mcp-config file with inline mcpServers; a name in both is an error.
-func (c *Config) mcpServers() (map[string]mcpconfig.Server, error) {
-	out := map[string]mcpconfig.Server{}
-	for name, s := range c.servers {
-		out[name] = s
+// With rulesOnly the servers have their rules alone, read without the servers' secrets
+// (mcpconfig.LoadRules).
+func (c *Config) mcpServers(rulesOnly bool) (map[string]mcpconfig.Server, error) {
+	fromYAML, load := mcpconfig.FromYAML, mcpconfig.Load
+	if rulesOnly {
+		fromYAML, load = mcpconfig.RulesFromYAML, mcpconfig.LoadRules
+	}
+	out, err := fromYAML(c.servers, os.LookupEnv)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", c.ConfigFile, err)
 	}
 	if c.MCPConfig != "" {
-		fromFile, err := mcpconfig.Load(c.MCPConfig)
+		fromFile, err := load(c.MCPConfig)
 		if err != nil {
 			return nil, err
 		}

@@ -3,12 +3,18 @@ package app
 import (
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/toolmesh/toolmesh/internal/policy"
+	"github.com/toolmesh/toolmesh/services/executor"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -159,4 +165,77 @@ func TestConfigSecrets(t *testing.T) {
 			t.Errorf("flag --%s holds a secret: secrets come from the environment only", f.Name)
 		}
 	})
+}
+
+// TestConfigRulesWithoutSecrets: in microservices mode the api's pod has none of the secrets
+// the MCP servers' config names (${VAR} in headers, env, url): `serve --target=api` still
+// loads, with the servers' rules, while the executor refuses to start without them, naming
+// the variable and never a value.
+func TestConfigRulesWithoutSecrets(t *testing.T) {
+	mcp := filepath.Join(t.TempDir(), "mcp.json")
+	doc := `{"mcpServers": {"gh": {"url": "https://mcp.example.com/mcp", "headers": {"Authorization": "Bearer ${TOOLMESH_TEST_GH_TOKEN}"},
+		"allowDestructive": true, "excludedTools": ["delete_*"]}}}`
+	if err := os.WriteFile(mcp, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wantRules := map[string]policy.ServerRules{"gh": {ExcludedTools: []string{"delete_*"}, AllowDestructive: true}}
+
+	c, err := load(t, "--mcp-config", mcp)
+	if err != nil {
+		t.Fatalf("without TOOLMESH_TEST_GH_TOKEN: %v", err)
+	}
+	if !reflect.DeepEqual(c.API.Policy.Servers, wantRules) {
+		t.Errorf("the api's rules = %+v, want %+v", c.API.Policy.Servers, wantRules)
+	}
+	c.Targets = []string{"api"}
+	if err := c.Validate(); err != nil {
+		t.Errorf("serve --target=api: %v", err)
+	}
+	c.Targets = []string{"executor"}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "TOOLMESH_TEST_GH_TOKEN") {
+		t.Errorf("serve --target=executor without the secret: err = %v, want one naming TOOLMESH_TEST_GH_TOKEN", err)
+	}
+
+	t.Setenv("TOOLMESH_TEST_GH_TOKEN", "s3cret-value")
+	c, err = load(t, "--mcp-config", mcp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Targets = []string{"executor", "api"}
+	if err := c.Validate(); err != nil {
+		t.Errorf("with the secret: %v", err)
+	}
+	if got := c.Executor.Servers["gh"].Headers["Authorization"]; got != "Bearer s3cret-value" {
+		t.Errorf("the executor's header = %q, want the secret resolved", got)
+	}
+	if !reflect.DeepEqual(c.API.Policy.Servers, wantRules) {
+		t.Errorf("the api's rules = %+v, want %+v", c.API.Policy.Servers, wantRules)
+	}
+}
+
+// TestReloadRulesWithoutSecrets: an api without an executor in its process reloads the rules
+// of a config whose secrets it does not have.
+func TestReloadRulesWithoutSecrets(t *testing.T) {
+	mcp := filepath.Join(t.TempDir(), "mcp.json")
+	doc := `{"mcpServers": {"gh": {"url": "https://mcp.example.com/mcp", "headers": {"Authorization": "Bearer ${TOOLMESH_TEST_GH_TOKEN}"}, "allowDestructive": true}}}`
+	if err := os.WriteFile(mcp, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		exec    *executor.Service
+		wantErr bool
+	}{
+		{"api alone", nil, false},
+		{"with the executor", &executor.Service{}, true},
+	} {
+		r := &reloader{mcpConfig: mcp, exec: tc.exec}
+		servers, _, err := r.parse()
+		if (err != nil) != tc.wantErr {
+			t.Errorf("%s: err = %v, want an error %v", tc.name, err, tc.wantErr)
+		}
+		if err == nil && !servers["gh"].AllowDestructive {
+			t.Errorf("%s: servers %+v, want gh's allowDestructive", tc.name, servers)
+		}
+	}
 }

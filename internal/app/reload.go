@@ -100,7 +100,9 @@ func (r *reloader) parse() (map[string]mcpconfig.Server, map[string]any, error) 
 			return nil, nil, err
 		}
 	}
-	servers, err := c.mcpServers()
+	// Without an executor here (the api alone) the rules are all that is used: read them
+	// without the servers' secrets, as Load does when they are not set.
+	servers, err := c.mcpServers(r.exec == nil)
 	if err != nil {
 		return nil, nil, err
 	}

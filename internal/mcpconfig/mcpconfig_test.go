@@ -295,6 +295,68 @@ func TestLoadUsesEnvironment(t *testing.T) {
 	}
 }
 
+// TestLoadRules: the rules of a server whose secrets come from variables this process does
+// not have (the api's, in microservices mode) load, and no variable but the rules' is looked
+// up; a shape error is an error there as for the executor.
+func TestLoadRules(t *testing.T) {
+	t.Setenv("TOOLMESH_TEST_EXCLUDE", "delete_*")
+	dir := t.TempDir()
+	write := func(name, doc string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	ok := write("mcp.json", `{"mcpServers": {
+		"gh": {"url": "${TOOLMESH_TEST_GH_URL}", "headers": {"Authorization": "Bearer ${TOOLMESH_TEST_GH_TOKEN}"},
+		       "allowDestructive": true, "allowedTools": ["*"], "excludedTools": ["${TOOLMESH_TEST_EXCLUDE}"]},
+		"local": {"command": "${TOOLMESH_TEST_BIN}", "args": ["--key=${TOOLMESH_TEST_KEY}"], "env": {"K": "${TOOLMESH_TEST_KEY}"}},
+		"off": {"disabled": true, "url": "${TOOLMESH_TEST_NOPE}"}
+	}}`)
+	if _, err := Load(ok); err == nil || !strings.Contains(err.Error(), "TOOLMESH_TEST_GH_TOKEN") {
+		t.Fatalf("Load without the secrets: err = %v, want one naming TOOLMESH_TEST_GH_TOKEN (the executor needs them)", err)
+	}
+	got, err := LoadRules(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Server{
+		"gh":    {Name: "gh", AllowedTools: []string{"*"}, ExcludedTools: []string{"delete_*"}, AllowDestructive: true},
+		"local": {Name: "local"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("LoadRules = %+v, want %+v", got, want)
+	}
+
+	for name, doc := range map[string]string{
+		"bad-type.json":      `{"mcpServers": {"gh": {"url": "https://x/mcp", "allowDestructive": "yes"}}}`,
+		"unset-in-rule.json": `{"mcpServers": {"gh": {"url": "https://x/mcp", "allowedTools": ["${TOOLMESH_TEST_NOPE}"]}}}`,
+		"not-json.json":      `{"mcpServers": {`,
+	} {
+		if _, err := LoadRules(write(name, doc)); err == nil {
+			t.Errorf("LoadRules(%s): no error", name)
+		}
+	}
+}
+
+// TestRulesFromYAML: the inline mcpServers of the YAML config, read for the rules alone.
+func TestRulesFromYAML(t *testing.T) {
+	m := map[string]any{"gh": map[string]any{"url": "${GH_URL}", "headers": map[string]any{"A": "${GH_TOKEN}"}, "excludedTools": []any{"x_*"}}}
+	var asked []string
+	lookup := func(name string) (string, bool) { asked = append(asked, name); return "", false }
+	got, err := RulesFromYAML(m, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Server{Name: "gh", ExcludedTools: []string{"x_*"}}); !reflect.DeepEqual(got["gh"], want) {
+		t.Errorf("RulesFromYAML = %+v, want %+v", got["gh"], want)
+	}
+	if len(asked) > 0 {
+		t.Errorf("looked up %v: reading the rules needs no variable", asked)
+	}
+}
+
 func TestExpand(t *testing.T) {
 	tests := []struct {
 		in, want, wantErr string

@@ -20,6 +20,20 @@ const maxFileSize = 8 << 20
 
 // Load reads an mcp.json file and parses it with os.LookupEnv. Errors name the file.
 func Load(path string) (map[string]Server, error) {
+	return load(path, false)
+}
+
+// LoadRules reads an mcp.json file as Load does, for the servers' rules alone: each server
+// it returns has only Name, AllowedTools, ExcludedTools and AllowDestructive set. ${VAR}
+// references anywhere else (url, headers, command, args, env: where a server's secrets go)
+// are neither resolved nor required, so a process that only enforces the rules (the api in
+// microservices mode) needs none of the secrets and never holds them. Connection settings
+// are not validated: the executor, which uses them, does that.
+func LoadRules(path string) (map[string]Server, error) {
+	return load(path, true)
+}
+
+func load(path string, rulesOnly bool) (map[string]Server, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("mcp config: %w", err)
@@ -32,7 +46,7 @@ func Load(path string) (map[string]Server, error) {
 	if len(data) > maxFileSize {
 		return nil, fmt.Errorf("mcp config %s: larger than %d bytes", path, maxFileSize)
 	}
-	servers, err := Parse(data, os.LookupEnv)
+	servers, err := parse(data, os.LookupEnv, rulesOnly)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -46,6 +60,10 @@ func Load(path string) (map[string]Server, error) {
 // means no variables are set). Disabled entries are left out. Every entry is validated and
 // all problems are returned together, joined, in server-name order.
 func Parse(data []byte, lookupEnv func(string) (string, bool)) (map[string]Server, error) {
+	return parse(data, lookupEnv, false)
+}
+
+func parse(data []byte, lookupEnv func(string) (string, bool), rulesOnly bool) (map[string]Server, error) {
 	clean, err := stripJSONC(data)
 	if err != nil {
 		return nil, fmt.Errorf("mcp config: %w", err)
@@ -87,24 +105,29 @@ func Parse(data []byte, lookupEnv func(string) (string, bool)) (map[string]Serve
 	if !ok {
 		return nil, fmt.Errorf("mcp config: %q must be an object mapping server names to servers", key)
 	}
-	return parseEntries(entries, lookupEnv)
+	return parseEntries(entries, lookupEnv, rulesOnly)
 }
 
 // FromYAML takes the value of an "mcpServers:" map inline in toolmesh's YAML config, as
 // yaml.v3 decodes it into a map[string]any field, and treats it exactly as Parse treats a
 // JSON "mcpServers" map. A nil map yields no servers.
 func FromYAML(mcpServers map[string]any, lookupEnv func(string) (string, bool)) (map[string]Server, error) {
-	return parseEntries(mcpServers, lookupEnv)
+	return parseEntries(mcpServers, lookupEnv, false)
 }
 
-func parseEntries(entries map[string]any, lookupEnv func(string) (string, bool)) (map[string]Server, error) {
+// RulesFromYAML is FromYAML for the servers' rules alone, as LoadRules reads them.
+func RulesFromYAML(mcpServers map[string]any, lookupEnv func(string) (string, bool)) (map[string]Server, error) {
+	return parseEntries(mcpServers, lookupEnv, true)
+}
+
+func parseEntries(entries map[string]any, lookupEnv func(string) (string, bool), rulesOnly bool) (map[string]Server, error) {
 	if lookupEnv == nil {
 		lookupEnv = func(string) (string, bool) { return "", false }
 	}
 	out := make(map[string]Server, len(entries))
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(entries)) {
-		s, keep, err := parseEntry(name, entries[name], lookupEnv)
+		s, keep, err := parseEntry(name, entries[name], lookupEnv, rulesOnly)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -124,7 +147,9 @@ type entry struct {
 	server string
 	obj    map[string]any
 	lookup func(string) (string, bool)
-	errs   []error
+	// rulesOnly expands ${VAR} in the rules alone (allowedTools, excludedTools).
+	rulesOnly bool
+	errs      []error
 }
 
 func (e *entry) fail(field, format string, args ...any) {
@@ -134,12 +159,12 @@ func (e *entry) fail(field, format string, args ...any) {
 // parseEntry returns the server, whether to keep it (false when disabled), and its errors.
 // A disabled entry is skipped after its "disabled" key is checked: nothing else in it is
 // decoded, expanded or validated.
-func parseEntry(name string, raw any, lookup func(string) (string, bool)) (Server, bool, error) {
+func parseEntry(name string, raw any, lookup func(string) (string, bool), rulesOnly bool) (Server, bool, error) {
 	obj, ok := asObject(raw)
 	if !ok {
 		return Server{}, false, &FieldError{Server: name, Msg: "must be an object"}
 	}
-	e := &entry{server: name, obj: obj, lookup: lookup}
+	e := &entry{server: name, obj: obj, lookup: lookup, rulesOnly: rulesOnly}
 	if e.boolean("disabled") {
 		return Server{}, false, nil
 	}
@@ -186,6 +211,9 @@ func parseEntry(name string, raw any, lookup func(string) (string, bool)) (Serve
 	if len(e.errs) > 0 {
 		return Server{}, false, errors.Join(append(e.errs, hints(name, s.Warnings)...)...)
 	}
+	if rulesOnly {
+		return Server{Name: name, AllowedTools: s.AllowedTools, ExcludedTools: s.ExcludedTools, AllowDestructive: s.AllowDestructive}, true, nil
+	}
 
 	switch {
 	case explicit != "":
@@ -211,6 +239,9 @@ func inferTransport(raw string) Transport {
 }
 
 func (e *entry) expand(field, v string) string {
+	if e.rulesOnly && !strings.HasPrefix(field, "allowedTools[") && !strings.HasPrefix(field, "excludedTools[") {
+		return v // a server's secrets are the executor's: not resolved, and not kept
+	}
 	out, err := expand(v, e.lookup)
 	if err != nil {
 		e.fail(field, "%s", err.Error())

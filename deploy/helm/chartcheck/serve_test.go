@@ -58,26 +58,11 @@ func TestServedConfig(t *testing.T) {
 					env = append(env, e.Name)
 				}
 				got.Targets[c] = servedTarget{Args: ctr.Args, Env: env}
-				for _, m := range ctr.VolumeMounts {
-					v := volumeOf(d, &m)
-					if v == nil || v.ConfigMap == nil {
-						continue
+				for path, f := range configMapFiles(t, r, c) {
+					if prev, dup := got.Files[path]; dup && prev != f.data {
+						t.Fatalf("%s differs between containers", path)
 					}
-					cm := r.configMaps[v.ConfigMap.Name]
-					if cm == nil {
-						t.Fatalf("%s mounts ConfigMap %s, which is not rendered", c, v.ConfigMap.Name)
-					}
-					for _, it := range configMapItems(v.ConfigMap, cm) {
-						path := filepath.Join(m.MountPath, it.Path)
-						data, ok := cm.Data[it.Key]
-						if !ok {
-							t.Fatalf("%s mounts key %s of ConfigMap %s, which has no such key", c, it.Key, cm.Name)
-						}
-						if prev, dup := got.Files[path]; dup && prev != data {
-							t.Fatalf("%s differs between containers", path)
-						}
-						got.Files[path] = data
-					}
+					got.Files[path] = f.data
 				}
 			}
 			if d := r.deployments["llama-server"]; d != nil && len(d.Spec.Template.Spec.InitContainers) == 1 {
@@ -125,6 +110,37 @@ func TestServedConfig(t *testing.T) {
 			t.Errorf("%s/%s belongs to no case: remove it", servedDir, e.Name())
 		}
 	}
+}
+
+// mountedFile is one ConfigMap key as a container has it mounted.
+type mountedFile struct {
+	key  string // ConfigMap/key
+	data string
+}
+
+// configMapFiles are the ConfigMap files component's container mounts, by their path in it.
+func configMapFiles(t *testing.T, r *rendered, component string) map[string]mountedFile {
+	t.Helper()
+	d := r.deployments[component]
+	out := map[string]mountedFile{}
+	for _, m := range container(t, d, component).VolumeMounts {
+		v := volumeOf(d, &m)
+		if v == nil || v.ConfigMap == nil {
+			continue
+		}
+		cm := r.configMaps[v.ConfigMap.Name]
+		if cm == nil {
+			t.Fatalf("%s mounts ConfigMap %s, which is not rendered", component, v.ConfigMap.Name)
+		}
+		for _, it := range configMapItems(v.ConfigMap, cm) {
+			data, ok := cm.Data[it.Key]
+			if !ok {
+				t.Fatalf("%s mounts key %s of ConfigMap %s, which has no such key", component, it.Key, cm.Name)
+			}
+			out[filepath.Join(m.MountPath, it.Path)] = mountedFile{key: cm.Name + "/" + it.Key, data: data}
+		}
+	}
+	return out
 }
 
 func configMapItems(src *corev1.ConfigMapVolumeSource, cm *corev1.ConfigMap) []corev1.KeyToPath {

@@ -1,5 +1,8 @@
 {{/* The Deployment of one toolmesh target (`toolmesh serve --target=NAME`): (list $ "api").
-The four targets differ only in ports, probes, secrets and (the executor) MCP servers. */}}
+The four targets differ only in ports, probes, secrets and (the executor) MCP server sidecars.
+The executor and the api read the same mcp.json: the executor connects to its servers, the api
+enforces their rules (allowedTools, excludedTools, allowDestructive) and reads only those, so it
+needs none of the servers' secrets (executor.env). */}}
 {{- define "toolmesh.deployment" -}}
 {{- $ := index . 0 }}
 {{- $component := index . 1 }}
@@ -32,7 +35,7 @@ spec:
         {{- include "toolmesh.selectorLabels" (list $ $component) | nindent 8 }}
       annotations:
         {{- if $.Values.rolloutOnConfigChange }}
-        {{- /* No checksum of mcp.json: the executor reloads it when the mounted ConfigMap changes. */}}
+        {{- /* No checksum of mcp.json: the executor and the api reload it when the mounted ConfigMap changes. */}}
         checksum/config: {{ include "toolmesh.config" $ | sha256sum }}
         {{- end }}
         {{- if $.Values.metrics.enabled }}
@@ -64,7 +67,7 @@ spec:
             - serve
             - --target={{ $component }}
             - --config={{ include "toolmesh.configDir" $ }}/toolmesh.yaml
-            {{- if eq $component "executor" }}
+            {{- if or (eq $component "executor") (eq $component "api") }}
             - --mcp-config={{ include "toolmesh.configDir" $ }}/mcp.json
             {{- end }}
             {{- with $v.extraArgs }}
@@ -150,7 +153,7 @@ spec:
             items:
               - key: toolmesh.yaml
                 path: toolmesh.yaml
-              {{- if eq $component "executor" }}
+              {{- if or (eq $component "executor") (eq $component "api") }}
               - key: mcp.json
                 path: mcp.json
               {{- end }}
