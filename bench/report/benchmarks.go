@@ -34,6 +34,8 @@ var benchmarks = []benchmark{
 		builds: []string{"./bench/load", "./cmd/toolmesh"}, run: runLoad},
 	{name: "console", issue: "9 console", title: "Web console first load (issue 9)",
 		tests: []string{"./internal/app"}, run: runConsole},
+	{name: "security", issue: "16 security", title: "The cost of closed by default: policy, request checks, mutual TLS (issue 16)",
+		builds: []string{"./bench/loop", "./cmd/toolmesh"}, tests: []string{"./internal/policy", "./internal/webguard", "./internal/server"}, run: runSecurity},
 	{name: "replicas", issue: "20 replicas", title: "Replicas sharing the load (issues 17, 20)",
 		builds: []string{"./bench/replicas"}, run: runReplicas},
 }

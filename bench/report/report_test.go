@@ -394,3 +394,38 @@ func TestQuickReport(t *testing.T) {
 		}
 	}
 }
+
+// TestSecurityRows reads issue 16's Go benchmarks as `go test -bench` prints them and judges
+// the policy + checks target on the slowest request kind.
+func TestSecurityRows(t *testing.T) {
+	out := `goos: linux
+BenchmarkDecideCall-2            	 1542538	       728.9 ns/op	         0.1267 allowed	       390.0 p50-ns	     25689 p99-ns	     218 B/op	       3 allocs/op
+BenchmarkDecideCall-2            	 1542538	       728.9 ns/op	         0.1267 allowed	       410.0 p50-ns	     25689 p99-ns	     218 B/op	       3 allocs/op
+BenchmarkDecideCall-2            	 1542538	       728.9 ns/op	         0.1267 allowed	       900.0 p50-ns	     25689 p99-ns	     218 B/op	       3 allocs/op
+BenchmarkCheck/console-post-2         	 5584864	       205.7 ns/op	       190.0 p50-ns	       301.0 p99-ns	       0 B/op	       0 allocs/op
+BenchmarkCheck/named-get-2            	11252816	       104.7 ns/op	        69.00 p50-ns	       111.0 p99-ns	       0 B/op	       0 allocs/op
+BenchmarkCallMutualTLS/plaintext-2         	   17331	     60000 ns/op	    8818 B/op	     140 allocs/op
+BenchmarkCallMutualTLS/mutual-tls-2        	   18757	     63000 ns/op	    8852 B/op	     142 allocs/op
+PASS`
+	b := parseGoBench(out)
+	if got := b.median("BenchmarkDecideCall", "p50-ns"); got != 410 {
+		t.Errorf("median p50 of DecideCall = %v, want 410", got)
+	}
+	pair := tlsPair{
+		Off: figures.Loop{Rows: []figures.LoopRow{{Mode: "micro", Via: "rest", Clients: 1, IterP50: 2000, Queries: 10}}},
+		On:  figures.Loop{Rows: []figures.LoopRow{{Mode: "micro", Via: "rest", Clients: 1, IterP50: 2200, Queries: 10}}},
+	}
+	rows := securityRows(b, []tlsPair{pair})
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 4: %v", len(rows), rows)
+	}
+	if rows[0].Toolmesh != "600 ns" || rows[0].Verdict != met {
+		t.Errorf("policy + checks row = %+v, want 600 ns (410 + 190), met", rows[0])
+	}
+	if math.Abs(rows[1].Ratio-1.05) > 1e-9 {
+		t.Errorf("mTLS call ratio = %v, want 1.05", rows[1].Ratio)
+	}
+	if rows[2].Toolmesh != "1.10×" || rows[3].Verdict != failed {
+		t.Errorf("loop rows = %+v / %+v: want rest 1.10× and grpc not measured", rows[2], rows[3])
+	}
+}
