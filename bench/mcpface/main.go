@@ -11,7 +11,7 @@
 // the executor, retriever and api targets, as `toolmesh up` runs them. Both clients speak the
 // same protocol version (-protocol).
 //
-//	go run ./bench/mcpface [-callers 64] [-duration 5s] [-rounds 3] [-tools 10000]
+//	go run ./bench/mcpface [-callers 64] [-duration 5s] [-rounds 3] [-tools 10000] [-only calls|list] [-cpuprofile F]
 package main
 
 import (
@@ -49,6 +49,7 @@ func main() {
 	listRuns := flag.Int("list-runs", 20, "full tools/list runs of each path")
 	protocol := flag.String("protocol", mcp.LATEST_PROTOCOL_VERSION, "MCP protocol version both clients speak")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	only := flag.String("only", "", `measure only "calls" or only "list" (for a profile of one path); both when empty`)
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -64,14 +65,18 @@ func main() {
 			f.Close()
 		}()
 	}
-	if err := run(*callers, *duration, *rounds, *tools, *listRuns, *protocol); err != nil {
+	if *only != "" && *only != "calls" && *only != "list" {
+		fmt.Fprintln(os.Stderr, `mcpface: -only: want "calls" or "list"`)
+		os.Exit(2)
+	}
+	if err := run(*callers, *duration, *rounds, *tools, *listRuns, *protocol, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "mcpface:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
 
-func run(callers int, duration time.Duration, rounds, nTools, listRuns int, protocol string) error {
+func run(callers int, duration time.Duration, rounds, nTools, listRuns int, protocol, only string) error {
 	if callers < 1 || rounds < 1 || nTools < 1 || listRuns < 1 || duration <= 0 {
 		return errors.New("-callers, -rounds, -tools, -list-runs and -duration must be positive")
 	}
@@ -132,6 +137,24 @@ func run(callers int, duration time.Duration, rounds, nTools, listRuns int, prot
 		return err
 	}
 
+	if only != "list" {
+		if err := compareCalls(ctx, direct, face, callers, duration, rounds, protocol); err != nil {
+			return err
+		}
+	}
+	if only != "calls" {
+		if err := compareLists(ctx, bigURL, face, nTools, listRuns, protocol); err != nil {
+			return err
+		}
+	}
+	load1 := loadavg.Now()
+	fmt.Printf("\ntook %s; load average %s → %s: %s\n", time.Since(start).Round(time.Second), load0, load1, loadavg.Verdict(load0, load1, runtime.NumCPU()))
+	return nil
+}
+
+// compareCalls measures calls of the echo tool directly and through /mcp, at 1 and at callers
+// callers, in alternating rounds.
+func compareCalls(ctx context.Context, direct, face *client.Client, callers int, duration time.Duration, rounds int, protocol string) error {
 	fmt.Printf("MCP face vs direct held session, %s, GOMAXPROCS %d, protocol %s, %d rounds of %s each, alternating\n\n",
 		runtime.Version(), runtime.GOMAXPROCS(0), protocol, rounds, duration)
 	fmt.Println("| path | callers | calls | calls/s | p50 | p90 | p99 |")
@@ -156,7 +179,12 @@ func run(callers int, duration time.Duration, rounds, nTools, listRuns int, prot
 		fmt.Printf("at %d callers: /mcp adds %+.0f µs to p50; calls/s %.2f× direct\n", n, ratios[n][0], ratios[n][1])
 	}
 	fmt.Printf("targets at %d callers: p50 ≤ +150 µs, calls/s ≥ 0.7× direct\n\n", callers)
+	return nil
+}
 
+// compareLists lists every tool of the big server through /mcp, page by page, and in one
+// tools/list on the server directly.
+func compareLists(ctx context.Context, bigURL string, face *client.Client, nTools, listRuns int, protocol string) error {
 	bigDirect, err := connect(ctx, bigURL, protocol)
 	if err != nil {
 		return fmt.Errorf("direct session on the big server: %w", err)
@@ -187,8 +215,6 @@ func run(callers int, duration time.Duration, rounds, nTools, listRuns int, prot
 		slices.Sort(times)
 		fmt.Printf("| %s | %d | %d | %s | %s |\n", c.name, c.want, pages, ms(times[len(times)/2]), ms(times[len(times)-1]))
 	}
-	load1 := loadavg.Now()
-	fmt.Printf("\ntook %s; load average %s → %s: %s\n", time.Since(start).Round(time.Second), load0, load1, loadavg.Verdict(load0, load1, runtime.NumCPU()))
 	return nil
 }
 
