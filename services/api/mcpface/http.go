@@ -43,6 +43,9 @@ func Public(r *http.Request) bool {
 	return r.URL.Path == MetadataPath || strings.HasPrefix(r.URL.Path, MetadataPath+"/")
 }
 
+// Endpoint reports whether p is an MCP endpoint of the face (not its resource metadata).
+func Endpoint(p string) bool { return mcpPath(p) }
+
 // mcpPath reports whether p is an MCP endpoint of the face.
 func mcpPath(p string) bool {
 	return p == CatalogPath || p == SSEPath || p == SSEMessagePath || strings.HasPrefix(p, CatalogPath+"/")
