@@ -2,8 +2,9 @@
 //
 //   - a tool call through toolmesh's /mcp (mcp-go client → api → executor → the MCP server)
 //     against the same call made directly on the MCP server with a held mcp-go session, at 1
-//     and at -callers concurrent callers sharing one session: p50, p99 and calls/s. The two
-//     are measured in alternating rounds so that a busy machine weighs on both alike;
+//     and at -callers concurrent callers sharing one session: p50, p99, calls/s and the CPU
+//     time this process spends per call (client, mesh and servers). The two are measured in
+//     alternating rounds so that a busy machine weighs on both alike;
 //   - tools/list of a -tools catalog through /mcp, every page (the face's page size), against
 //     one tools/list of the same tools on the server directly.
 //
@@ -11,7 +12,7 @@
 // the executor, retriever and api targets, as `toolmesh up` runs them. Both clients speak the
 // same protocol version (-protocol).
 //
-//	go run ./bench/mcpface [-callers 64] [-duration 5s] [-rounds 3] [-tools 10000]
+//	go run ./bench/mcpface [-callers 64] [-duration 5s] [-rounds 3] [-tools 10000] [-only calls|list] [-cpuprofile F]
 package main
 
 import (
@@ -30,6 +31,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
@@ -49,6 +51,7 @@ func main() {
 	listRuns := flag.Int("list-runs", 20, "full tools/list runs of each path")
 	protocol := flag.String("protocol", mcp.LATEST_PROTOCOL_VERSION, "MCP protocol version both clients speak")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	only := flag.String("only", "", `measure only "calls" or only "list" (for a profile of one path); both when empty`)
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -64,14 +67,18 @@ func main() {
 			f.Close()
 		}()
 	}
-	if err := run(*callers, *duration, *rounds, *tools, *listRuns, *protocol); err != nil {
+	if *only != "" && *only != "calls" && *only != "list" {
+		fmt.Fprintln(os.Stderr, `mcpface: -only: want "calls" or "list"`)
+		os.Exit(2)
+	}
+	if err := run(*callers, *duration, *rounds, *tools, *listRuns, *protocol, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "mcpface:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
 
-func run(callers int, duration time.Duration, rounds, nTools, listRuns int, protocol string) error {
+func run(callers int, duration time.Duration, rounds, nTools, listRuns int, protocol, only string) error {
 	if callers < 1 || rounds < 1 || nTools < 1 || listRuns < 1 || duration <= 0 {
 		return errors.New("-callers, -rounds, -tools, -list-runs and -duration must be positive")
 	}
@@ -132,11 +139,29 @@ func run(callers int, duration time.Duration, rounds, nTools, listRuns int, prot
 		return err
 	}
 
+	if only != "list" {
+		if err := compareCalls(ctx, direct, face, callers, duration, rounds, protocol); err != nil {
+			return err
+		}
+	}
+	if only != "calls" {
+		if err := compareLists(ctx, bigURL, face, nTools, listRuns, protocol); err != nil {
+			return err
+		}
+	}
+	load1 := loadavg.Now()
+	fmt.Printf("\ntook %s; load average %s → %s: %s\n", time.Since(start).Round(time.Second), load0, load1, loadavg.Verdict(load0, load1, runtime.NumCPU()))
+	return nil
+}
+
+// compareCalls measures calls of the echo tool directly and through /mcp, at 1 and at callers
+// callers, in alternating rounds.
+func compareCalls(ctx context.Context, direct, face *client.Client, callers int, duration time.Duration, rounds int, protocol string) error {
 	fmt.Printf("MCP face vs direct held session, %s, GOMAXPROCS %d, protocol %s, %d rounds of %s each, alternating\n\n",
 		runtime.Version(), runtime.GOMAXPROCS(0), protocol, rounds, duration)
-	fmt.Println("| path | callers | calls | calls/s | p50 | p90 | p99 |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
-	ratios := map[int][2]float64{}
+	fmt.Println("| path | callers | calls | calls/s | p50 | p90 | p99 | CPU/call |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
+	ratios := map[int][3]float64{}
 	for _, n := range []int{1, callers} {
 		var d, f stats
 		for range rounds {
@@ -149,14 +174,23 @@ func run(callers int, duration time.Duration, rounds, nTools, listRuns int, prot
 		}
 		d.print("direct (held mcp-go session)", n)
 		f.print("through toolmesh /mcp", n)
-		ratios[n] = [2]float64{float64(f.p(50)-d.p(50)) / float64(time.Microsecond), f.rate() / d.rate()}
+		ratios[n] = [3]float64{float64(f.p(50)-d.p(50)) / float64(time.Microsecond), f.rate() / d.rate(), d.cpuPerCall().Seconds() / f.cpuPerCall().Seconds()}
 	}
 	fmt.Println()
 	for _, n := range []int{1, callers} {
-		fmt.Printf("at %d callers: /mcp adds %+.0f µs to p50; calls/s %.2f× direct\n", n, ratios[n][0], ratios[n][1])
+		fmt.Printf("at %d callers: /mcp adds %+.0f µs to p50; calls/s %.2f× direct (CPU per call says %.2f×)\n",
+			n, ratios[n][0], ratios[n][1], ratios[n][2])
 	}
+	// The CPU a call costs the whole process (client, mesh and servers alike) depends far less
+	// on what else runs on the machine than calls/s does; on a machine the callers keep busy,
+	// calls/s follows it: direct's CPU per call over the face's.
 	fmt.Printf("targets at %d callers: p50 ≤ +150 µs, calls/s ≥ 0.7× direct\n\n", callers)
+	return nil
+}
 
+// compareLists lists every tool of the big server through /mcp, page by page, and in one
+// tools/list on the server directly.
+func compareLists(ctx context.Context, bigURL string, face *client.Client, nTools, listRuns int, protocol string) error {
 	bigDirect, err := connect(ctx, bigURL, protocol)
 	if err != nil {
 		return fmt.Errorf("direct session on the big server: %w", err)
@@ -187,15 +221,14 @@ func run(callers int, duration time.Duration, rounds, nTools, listRuns int, prot
 		slices.Sort(times)
 		fmt.Printf("| %s | %d | %d | %s | %s |\n", c.name, c.want, pages, ms(times[len(times)/2]), ms(times[len(times)-1]))
 	}
-	load1 := loadavg.Now()
-	fmt.Printf("\ntook %s; load average %s → %s: %s\n", time.Since(start).Round(time.Second), load0, load1, loadavg.Verdict(load0, load1, runtime.NumCPU()))
 	return nil
 }
 
-// stats gathers the latencies of one path over its rounds.
+// stats gathers the latencies of one path over its rounds, and the process's CPU time in them.
 type stats struct {
 	lat     []time.Duration
 	elapsed time.Duration
+	cpu     time.Duration
 }
 
 // round runs n callers on c for d (after a short warm-up), each calling tool in a loop.
@@ -238,8 +271,10 @@ func (s *stats) round(ctx context.Context, c *client.Client, tool string, n int,
 	}
 	time.Sleep(time.Until(warm))
 	once.Do(func() { began = time.Now() })
+	cpu0 := cpuTime()
 	time.Sleep(d)
 	ended = time.Now()
+	s.cpu += cpuTime() - cpu0
 	stop.Store(true)
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -262,8 +297,25 @@ func (s *stats) p(q int) time.Duration {
 
 func (s *stats) rate() float64 { return float64(len(s.lat)) / s.elapsed.Seconds() }
 
+// cpuPerCall is the process's CPU time (user and system) per call measured.
+func (s *stats) cpuPerCall() time.Duration {
+	if len(s.lat) == 0 {
+		return 0
+	}
+	return s.cpu / time.Duration(len(s.lat))
+}
+
 func (s *stats) print(name string, n int) {
-	fmt.Printf("| %s | %d | %d | %.0f | %s | %s | %s |\n", name, n, len(s.lat), s.rate(), us(s.p(50)), us(s.p(90)), us(s.p(99)))
+	fmt.Printf("| %s | %d | %d | %.0f | %s | %s | %s | %s |\n", name, n, len(s.lat), s.rate(), us(s.p(50)), us(s.p(90)), us(s.p(99)), us(s.cpuPerCall()))
+}
+
+// cpuTime is the CPU time this process has used so far, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }

@@ -15,7 +15,7 @@ func TestRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a mesh; skipped with -short")
 	}
-	if err := run(2, 300*time.Millisecond, 1, 30, 1, mcp.LATEST_PROTOCOL_VERSION); err != nil {
+	if err := run(2, 300*time.Millisecond, 1, 30, 1, mcp.LATEST_PROTOCOL_VERSION, ""); err != nil {
 		t.Fatal(err)
 	}
 }

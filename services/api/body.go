@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/services/api/mcpface"
 )
 
 // bodyDeadline bounds how long a client may take to send a request body: a client that
@@ -91,9 +92,13 @@ func checkBody(max int64, timeout time.Duration, next http.Handler) http.Handler
 			writeError(w, http.StatusBadRequest, "body: "+err.Error())
 			return
 		}
-		if msg := bodyProblem(data, r.URL.Path); msg != "" {
-			writeError(w, http.StatusBadRequest, msg)
-			return
+		// An MCP endpoint parses its JSON-RPC body itself and answers a bad one as JSON-RPC
+		// says (a parse error); reading it here too cost a JSON pass per MCP request.
+		if !mcpface.Endpoint(r.URL.Path) {
+			if msg := bodyProblem(data, r.URL.Path); msg != "" {
+				writeError(w, http.StatusBadRequest, msg)
+				return
+			}
 		}
 		r.Body = io.NopCloser(bytes.NewReader(data))
 		next.ServeHTTP(w, r)

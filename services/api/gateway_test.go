@@ -214,3 +214,29 @@ func TestReadyzIndexLag(t *testing.T) {
 		})
 	}
 }
+
+// TestMCPBadBody: the MCP endpoint answers a body that is not JSON, or not an object, as
+// JSON-RPC says (a parse error), not with the REST error body the /v1/ routes give.
+func TestMCPBadBody(t *testing.T) {
+	ts := newGateway(t, startGRPC(t, func(g *grpc.Server) { toolmeshv1.RegisterExecutorServiceServer(g, &fakeExecutor{}) }))
+	for _, body := range []string{`{`, `[1]`} {
+		req, _ := http.NewRequest("POST", ts.URL+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var e struct {
+			JSONRPC string `json:"jsonrpc"`
+			Error   struct {
+				Code int `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(b, &e); err != nil || e.JSONRPC != "2.0" || e.Error.Code != -32700 {
+			t.Errorf("POST /mcp %s: %d %s, want a JSON-RPC parse error (-32700)", body, resp.StatusCode, b)
+		}
+	}
+}

@@ -196,9 +196,11 @@ func (f *Face) Run(ctx context.Context) error {
 func (f *Face) Drain() {
 	f.sse.CloseSessions()
 	for _, v := range f.views() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		v.http.CloseSessions(ctx)
-		cancel()
+		for _, h := range v.handlers() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			h.CloseSessions(ctx)
+			cancel()
+		}
 	}
 }
 
@@ -214,11 +216,13 @@ func (f *Face) Close() {
 	f.mu.Unlock()
 	f.sse.CloseSessions()
 	for _, v := range f.views() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if err := v.http.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			f.log.Warn("mcp: stopping a view", "view", v.path, "err", err)
+		for _, h := range v.handlers() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			if err := h.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				f.log.Warn("mcp: stopping a view", "view", v.path, "err", err)
+			}
+			cancel()
 		}
-		cancel()
 	}
 }
 

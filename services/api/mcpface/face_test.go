@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -671,4 +672,85 @@ func TestProgress(t *testing.T) {
 	if len(h.tools.asked) != 1 || h.tools.asked[0] {
 		t.Errorf("a call without a progress token asked for progress: %v", h.tools.asked)
 	}
+}
+
+// TestListerPagesAsTheViewsServer: /mcp answers tools/list with the view's lister (see view);
+// its pages, their order and their cursors are those of the view's own mcp-go server, which
+// still answers on the legacy SSE transport, for an unscoped and a scoped token, before and
+// after the catalog changes, at every protocol era.
+func TestListerPagesAsTheViewsServer(t *testing.T) {
+	var tools []*toolmeshv1.Tool
+	for _, id := range ids(230, "srv.tool_%03d") {
+		tools = append(tools, testTool(t, id))
+	}
+	// Ids whose order is not that of their names: colliding plain names, a shortened one,
+	// capitals and underscores.
+	for _, id := range []string{"a.b__c", "a.b.c", "srv." + strings.Repeat("very_long_tool_name_", 5), "srv.Zed", "srv._under", "other.x"} {
+		tools = append(tools, testTool(t, id))
+	}
+	exec := newExecutorDouble(tools...)
+	h := newHarness(t, exec, harnessOptions{
+		cfg:    Config{PageSize: 50},
+		tokens: "narrow:narrow-token-0123456789,wide:wide-token-0123456789",
+		policy: policy.Config{Tokens: map[string]policy.Scope{"narrow": {Call: []string{"srv"}}, "wide": {Call: []string{"*"}}}},
+	})
+	check := func(t *testing.T, token string, want int) {
+		sse := pages(t, h.connectSSE(t, token))
+		var n int
+		for _, p := range sse {
+			n += strings.Count(p, ",") + 1
+		}
+		if n != want {
+			t.Fatalf("the view's own server lists %d tools, want %d", n, want)
+		}
+		for _, v := range versions {
+			if got := pages(t, h.connect(t, CatalogPath, v, token)); !slices.Equal(got, sse) {
+				t.Errorf("%s: /mcp pages\n%v\nthe view's own server\n%v", v, got, sse)
+			}
+		}
+	}
+	t.Run("wide", func(t *testing.T) { check(t, "wide-token-0123456789", 236) })
+	t.Run("narrow", func(t *testing.T) { check(t, "narrow-token-0123456789", 233) })
+	exec.change([]*toolmeshv1.Tool{testTool(t, "srv.tool_500"), testTool(t, "b.new")}, "srv.tool_007", "a.b.c")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, _ := listAll(t, h.connect(t, CatalogPath, mcp.LATEST_PROTOCOL_VERSION, "wide-token-0123456789"))
+		if len(got) == 236 && slices.Contains(names(got), "b__new") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the change /mcp lists %d tools", len(got))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Run("changed", func(t *testing.T) { check(t, "wide-token-0123456789", 236) })
+}
+
+// pages lists every tool page by page: each page as its cursor and its names, in order.
+func pages(t *testing.T, c *client.Client) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out []string
+	req := mcp.ListToolsRequest{}
+	for range 1000 {
+		res, err := c.ListToolsByPage(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := string(req.Params.Cursor) + "|"
+		for i, tool := range res.Tools {
+			if i > 0 {
+				p += ","
+			}
+			p += tool.Name
+		}
+		out = append(out, p)
+		if res.NextCursor == "" {
+			return out
+		}
+		req.Params.Cursor = res.NextCursor
+	}
+	t.Fatal("more than 1000 pages")
+	return nil
 }

@@ -1,15 +1,18 @@
 package mcpface
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 
@@ -39,6 +42,9 @@ var Routes = []string{CatalogPath, CatalogPath + "/", SSEPath, SSEPath + "/", Me
 func Public(r *http.Request) bool {
 	return r.URL.Path == MetadataPath || strings.HasPrefix(r.URL.Path, MetadataPath+"/")
 }
+
+// Endpoint reports whether p is an MCP endpoint of the face (not its resource metadata).
+func Endpoint(p string) bool { return mcpPath(p) }
 
 // mcpPath reports whether p is an MCP endpoint of the face.
 func mcpPath(p string) bool {
@@ -126,7 +132,7 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.awaitCatalog(r.Context())
 	switch {
 	case p == CatalogPath:
-		f.catalog.http.ServeHTTP(w, r)
+		f.catalog.serve(w, r)
 	case p == SearchPath:
 		f.search.http.ServeHTTP(w, r)
 	case strings.HasPrefix(p, ServersPath):
@@ -135,7 +141,7 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, status, codes.NotFound, msg)
 			return
 		}
-		v.http.ServeHTTP(w, r)
+		v.serve(w, r)
 	case p == SSEPath:
 		f.sse.SSEHandler().ServeHTTP(w, r)
 	case p == SSEMessagePath:
@@ -150,6 +156,46 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p, CatalogPath, SearchPath, ServersPath, SSEPath))
 	}
 }
+
+// serve hands r to the view's lister if it is a tools/list (see view), else to the view's
+// own server.
+func (v *view) serve(w http.ResponseWriter, r *http.Request) {
+	if v.lister != nil && r.Method == http.MethodPost && listsTools(r) {
+		v.lister.ServeHTTP(w, r)
+		return
+	}
+	v.http.ServeHTTP(w, r)
+}
+
+// listsTools reports whether r is a tools/list request. One of protocol 2026-07-28 names its
+// method in the Mcp-Method header (mcp-go refuses it if its body says otherwise); an older one
+// has its body read, and put back for mcp-go, which reads it whole in any case.
+func listsTools(r *http.Request) bool {
+	if m := r.Header.Get(mcp.HeaderMethod); m != "" {
+		return m == string(mcp.MethodToolsList)
+	}
+	if r.Body == nil {
+		return false
+	}
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		// mcp-go answers the error as it would have.
+		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), errReader{err}))
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	if !bytes.Contains(b, []byte(`"tools/list"`)) {
+		return false
+	}
+	var m struct {
+		Method string `json:"method"`
+	}
+	return json.Unmarshal(b, &m) == nil && m.Method == string(mcp.MethodToolsList)
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 // serverView returns the view of server for the caller in ctx, or the status and message to
 // answer with: an unknown server, one the caller may see no tool of, and a bad name all read

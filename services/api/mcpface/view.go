@@ -1,11 +1,15 @@
 package mcpface
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
 
@@ -18,12 +22,23 @@ const (
 )
 
 // view is one MCP endpoint: an mcp-go server and its streamable HTTP handler.
+//
+// A view of the catalog or of one server answers tools/list with a second mcp-go server, its
+// lister, that holds no tools: its tool filter hands mcp-go the view's tools as one slice,
+// sorted by name once per change of the catalog, and mcp-go cuts the page out of it. The view's
+// own server, which holds the tools for tools/call, would sort and copy the whole catalog (and
+// merge it with the session's tools) for every page: with 10,000 tools that was 17 ms a page,
+// against 4 ms for the page alone. Both list the same tools in the same order with the same
+// cursors (the last name of the page, as mcp-go makes them); the view's own server still
+// answers tools/list where the lister is not used (the legacy SSE transport).
 type view struct {
 	kind   viewKind
 	server string // the server of a viewServer
 	path   string
 	mcp    *server.MCPServer
 	http   *server.StreamableHTTPServer
+	lister *server.StreamableHTTPServer // nil for the search view
+	listed atomic.Pointer[[]mcp.Tool]   // the tools set last, sorted by name; nil before
 
 	mu        sync.Mutex
 	published [sha256.Size]byte // fingerprint of the tools last set; zero before
@@ -68,12 +83,45 @@ func (f *Face) newView(kind viewKind, srv string) *view {
 	}
 	v.mcp = server.NewMCPServer(name, f.cfg.Version, opts...)
 	reg.srv = v.mcp
-	v.http = server.NewStreamableHTTPServer(v.mcp,
+	httpOpts := []server.StreamableHTTPOption{
 		server.WithSessionIdManager(statelessIDs{}),
 		server.WithSessionIdleTTL(f.cfg.SessionIdle),
 		server.WithStreamableHTTPLogger(f.log),
-	)
+	}
+	v.http = server.NewStreamableHTTPServer(v.mcp, httpOpts...)
+	if kind != viewSearch {
+		// The lister answers tools/list only (ServeHTTP routes it there), traced as the view's
+		// own requests are. It registers no session: a 2025-era client's session is the view's.
+		lh := &server.Hooks{}
+		f.ins.install(lh, v.path)
+		lister := server.NewMCPServer(name, f.cfg.Version,
+			server.WithToolCapabilities(true),
+			server.WithPaginationLimit(f.cfg.PageSize),
+			server.WithHooks(lh),
+			server.WithMetaPropagator(metaPropagator{tel: f.ins.tel}),
+			server.WithRecovery(),
+			server.WithToolFilter(func(ctx context.Context, _ []mcp.Tool) []mcp.Tool { return f.visible(ctx, v.listing()) }),
+		)
+		v.lister = server.NewStreamableHTTPServer(lister, httpOpts...)
+	}
 	return v
+}
+
+// listing is what the view lists, sorted by name. The slice is shared: mcp-go only reads the
+// page it cuts from it, and visible copies what it keeps.
+func (v *view) listing() []mcp.Tool {
+	if l := v.listed.Load(); l != nil {
+		return *l
+	}
+	return []mcp.Tool{}
+}
+
+// handlers are the view's streamable HTTP servers, to drain and close.
+func (v *view) handlers() []*server.StreamableHTTPServer {
+	if v.lister == nil {
+		return []*server.StreamableHTTPServer{v.http}
+	}
+	return []*server.StreamableHTTPServer{v.http, v.lister}
 }
 
 // set makes the tools of ids (def gives each one's definition and handler; false leaves it
@@ -99,5 +147,12 @@ func (v *view) set(ids []string, def func(id string) (server.ServerTool, bool), 
 		return
 	}
 	v.published = fp
+	// mcp-go's order: by name, bytewise (sort.Strings).
+	listed := make([]mcp.Tool, len(tools))
+	for i, st := range tools {
+		listed[i] = st.Tool
+	}
+	slices.SortFunc(listed, func(a, b mcp.Tool) int { return cmp.Compare(a.Name, b.Name) })
+	v.listed.Store(&listed)
 	v.mcp.SetTools(tools...)
 }
