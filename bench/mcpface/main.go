@@ -12,7 +12,7 @@
 // the executor, retriever and api targets, as `toolmesh up` runs them. Both clients speak the
 // same protocol version (-protocol).
 //
-//	go run ./bench/mcpface [-callers 64] [-duration 5s] [-rounds 3] [-tools 10000] [-only calls|list] [-cpuprofile F]
+//	go run ./bench/mcpface [-callers 64] [-duration 5s] [-rounds 3] [-tools 10000] [-json FILE] [-only calls|list] [-cpuprofile F]
 package main
 
 import (
@@ -39,6 +39,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/toolmesh/toolmesh/bench/internal/figures"
 	"github.com/toolmesh/toolmesh/bench/internal/loadavg"
 	"github.com/toolmesh/toolmesh/internal/app"
 )
@@ -51,6 +52,7 @@ func main() {
 	listRuns := flag.Int("list-runs", 20, "full tools/list runs of each path")
 	protocol := flag.String("protocol", mcp.LATEST_PROTOCOL_VERSION, "MCP protocol version both clients speak")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	jsonPath := flag.String("json", "", "also write the figures as JSON to this file, for bench/report")
 	only := flag.String("only", "", `measure only "calls" or only "list" (for a profile of one path); both when empty`)
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -71,14 +73,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, `mcpface: -only: want "calls" or "list"`)
 		os.Exit(2)
 	}
-	if err := run(*callers, *duration, *rounds, *tools, *listRuns, *protocol, *only); err != nil {
+	figs := &figures.MCPFace{Protocol: *protocol, Callers: *callers}
+	if err := run(figs, *callers, *duration, *rounds, *tools, *listRuns, *protocol, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "mcpface:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
+	if *jsonPath != "" {
+		if err := figures.Write(*jsonPath, figs); err != nil {
+			fmt.Fprintln(os.Stderr, "mcpface:", err)
+			os.Exit(1)
+		}
+	}
 }
 
-func run(callers int, duration time.Duration, rounds, nTools, listRuns int, protocol, only string) error {
+func run(figs *figures.MCPFace, callers int, duration time.Duration, rounds, nTools, listRuns int, protocol, only string) error {
 	if callers < 1 || rounds < 1 || nTools < 1 || listRuns < 1 || duration <= 0 {
 		return errors.New("-callers, -rounds, -tools, -list-runs and -duration must be positive")
 	}
@@ -140,12 +149,12 @@ func run(callers int, duration time.Duration, rounds, nTools, listRuns int, prot
 	}
 
 	if only != "list" {
-		if err := compareCalls(ctx, direct, face, callers, duration, rounds, protocol); err != nil {
+		if err := compareCalls(ctx, figs, direct, face, callers, duration, rounds, protocol); err != nil {
 			return err
 		}
 	}
 	if only != "calls" {
-		if err := compareLists(ctx, bigURL, face, nTools, listRuns, protocol); err != nil {
+		if err := compareLists(ctx, figs, bigURL, face, nTools, listRuns, protocol); err != nil {
 			return err
 		}
 	}
@@ -156,7 +165,7 @@ func run(callers int, duration time.Duration, rounds, nTools, listRuns int, prot
 
 // compareCalls measures calls of the echo tool directly and through /mcp, at 1 and at callers
 // callers, in alternating rounds.
-func compareCalls(ctx context.Context, direct, face *client.Client, callers int, duration time.Duration, rounds int, protocol string) error {
+func compareCalls(ctx context.Context, figs *figures.MCPFace, direct, face *client.Client, callers int, duration time.Duration, rounds int, protocol string) error {
 	fmt.Printf("MCP face vs direct held session, %s, GOMAXPROCS %d, protocol %s, %d rounds of %s each, alternating\n\n",
 		runtime.Version(), runtime.GOMAXPROCS(0), protocol, rounds, duration)
 	fmt.Println("| path | callers | calls | calls/s | p50 | p90 | p99 | CPU/call |")
@@ -174,6 +183,7 @@ func compareCalls(ctx context.Context, direct, face *client.Client, callers int,
 		}
 		d.print("direct (held mcp-go session)", n)
 		f.print("through toolmesh /mcp", n)
+		figs.Calls = append(figs.Calls, d.figures("direct", n), f.figures("face", n))
 		ratios[n] = [3]float64{float64(f.p(50)-d.p(50)) / float64(time.Microsecond), f.rate() / d.rate(), d.cpuPerCall().Seconds() / f.cpuPerCall().Seconds()}
 	}
 	fmt.Println()
@@ -190,7 +200,7 @@ func compareCalls(ctx context.Context, direct, face *client.Client, callers int,
 
 // compareLists lists every tool of the big server through /mcp, page by page, and in one
 // tools/list on the server directly.
-func compareLists(ctx context.Context, bigURL string, face *client.Client, nTools, listRuns int, protocol string) error {
+func compareLists(ctx context.Context, figs *figures.MCPFace, bigURL string, face *client.Client, nTools, listRuns int, protocol string) error {
 	bigDirect, err := connect(ctx, bigURL, protocol)
 	if err != nil {
 		return fmt.Errorf("direct session on the big server: %w", err)
@@ -199,7 +209,8 @@ func compareLists(ctx context.Context, bigURL string, face *client.Client, nTool
 	fmt.Printf("tools/list of %d tools, %d runs each\n\n", nTools, listRuns)
 	fmt.Println("| path | tools | pages | p50 | max |")
 	fmt.Println("|---|---:|---:|---:|---:|")
-	for _, c := range []struct {
+	figs.List = &figures.MCPFaceList{Tools: nTools}
+	for i, c := range []struct {
 		name   string
 		client *client.Client
 		want   int
@@ -220,6 +231,12 @@ func compareLists(ctx context.Context, bigURL string, face *client.Client, nTool
 		}
 		slices.Sort(times)
 		fmt.Printf("| %s | %d | %d | %s | %s |\n", c.name, c.want, pages, ms(times[len(times)/2]), ms(times[len(times)-1]))
+		p50 := float64(times[len(times)/2]) / float64(time.Millisecond)
+		if i == 0 {
+			figs.List.DirectP50Ms = p50
+		} else {
+			figs.List.FaceP50Ms, figs.List.Pages = p50, pages
+		}
 	}
 	return nil
 }
@@ -307,6 +324,12 @@ func (s *stats) cpuPerCall() time.Duration {
 
 func (s *stats) print(name string, n int) {
 	fmt.Printf("| %s | %d | %d | %.0f | %s | %s | %s | %s |\n", name, n, len(s.lat), s.rate(), us(s.p(50)), us(s.p(90)), us(s.p(99)), us(s.cpuPerCall()))
+}
+
+func (s *stats) figures(path string, n int) figures.MCPFaceCalls {
+	micro := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	return figures.MCPFaceCalls{Path: path, Callers: n, Calls: len(s.lat), CallsPerSec: s.rate(),
+		P50: micro(s.p(50)), P99: micro(s.p(99)), CPUPerCall: micro(s.cpuPerCall())}
 }
 
 // cpuTime is the CPU time this process has used so far, user and system.

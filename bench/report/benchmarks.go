@@ -36,6 +36,8 @@ var benchmarks = []benchmark{
 		tests: []string{"./internal/app"}, run: runConsole},
 	{name: "security", issue: "16 security", title: "The cost of closed by default: policy, request checks, mutual TLS (issue 16)",
 		builds: []string{"./bench/loop", "./cmd/toolmesh"}, tests: []string{"./internal/policy", "./internal/webguard", "./internal/server"}, run: runSecurity},
+	{name: "mcpface", issue: "19 MCP face", title: "MCP face against a direct held session (issue 19)",
+		builds: []string{"./bench/mcpface"}, run: runMCPFace},
 	{name: "replicas", issue: "20 replicas", title: "Replicas sharing the load (issues 17, 20)",
 		builds: []string{"./bench/replicas"}, run: runReplicas},
 }
@@ -339,6 +341,23 @@ func runReplicas(ctx context.Context, r *runner, s *section) {
 		shown: "go run ./bench/replicas", bin: r.program("./bench/replicas"), timeout: r.timeout(4 * time.Minute),
 		args: r.pick([]string{"-phase", "10s", "-workers", "8"}, []string{"-phase", "2s", "-workers", "4"}),
 	}, "replicas.json", replicasRows)
+}
+
+func runMCPFace(ctx context.Context, r *runner, s *section) {
+	s.Intro = []string{
+		"A tool call through the api's MCP face (`/mcp`: mcp-go client → api → gRPC → executor → held " +
+			"session → MCP server) against the same call made directly on the MCP server with a held mcp-go " +
+			"session, at 1 and 64 callers sharing one session, alternating rounds; then `tools/list` of a " +
+			"10,000-tool catalog through `/mcp`, every page (500 a page), against one unpaginated `tools/list` " +
+			"on the server. Everything on loopback in one process (mcp-go servers over streamable HTTP, the " +
+			"executor, retriever and api targets), so the face's two extra MCP ends and its gRPC hop share the " +
+			"2 cores with the callers and the server: CPU per call is the steadier figure. Targets at 64 " +
+			"callers: p50 ≤ direct + 150 µs, calls/s ≥ 0.7× direct.",
+	}
+	runFigures(ctx, r, s, spec{
+		shown: "go run ./bench/mcpface", bin: r.program("./bench/mcpface"), markdown: true, timeout: r.timeout(8 * time.Minute),
+		args: r.pick(nil, []string{"-callers", "8", "-duration", "300ms", "-rounds", "1", "-tools", "1000", "-list-runs", "2"}),
+	}, "mcpface.json", mcpfaceRows)
 }
 
 func runConsole(ctx context.Context, r *runner, s *section) {

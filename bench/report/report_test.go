@@ -429,3 +429,26 @@ PASS`
 		t.Errorf("loop rows = %+v / %+v: want rest 1.10× and grpc not measured", rows[2], rows[3])
 	}
 }
+
+// TestMCPFaceRows judges issue 19's targets at the concurrent row only.
+func TestMCPFaceRows(t *testing.T) {
+	f := figures.MCPFace{Callers: 64, Calls: []figures.MCPFaceCalls{
+		{Path: "direct", Callers: 1, CallsPerSec: 5000, P50: 150, CPUPerCall: 200},
+		{Path: "face", Callers: 1, CallsPerSec: 1500, P50: 500, CPUPerCall: 600},
+		{Path: "direct", Callers: 64, CallsPerSec: 8000, P50: 6000, CPUPerCall: 200},
+		{Path: "face", Callers: 64, CallsPerSec: 6000, P50: 6100, CPUPerCall: 260},
+	}, List: &figures.MCPFaceList{Tools: 10000, Pages: 21, DirectP50Ms: 350, FaceP50Ms: 360}}
+	rows := mcpfaceRows(f)
+	if len(rows) != 7 {
+		t.Fatalf("%d rows, want 7", len(rows))
+	}
+	for i, want := range []verdict{info, info, info, met, met, info, info} {
+		if rows[i].Verdict != want {
+			t.Errorf("row %d %q: %s, want %s", i, rows[i].Measure, rows[i].Verdict, want)
+		}
+	}
+	f.Calls[3].CallsPerSec = 2000
+	if rows := mcpfaceRows(f); rows[4].Verdict != notMet {
+		t.Errorf("calls/s at 0.25× direct: %s, want not met", rows[4].Verdict)
+	}
+}

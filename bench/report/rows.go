@@ -482,3 +482,41 @@ func replicasRows(f figures.Replicas) []row {
 			"—", info},
 	}
 }
+
+// Issue 19's targets at its callers: what the MCP face may add to p50 and take off calls/s.
+const (
+	faceMaxAddedP50US = 150.0
+	faceMinThroughput = 0.7
+)
+
+func mcpfaceRows(f figures.MCPFace) []row {
+	issue := "19 MCP face"
+	var rows []row
+	for _, n := range []int{1, f.Callers} {
+		d, okD := f.Find("direct", n)
+		m, okM := f.Find("face", n)
+		if !okD || !okM {
+			rows = append(rows, row{issue, fmt.Sprintf("calls at %d callers", n), "not measured", "", math.NaN(), "", failed})
+			continue
+		}
+		added := m.P50 - d.P50
+		p50Target, rateTarget := "—", "—"
+		p50Verdict, rateVerdict := info, info
+		if n == f.Callers {
+			p50Target, rateTarget = "≤ direct + "+us(faceMaxAddedP50US), fmt.Sprintf("≥ %.2f×", faceMinThroughput)
+			p50Verdict, rateVerdict = judge(added <= faceMaxAddedP50US), judge(ratio(m.CallsPerSec, d.CallsPerSec) >= faceMinThroughput)
+		}
+		rows = append(rows,
+			row{issue, fmt.Sprintf("tool call p50 through /mcp vs direct, %d caller(s) (adds %s)", n, signedUS(added)), us(m.P50), us(d.P50),
+				ratio(m.P50, d.P50), p50Target, p50Verdict},
+			row{issue, fmt.Sprintf("calls/s through /mcp vs direct, %d caller(s)", n), thousands(m.CallsPerSec, 0), thousands(d.CallsPerSec, 0),
+				ratio(m.CallsPerSec, d.CallsPerSec), rateTarget, rateVerdict},
+			row{issue, fmt.Sprintf("CPU per call (the whole process) through /mcp vs direct, %d caller(s)", n), us(m.CPUPerCall), us(d.CPUPerCall),
+				ratio(m.CPUPerCall, d.CPUPerCall), "—", info})
+	}
+	if l := f.List; l != nil {
+		rows = append(rows, row{issue, fmt.Sprintf("tools/list of %s tools p50: every page through /mcp (%d pages) vs one list on the server", thousands(float64(l.Tools), 0), l.Pages),
+			fmt.Sprintf("%.1f ms", l.FaceP50Ms), fmt.Sprintf("%.1f ms", l.DirectP50Ms), ratio(l.FaceP50Ms, l.DirectP50Ms), "reported", info})
+	}
+	return rows
+}

@@ -276,6 +276,45 @@ func (l *Load) All() (LoadRow, bool) {
 
 // Write writes v as indented JSON to path through a temporary file and a rename, so a reader
 // never sees half a file.
+// MCPFace is bench/mcpface: tool calls through the api's /mcp against the same calls on a held
+// session directly, and tools/list of a big catalog both ways (issue 19); latencies in µs.
+type MCPFace struct {
+	Protocol string         `json:"protocol"`
+	Callers  int            `json:"callers"` // the concurrent row's callers
+	Calls    []MCPFaceCalls `json:"calls"`
+	List     *MCPFaceList   `json:"list,omitempty"`
+}
+
+// MCPFaceCalls is one path at one number of callers.
+type MCPFaceCalls struct {
+	Path        string  `json:"path"` // direct, face
+	Callers     int     `json:"callers"`
+	Calls       int     `json:"calls"`
+	CallsPerSec float64 `json:"calls_per_sec"`
+	P50         float64 `json:"p50_us"`
+	P99         float64 `json:"p99_us"`
+	CPUPerCall  float64 `json:"cpu_us_per_call"`
+}
+
+// Find returns the row of path at callers.
+func (m *MCPFace) Find(path string, callers int) (MCPFaceCalls, bool) {
+	for _, c := range m.Calls {
+		if c.Path == path && c.Callers == callers {
+			return c, true
+		}
+	}
+	return MCPFaceCalls{}, false
+}
+
+// MCPFaceList is the tools/list comparison: every page through /mcp against one unpaginated
+// list on the server; p50 in ms.
+type MCPFaceList struct {
+	Tools       int     `json:"tools"`
+	Pages       int     `json:"pages"`
+	DirectP50Ms float64 `json:"direct_p50_ms"`
+	FaceP50Ms   float64 `json:"face_p50_ms"`
+}
+
 func Write(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
