@@ -47,6 +47,11 @@ func (b goBench) median(name, unit string) float64 {
 			vs = append(vs, v)
 		}
 	}
+	return median(vs)
+}
+
+// median is the median of vs (sorted in place); NaN when vs is empty.
+func median(vs []float64) float64 {
 	if len(vs) == 0 {
 		return math.NaN()
 	}
@@ -161,11 +166,7 @@ func securityRows(b goBench, pairs []tlsPair) []row {
 			rows = append(rows, row{issue, "agent loop, microservices, mTLS on vs off, " + via, "not measured", "", math.NaN(), "", failed})
 			continue
 		}
-		slices.Sort(ratios)
-		med := ratios[len(ratios)/2]
-		if len(ratios)%2 == 0 {
-			med = (ratios[len(ratios)/2-1] + ratios[len(ratios)/2]) / 2
-		}
+		med := median(ratios)
 		v := info
 		if errs > 0 {
 			v = failed
