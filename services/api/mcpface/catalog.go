@@ -36,8 +36,10 @@ type catalogState struct {
 	// pub is what the views serve; set by the publishing goroutine only.
 	pubMu sync.RWMutex
 	pub   *published
-	// ready is closed once the first snapshot is published.
+	// ready is closed once the first snapshot is published; late once requests stop waiting
+	// for it (awaitCatalog).
 	ready     chan struct{}
+	late      chan struct{}
 	readyOnce sync.Once
 }
 
@@ -59,7 +61,7 @@ type definition struct {
 }
 
 func newCatalogState() *catalogState {
-	return &catalogState{tools: map[string]*toolmeshv1.Tool{}, ready: make(chan struct{}), pub: &published{names: toolname.New(), tools: map[string]*toolmeshv1.Tool{}, defs: map[string]*definition{}}}
+	return &catalogState{tools: map[string]*toolmeshv1.Tool{}, ready: make(chan struct{}), late: make(chan struct{}), pub: &published{names: toolname.New(), tools: map[string]*toolmeshv1.Tool{}, defs: map[string]*definition{}}}
 }
 
 func (s *catalogState) published() *published {
@@ -209,21 +211,41 @@ func (f *Face) publish(tools map[string]*toolmeshv1.Tool) {
 	f.state.readyOnce.Do(func() { close(f.state.ready) })
 }
 
-// awaitCatalog holds a request until the face has the executor's catalog, at most RPCTimeout:
-// a client that connects while the api is starting gets the tools rather than an empty list.
+// awaitCatalog holds a request until the face has the executor's catalog: a client that
+// connects while the api is starting gets the tools rather than an empty list. Requests wait at
+// most until RPCTimeout after the face started (waitForCatalog): an executor that is away longer
+// must not make every request wait.
 func (f *Face) awaitCatalog(ctx context.Context) {
 	select {
 	case <-f.state.ready:
 		return
+	case <-f.state.late:
+		return
 	default:
 	}
+	// Bounded on its own too, for a face that is not running (yet).
 	t := time.NewTimer(f.cfg.RPCTimeout)
 	defer t.Stop()
 	select {
 	case <-f.state.ready:
+	case <-f.state.late:
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// waitForCatalog marks the catalog late when it has not come RPCTimeout after the face started.
+func (f *Face) waitForCatalog(ctx context.Context) {
+	t := time.NewTimer(f.cfg.RPCTimeout)
+	defer t.Stop()
+	select {
+	case <-f.state.ready:
+		return
+	case <-ctx.Done():
+	case <-t.C:
+		f.log.Warn("mcp: no tool catalog from the executor yet; the MCP endpoints serve without it until it comes", "waited", f.cfg.RPCTimeout)
+	}
+	close(f.state.late)
 }
 
 // fillServerView gives v its server's tools from pub, under their own names.

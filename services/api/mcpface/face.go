@@ -181,10 +181,14 @@ func New(cfg Config, tools Tools, exec Executor, pol *policy.Policy, logger *slo
 // Run follows the executor's catalog until ctx ends, publishing its changes.
 func (f *Face) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		f.publishLoop(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		f.waitForCatalog(ctx)
 	}()
 	f.follow(ctx)
 	wg.Wait()

@@ -262,6 +262,38 @@ func TestNoListChangedAtStart(t *testing.T) {
 	}
 }
 
+// TestNoCatalogWaitsOnce: with the executor's catalog late, requests wait for it at most the
+// RPC timeout after the face starts, not each its own RPC timeout: past it the face serves what
+// it has (nothing) at once, and lists the tools when they come.
+func TestNoCatalogWaitsOnce(t *testing.T) {
+	exec := newExecutorDouble(testTool(t, "srv.a"))
+	exec.snapshotDelay = 2 * time.Second
+	h := newHarness(t, exec, harnessOptions{cfg: Config{RPCTimeout: 300 * time.Millisecond}})
+	time.Sleep(400 * time.Millisecond) // past the face's wait
+	for range 3 {
+		start := time.Now()
+		c := h.connect(t, CatalogPath, mcp.LATEST_PROTOCOL_VERSION, "")
+		got, _ := listAll(t, c)
+		if took := time.Since(start); took > 250*time.Millisecond {
+			t.Errorf("connect and list took %s with the catalog late, want no wait once the face gave up waiting", took)
+		}
+		if len(got) != 0 {
+			t.Errorf("listed %v before the catalog came", names(got))
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c := h.connect(t, CatalogPath, mcp.LATEST_PROTOCOL_VERSION, "")
+		if got, _ := listAll(t, c); strings.Join(names(got), ",") == "srv__a" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the late catalog was never listed")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func TestListChanged(t *testing.T) {
 	exec := newExecutorDouble(testTool(t, "srv.a"))
 	h := newHarness(t, exec, harnessOptions{cfg: Config{ListChangedDelay: time.Second}})
