@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,4 +53,39 @@ func TestRetrieverHealthFollowsSync(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// An api given two retrievers as "ipv4:A,B" sends no search to the one whose index has not
+// synced while the other can answer: every GET /v1/tools:search answers 200, none 503 "not
+// synced yet" (round_robin alone sent every other search there). With no replica synced a
+// search answers 503 at once, saying the retrievers are not serving.
+func TestSearchSkipsUnsyncedReplica(t *testing.T) {
+	checkFDs(t)
+	unsynced, _ := runApp(t, []string{"--retriever.grpc-addr=127.0.0.1:0", "--retriever.executor-addr=127.0.0.1:1", "--drain-timeout=1s"}, "retriever")
+	synced, _ := runApp(t, []string{"--executor.grpc-addr=127.0.0.1:0", "--retriever.grpc-addr=127.0.0.1:0", "--drain-timeout=1s"}, "executor", "retriever")
+	good := endpointOf(t, synced, "retriever gRPC")
+	eventually.Check(t, 10*time.Second, "the synced retriever reports SERVING", func() string {
+		if got := retrieverHealth(t, good); got != healthpb.HealthCheckResponse_SERVING {
+			return got.String()
+		}
+		return ""
+	})
+	api, _ := runApp(t, []string{"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--drain-timeout=1s",
+		"--api.executor-addr=" + endpointOf(t, synced, "executor gRPC"),
+		"--api.retriever-addr=ipv4:" + endpointOf(t, unsynced, "retriever gRPC") + "," + good}, "api")
+	base := endpoint(api, "REST")
+	for i := range 20 {
+		if code, body := get(t, base+"/v1/tools:search?q=add"); code != 200 {
+			t.Fatalf("search %d of 20: %d %s; want 200 from the synced retriever", i+1, code, body)
+		}
+	}
+
+	bad := endpointOf(t, unsynced, "retriever gRPC")
+	none, _ := runApp(t, []string{"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--drain-timeout=1s",
+		"--api.executor-addr=" + endpointOf(t, synced, "executor gRPC"), "--api.retriever-addr=ipv4:" + bad + "," + bad}, "api")
+	code, body := get(t, endpoint(none, "REST")+"/v1/tools:search?q=add")
+	if code != 503 || !strings.Contains(string(body), "NOT_SERVING") {
+		t.Errorf("search with no retriever synced: %d %s; want 503 saying the retrievers are NOT_SERVING", code, body)
+	}
+	t.Logf("with no retriever serving a search answers %d %s", code, body)
 }

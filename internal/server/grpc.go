@@ -63,14 +63,39 @@ var maxConnectionAge = 5 * time.Minute
 // trusted network or loopback, with the same fixed windows as the servers and room for a
 // catalog of many thousand tools in one message. With mutual TLS, a grpc.WithTransportCredentials
 // (ClientTLS) after them replaces the plaintext.
-func DialOptions() []grpc.DialOption {
+func DialOptions() []grpc.DialOption { return dialOptions("") }
+
+// DialOptionsFor are DialOptions for a client of one toolmesh service (its full gRPC name,
+// toolmeshv1.RetrieverService_ServiceDesc.ServiceName and the like) at target. When target can
+// name several replicas (an ipv4: or ipv6: list of more than one address, a dns: name), the
+// client watches each replica's grpc.health.v1 status of service and sends calls only to
+// replicas reporting SERVING: a retriever whose index has not synced or an executor that drains
+// gets none while another replica can answer. When none is SERVING, a call fails at once with
+// UNAVAILABLE ("... health check failed. status=NOT_SERVING"). A target of one address is not
+// watched: its calls reach it and get its own answer (the retriever's "not synced yet"), which
+// says more, and there is no other replica to prefer.
+func DialOptionsFor(service, target string) []grpc.DialOption {
+	if !replicated(target) {
+		service = ""
+	}
+	return dialOptions(service)
+}
+
+// dialOptions are DialOptions, with client-side health checking of healthOf when it is not empty.
+func dialOptions(healthOf string) []grpc.DialOption {
+	// A name that resolves to several executors or retrievers spreads calls over all of them
+	// instead of pinning every call to the first.
+	config := `{"loadBalancingConfig":[{"round_robin":{}}]}`
+	if healthOf != "" {
+		// The health check client is registered by importing google.golang.org/grpc/health,
+		// which this package does for its health server.
+		config = fmt.Sprintf(`{"loadBalancingConfig":[{"round_robin":{}}],"healthCheckConfig":{"serviceName":%q}}`, healthOf)
+	}
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStaticStreamWindowSize(window), grpc.WithStaticConnWindowSize(window),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRecvMsgSize)),
-		// A name that resolves to several executors or retrievers spreads calls over all of
-		// them instead of pinning every call to the first.
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
+		grpc.WithDefaultServiceConfig(config),
 		// "ipv4:ADDR,ADDR" lists replicas by address (resolver.go).
 		grpc.WithResolvers(addressList{scheme: "ipv4"}, addressList{scheme: "ipv6"}),
 		// A replica that restarts rejoins within seconds, not grpc-go's default of up to 2 min.

@@ -60,6 +60,20 @@ func CheckTarget(target string) error {
 	return nil
 }
 
+// replicated reports whether target can name more than one replica: an ipv4: or ipv6: list of
+// several addresses, or a dns: name (it may resolve to several addresses, now or later).
+func replicated(target string) bool {
+	scheme, rest, found := strings.Cut(target, ":")
+	switch {
+	case found && (scheme == "ipv4" || scheme == "ipv6"):
+		hosts, err := addressesOf(scheme, strings.TrimPrefix(rest, "///"))
+		return err == nil && len(hosts) > 1
+	case found && scheme == "dns":
+		return true
+	}
+	return false
+}
+
 // addressesOf splits the comma-separated list of an ipv4: or ipv6: target and checks each is
 // an address of that family with a port.
 func addressesOf(scheme, list string) ([]string, error) {

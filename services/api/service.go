@@ -72,7 +72,7 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		cfg.MaxStepCalls = DefaultMaxStepCalls
 	}
 	s := &Service{cfg: cfg, logger: logger, guard: guard, web: web, tel: tel}
-	execConn, err := s.dial(cfg.ExecutorAddr)
+	execConn, err := s.dial(toolmeshv1.ExecutorService_ServiceDesc.ServiceName, cfg.ExecutorAddr)
 	if err != nil {
 		return nil, fmt.Errorf("executor client: %w", err)
 	}
@@ -81,7 +81,7 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 	mcfg.RPCTimeout = cfg.RPCTimeout
 	s.mcp = mcpface.New(mcfg, s.tools, toolmeshv1.NewExecutorServiceClient(execConn), pol, logger, tel)
 	if cfg.RetrieverAddr != "" {
-		conn, err := s.dial(cfg.RetrieverAddr)
+		conn, err := s.dial(toolmeshv1.RetrieverService_ServiceDesc.ServiceName, cfg.RetrieverAddr)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("retriever client: %w", err)
@@ -94,7 +94,7 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		s.agent.retriever = s.tools.retriever
 	}
 	if cfg.InferenceAddr != "" {
-		conn, err := s.dial(cfg.InferenceAddr)
+		conn, err := s.dial(toolmeshv1.InferenceService_ServiceDesc.ServiceName, cfg.InferenceAddr)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("inference client: %w", err)
@@ -166,8 +166,9 @@ func loopback(addr string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-func (s *Service) dial(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr, slices.Concat(server.DialOptions(), s.cfg.DialOptions, s.tel.GRPCDialOptions())...)
+// dial makes a client of the dependency service (its full gRPC name) at addr.
+func (s *Service) dial(service, addr string) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(addr, slices.Concat(server.DialOptionsFor(service, addr), s.cfg.DialOptions, s.tel.GRPCDialOptions())...)
 	if err != nil {
 		return nil, err
 	}

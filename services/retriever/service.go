@@ -122,7 +122,7 @@ func (s *Service) Run(ctx context.Context) error {
 			s.log.Warn("close tool index store", "err", err)
 		}
 	}()
-	conn, err := grpc.NewClient(s.cfg.ExecutorAddr, slices.Concat(server.DialOptions(), s.cfg.DialOptions, s.tel.GRPCDialOptions())...)
+	conn, err := grpc.NewClient(s.cfg.ExecutorAddr, slices.Concat(server.DialOptionsFor(toolmeshv1.ExecutorService_ServiceDesc.ServiceName, s.cfg.ExecutorAddr), s.cfg.DialOptions, s.tel.GRPCDialOptions())...)
 	if err != nil {
 		return fmt.Errorf("executor client: %w", err)
 	}
