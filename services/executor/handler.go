@@ -51,6 +51,16 @@ func (s *Service) CallTool(ctx context.Context, req *toolmeshv1.ExecutorServiceC
 // over without waiting, and a receiver slower than the server gets the latest one.
 func (s *Service) CallToolStream(req *toolmeshv1.ExecutorServiceCallToolStreamRequest, stream grpc.ServerStreamingServer[toolmeshv1.ExecutorServiceCallToolStreamResponse]) error {
 	sink := newProgressSink()
+	// send sends the latest report not sent yet, if any; an error means the stream is gone,
+	// and the call's context ends with it.
+	send := func() error {
+		p := sink.take()
+		if p == nil {
+			return nil
+		}
+		return stream.Send(&toolmeshv1.ExecutorServiceCallToolStreamResponse{
+			Event: &toolmeshv1.ExecutorServiceCallToolStreamResponse_Progress{Progress: p}})
+	}
 	done := make(chan struct{})
 	forwarded := make(chan struct{})
 	go func() {
@@ -60,19 +70,10 @@ func (s *Service) CallToolStream(req *toolmeshv1.ExecutorServiceCallToolStreamRe
 			case <-done:
 				// The report that came just before the result goes first: the server
 				// sent them in that order.
-				if p := sink.take(); p != nil {
-					_ = stream.Send(&toolmeshv1.ExecutorServiceCallToolStreamResponse{
-						Event: &toolmeshv1.ExecutorServiceCallToolStreamResponse_Progress{Progress: p}})
-				}
+				_ = send()
 				return
 			case <-sink.ready:
-				p := sink.take()
-				if p == nil {
-					continue
-				}
-				// A failed Send means the stream is gone; the call's context ends with it.
-				if err := stream.Send(&toolmeshv1.ExecutorServiceCallToolStreamResponse{
-					Event: &toolmeshv1.ExecutorServiceCallToolStreamResponse_Progress{Progress: p}}); err != nil {
+				if send() != nil {
 					return
 				}
 			}

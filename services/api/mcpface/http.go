@@ -44,10 +44,7 @@ func Public(r *http.Request) bool {
 }
 
 // Endpoint reports whether p is an MCP endpoint of the face (not its resource metadata).
-func Endpoint(p string) bool { return mcpPath(p) }
-
-// mcpPath reports whether p is an MCP endpoint of the face.
-func mcpPath(p string) bool {
+func Endpoint(p string) bool {
 	return p == CatalogPath || p == SSEPath || p == SSEMessagePath || strings.HasPrefix(p, CatalogPath+"/")
 }
 
@@ -57,7 +54,7 @@ func mcpPath(p string) bool {
 // resource_metadata="...", and error="invalid_token" when a token was sent but is not known.
 func Challenge(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !mcpPath(r.URL.Path) {
+		if !Endpoint(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -260,7 +257,7 @@ func (f *Face) metadata(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resource := strings.TrimPrefix(r.URL.Path, MetadataPath)
-	if resource != "" && !mcpPath(resource) {
+	if resource != "" && !Endpoint(resource) {
 		writeError(w, http.StatusNotFound, codes.NotFound, "no MCP endpoint at "+resource)
 		return
 	}
