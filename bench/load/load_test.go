@@ -89,26 +89,28 @@ func TestRestartTally(t *testing.T) {
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	r := &restartReport{cycles: []cycle{{stop: at(100), served: at(200)}, {stop: at(300), served: at(400)}}}
 	fail := errors.New("503 executor unreachable")
+	refusedErr := errors.New(`503 {"code":14,"message":"executor at 127.0.0.1:1 is unreachable: connection error: desc = \"transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused\""}`)
 	for _, x := range []struct {
 		sent, took, code int
 		err              error
 	}{
-		{10, 5, 200, nil},     // before stop 1
-		{95, 10, 200, nil},    // before stop 1, in flight at it
-		{98, 10, 0, fail},     // before stop 1, in flight, failed without an answer
-		{99, 10, 503, fail},   // before stop 1, in flight, its call reached the executor after the stop
-		{150, 2, 503, fail},   // gap 1
-		{160, 2, 200, nil},    // gap 1, answered (a search)
-		{250, 5, 200, nil},    // before stop 2
-		{350, 900, 504, fail}, // gap 2, slow and not 503
-		{450, 5, 200, nil},    // after
-		{460, 5, 500, fail},   // after, failed
+		{10, 5, 200, nil},        // before stop 1
+		{95, 10, 200, nil},       // before stop 1, in flight at it
+		{98, 10, 0, fail},        // before stop 1, in flight, failed without an answer
+		{99, 10, 503, fail},      // before stop 1, in flight, failed with 503 (not a refused connection)
+		{97, 3, 503, refusedErr}, // before stop 1, refused: its call reached the executor after the stop
+		{150, 2, 503, fail},      // gap 1
+		{160, 2, 200, nil},       // gap 1, answered (a search)
+		{250, 5, 200, nil},       // before stop 2
+		{350, 900, 504, fail},    // gap 2, slow and not 503
+		{450, 5, 200, nil},       // after
+		{460, 5, 500, fail},      // after, failed
 	} {
 		r.results = append(r.results, result{kind: "call", at: at(x.sent), latency: time.Duration(x.took) * time.Millisecond, code: x.code, err: x.err})
 	}
 	got := r.tally()
-	if got.before != 5 || got.beforeFailed != 2 || got.before503 != 1 || got.inFlight != 3 || got.inFlightFailed != 2 {
-		t.Errorf("before: sent %d failed %d (503: %d), in flight %d failed %d; want 5 2 (1), 3 2", got.before, got.beforeFailed, got.before503, got.inFlight, got.inFlightFailed)
+	if got.before != 6 || got.beforeFailed != 2 || got.before503 != 1 || got.inFlight != 3 || got.inFlightFailed != 2 {
+		t.Errorf("before: sent %d failed %d (refused with 503: %d), in flight %d failed %d; want 6 2 (1), 3 2", got.before, got.beforeFailed, got.before503, got.inFlight, got.inFlightFailed)
 	}
 	if got.gap != 3 || got.gapFailed != 2 || got.gap503 != 1 || len(got.gapFailLatency) != 2 || got.gapFailLatency[1] != 900*time.Millisecond {
 		t.Errorf("gap: sent %d failed %d, 503 %d, latencies %v; want 3 2 1, [2ms 900ms]", got.gap, got.gapFailed, got.gap503, got.gapFailLatency)

@@ -286,8 +286,9 @@ type restartTally struct {
 	// before: sent before a stop began, since the executor last served (the tail after the
 	// last restart is after); inFlight: those answered after the stop began.
 	before, beforeFailed, inFlight, inFlightFailed int
-	// before503: failures of those with 503, the answer for a call that reached the executor
-	// only after the stop began (a call it had taken would have been finished by the drain).
+	// before503: those that failed with 503 because the api could not connect to the executor
+	// (refused): their call reached it only after the stop began, when it had stopped listening
+	// (a call it had taken would have been finished by the drain). Not counted in beforeFailed.
 	before503 int
 	// gap: sent from a stop until the executor served again.
 	gap, gapFailed, gap503 int
@@ -322,11 +323,14 @@ func (r *restartReport) tally() restartTally {
 			if inFlight {
 				t.inFlight++
 			}
+			if failed && refused(res) {
+				// Scheduled before the stop, its call reached the executor after it: the stop
+				// lost nothing it had accepted, and the call failed fast as one in the gap does.
+				t.before503++
+				failed = false
+			}
 			if failed {
 				t.beforeFailed++
-				if res.code == http.StatusServiceUnavailable {
-					t.before503++
-				}
 				if inFlight {
 					t.inFlightFailed++
 				}
@@ -349,6 +353,16 @@ func (r *restartReport) tally() restartTally {
 	return t
 }
 
+// refused reports whether res failed with 503 because the api could not open a connection to
+// the executor: gRPC's dial error, which only a call that had not reached the executor gets.
+func refused(res result) bool {
+	if res.code != http.StatusServiceUnavailable || res.err == nil {
+		return false
+	}
+	msg := res.err.Error()
+	return strings.Contains(msg, "Error while dialing") || strings.Contains(msg, "connection refused")
+}
+
 func (r *restartReport) table() string {
 	t := r.tally()
 	var b strings.Builder
@@ -360,8 +374,8 @@ func (r *restartReport) table() string {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t\n", i+1, ms(c.exited.Sub(c.stop)), ms(c.served.Sub(c.started)), ms(c.served.Sub(c.stop)))
 	}
 	w.Flush()
-	fmt.Fprintf(&b, "\nsent before a stop began: %d, failed %d, %d of them with 503 (in flight when it began: %d, failed %d)\n",
-		t.before, t.beforeFailed, t.before503, t.inFlight, t.inFlightFailed)
+	fmt.Fprintf(&b, "\nsent before a stop began: %d, failed %d (in flight when it began: %d, failed %d); besides, %d refused with 503 whose call reached the executor after the stop\n",
+		t.before, t.beforeFailed, t.inFlight, t.inFlightFailed, t.before503)
 	fmt.Fprintf(&b, "sent while the executor was away (stop to served again): %d, failed %d (503: %d)", t.gap, t.gapFailed, t.gap503)
 	if n := len(t.gapFailLatency); n > 0 {
 		fmt.Fprintf(&b, "; the failures answered in p50 %s ms, max %s ms", ms(percentile(t.gapFailLatency, 0.5)), ms(t.gapFailLatency[n-1]))

@@ -156,7 +156,7 @@ func TestSummaryRows(t *testing.T) {
 		{"live service: whole prompts over the context", liveRows(cannedService), "longer than the context (llama-server refuses such a prompt; the longest takes 9,120 tokens)",
 			"80/1000", "—", "—", "—", info},
 		{"live service: none refused", liveRows(cannedService), "refused", "0/1000", "—", "—", "0", met},
-		{"restart: nothing sent before a stop failed", loadRows(figures.Load{Restart: cannedRestart}), "sent before a stop began that failed (2 executor restarts under 200 req/s for 20 s; 12 of them in flight when a stop began; 0 failures with 503",
+		{"restart: nothing sent before a stop failed", loadRows(figures.Load{Restart: cannedRestart}), "sent before a stop began that failed (2 executor restarts under 200 req/s for 20 s; 12 of them in flight when a stop began; besides, 0 answered 503 because the executor refused the connection",
 			"0 of 3,000", "—", "—", "0", met},
 		{"restart: gap failures all 503", loadRows(figures.Load{Restart: cannedRestart}), "while the executor was away",
 			"150 of 200; 150", "—", "—", "every failure 503", met},

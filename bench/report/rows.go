@@ -425,7 +425,7 @@ func restartRows(f *figures.LoadRestart) []row {
 	}
 	fast := f.GapFailMaxMs <= restartMaxFailMS
 	return []row{
-		{issue, fmt.Sprintf("requests sent before a stop began that failed (%s; %d of them in flight when a stop began; %d failures with 503, whose call reached the executor only after the stop)",
+		{issue, fmt.Sprintf("requests sent before a stop began that failed (%s; %d of them in flight when a stop began; besides, %d answered 503 because the executor refused the connection: their call reached it only after the stop)",
 			what, f.InFlight, f.Before503),
 			fmt.Sprintf("%d of %s", f.BeforeFailed, thousands(float64(f.Before), 0)), "—", math.NaN(), "0",
 			judge(f.BeforeFailed == 0 && f.Before > 0 && len(f.Cycles) == f.Restarts)},

@@ -225,11 +225,12 @@ type LoadRestart struct {
 	DurationSeconds float64 `json:"duration_s"`
 	Restarts        int     `json:"restarts"`
 	// Before: sent before a stop began (since the executor last served); InFlight: those
-	// answered after it began. Before503: failures among them answered 503 (their call
-	// reached the executor only after the stop began).
+	// answered after it began. BeforeFailed: those that failed, but for Before503: those the
+	// api answered 503 because the executor refused the connection (their call reached it
+	// only after the stop began, when it no longer listened).
 	Before         int `json:"before"`
 	BeforeFailed   int `json:"before_failed"`
-	Before503      int `json:"before_failed_503"`
+	Before503      int `json:"before_refused_503"`
 	InFlight       int `json:"in_flight"`
 	InFlightFailed int `json:"in_flight_failed"`
 	// Gap: sent from a stop until a tool call was served again; how many failed, how many
