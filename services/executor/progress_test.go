@@ -47,11 +47,12 @@ func addStepsTool(ts *testMCP) {
 					return nil, err
 				}
 				if i == 2 {
-					// mcp-go's server may reorder notifications sent together; after a pause
-					// the one for step 2 has gone out first.
+					// mcp-go's server may send a session's notifications on different streams,
+					// so they can arrive in any order: the report that does not grow repeats
+					// step 1 whole, and is right whichever of the two is dropped.
 					time.Sleep(5 * time.Millisecond)
 					for _, bad := range []map[string]any{
-						{"progressToken": token, "progress": 1.5, "total": n},
+						{"progressToken": token, "progress": 1, "total": n, "message": "step 1"},
 						{"progressToken": "toolmesh-999999", "progress": 100},
 						{"progressToken": token, "progress": "most"},
 					} {

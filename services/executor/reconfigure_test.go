@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
@@ -64,7 +64,18 @@ func (h *executorHarness) toolIDs(t *testing.T) []string {
 // removed server finishes, the changed server's first call waits for its new session, and
 // the catalog follows.
 func TestReconfigure(t *testing.T) {
-	keep, gone, edit := streamable(t, "keep"), streamable(t, "gone"), streamable(t, "edit")
+	// gone's hold tool says when a call has reached it, so that the reload surely finds it in flight.
+	held := make(chan struct{}, 1)
+	goneMCP := newTestMCP("gone", 0)
+	goneMCP.srv.AddTool(mcp.NewTool("hold", mcp.WithDescription("Sleeps half a second")),
+		func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			held <- struct{}{}
+			time.Sleep(500 * time.Millisecond)
+			return mcp.NewToolResultText("slept"), nil
+		})
+	goneHTTP := newHTTPHarness(t, streamableHandler(fixed(goneMCP)))
+	gone := mcpconfig.Server{Transport: mcpconfig.TransportStreamableHTTP, URL: "http://" + goneHTTP.addr + "/mcp"}
+	keep, edit := streamable(t, "keep"), streamable(t, "edit")
 	h := startExecutor(t, Config{Servers: map[string]mcpconfig.Server{"keep": keep, "gone": gone, "edit": edit}})
 	h.waitReady(t)
 	before := h.serverNamed(t, "keep").GetConnectedAt().AsTime()
@@ -101,11 +112,14 @@ func TestReconfigure(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		st, _ := structpb.NewStruct(map[string]any{"ms": 500})
-		resp, err := h.client.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: "gone.slow", Arguments: st})
+		resp, err := h.client.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: "gone.hold"})
 		slow <- fmt.Sprintf("%v %s", err, text(resp))
 	}()
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call on the server about to be removed did not reach it")
+	}
 
 	edited := streamable(t, "edited")
 	fresh := streamable(t, "fresh")
