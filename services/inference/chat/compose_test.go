@@ -169,7 +169,9 @@ func TestCompose(t *testing.T) {
 }
 
 func TestComposeEnds(t *testing.T) {
-	slow := chattest.Reply{Pieces: []string{"one ", "two ", "three"}, PieceDelay: 200 * time.Millisecond}
+	// The timeout falls half-way between the first piece and the second: half a second of slack
+	// either side on a busy machine.
+	slow := chattest.Reply{Pieces: []string{"one ", "two ", "three"}, PieceDelay: time.Second}
 	for _, tc := range []struct {
 		name    string
 		timeout time.Duration
@@ -180,7 +182,7 @@ func TestComposeEnds(t *testing.T) {
 		has    string
 		deltas int
 	}{
-		{name: "timeout", timeout: 300 * time.Millisecond, code: codes.DeadlineExceeded, errIs: context.DeadlineExceeded, has: "timed out after 300ms", deltas: 1},
+		{name: "timeout", timeout: 1500 * time.Millisecond, code: codes.DeadlineExceeded, errIs: context.DeadlineExceeded, has: "timed out after 1.5s", deltas: 1},
 		{name: "caller cancels", stop: func(cancel context.CancelFunc, n int) error {
 			if n == 1 {
 				cancel()
