@@ -36,7 +36,7 @@ func (g *Guard) HTTP(next http.Handler, skip, forwarded func(*http.Request) bool
 		i, name, d := g.admit(r.Header.Values("Authorization"), clientKey(r.RemoteAddr), count)
 		if d != nil {
 			g.logDenial(r.Context(), d, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
-			writeDenial(w, d)
+			writeDenial(w, r, d)
 			return
 		}
 		defer g.leave(i)
@@ -44,7 +44,12 @@ func (g *Guard) HTTP(next http.Handler, skip, forwarded func(*http.Request) bool
 	})
 }
 
-func writeDenial(w http.ResponseWriter, d *denial) {
+func writeDenial(w http.ResponseWriter, r *http.Request, d *denial) {
+	if r.ContentLength != 0 {
+		// The body is refused unread. Left open, net/http would read up to 256 KiB of it
+		// before it sends the answer, at whatever pace the client sends it.
+		w.Header().Set("Connection", "close")
+	}
 	status := http.StatusUnauthorized
 	if d.code == codes.ResourceExhausted {
 		status = http.StatusTooManyRequests
