@@ -20,7 +20,7 @@ import (
 
 func main() {
 	var o options
-	flag.DurationVar(&o.Phase, "phase", 5*time.Second, "how long each phase (both up, one draining, rejoined) runs the load")
+	flag.DurationVar(&o.Phase, "phase", 5*time.Second, "how long each phase (both up, one draining, rejoined) runs the load; the rejoined phase runs at least half of it past the restarted executor's first call")
 	flag.IntVar(&o.Workers, "workers", 8, "concurrent clients, each sending its next request when the last is answered")
 	jsonPath := flag.String("json", "", "also write the figures as JSON to this file, for bench/report")
 	flag.Parse()

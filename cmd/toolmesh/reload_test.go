@@ -86,7 +86,7 @@ func TestServeExecutorReload(t *testing.T) {
 	want("the converter added by a new file", "[calculator converter]")
 
 	// Back to the symlink (a change it sees), then an edit of its target (one it does not).
-	write(real, "calculator", "converter")
+	write(real, "converter")
 	tmp := cfg + ".link"
 	if err := os.Symlink(real, tmp); err != nil {
 		t.Fatal(err)
@@ -94,15 +94,15 @@ func TestServeExecutorReload(t *testing.T) {
 	if err := os.Rename(tmp, cfg); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // that reload is done, and changed nothing
-	write(real, "converter")
+	want("the calculator removed by the symlink's swap", "[converter]")
+	write(real, "calculator")
 	time.Sleep(time.Second)
-	if got := servers(); got != "[calculator converter]" {
+	if got := servers(); got != "[converter]" {
 		t.Fatalf("an edit in another directory was seen (%s): the test no longer tests SIGHUP", got)
 	}
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	// Answered by the same process: SIGHUP did not end it.
-	want("the calculator removed on SIGHUP", "[converter]")
+	want("the converter replaced by the calculator on SIGHUP", "[calculator]")
 }

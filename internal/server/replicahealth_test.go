@@ -88,6 +88,23 @@ func onlyTo(t *testing.T, conn *grpc.ClientConn, want string) {
 	}
 }
 
+// toBoth waits until 20 calls on conn reach both replicas: round_robin sends calls only to the
+// replicas it has connected to, and the first call may go before the second is ready.
+func toBoth(t *testing.T, conn *grpc.ClientConn, a, b string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := spread(t, conn, 20)
+		if got[a] > 0 && got[b] > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20 calls went %v; want both replicas used while both are SERVING", got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func dialTest(t *testing.T, target string, extra ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(target, append(DialOptionsFor(executorService, target), extra...)...)
@@ -104,9 +121,7 @@ func dialTest(t *testing.T, target string, extra ...grpc.DialOption) *grpc.Clien
 func TestReplicaHealth(t *testing.T) {
 	a, b := startExecutor(t), startExecutor(t)
 	conn := dialTest(t, "ipv4:"+a.Addr()+","+b.Addr())
-	if got := spread(t, conn, 20); got[a.Addr()] == 0 || got[b.Addr()] == 0 {
-		t.Errorf("20 calls went %v; want both replicas used while both are SERVING", got)
-	}
+	toBoth(t, conn, a.Addr(), b.Addr())
 
 	a.SetRegistered(false)
 	onlyTo(t, conn, b.Addr())

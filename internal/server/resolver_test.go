@@ -51,8 +51,16 @@ func TestAddressList(t *testing.T) {
 		}
 		return got
 	}
-	if got := spread(20); got[a.Addr()] == 0 || got[b.Addr()] == 0 {
-		t.Errorf("20 calls went %v; want both replicas used", got)
+	// round_robin sends calls only to replicas it has connected to; the first call may go
+	// before the second is ready.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		got := spread(20)
+		if got[a.Addr()] > 0 && got[b.Addr()] > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20 calls went %v; want both replicas used", got)
+		}
 	}
 	addrA := a.Addr()
 	stopA()
