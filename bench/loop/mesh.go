@@ -373,9 +373,11 @@ func startMicro(ctx context.Context, bin, dir, modelURL string, profiled bool, e
 		"--inference.grpc-addr=" + inference, "--inference.llm.url=" + modelURL}, common("inference")...)...); err != nil {
 		return m, err
 	}
+	// Ready means the inference process answers too: it may listen later than the api, whose
+	// questions would get 503 meanwhile (the bench counts them as errors).
 	if err := start("api", append([]string{"serve", "--target=api",
 		"--api.http-addr=" + apiHTTP, "--api.grpc-addr=" + apiGRPC, "--api.executor-addr=" + executor,
-		"--api.retriever-addr=" + retriever, "--api.inference-addr=" + inference}, common("api")...)...); err != nil {
+		"--api.retriever-addr=" + retriever, "--api.inference-addr=" + inference, "--api.ready-needs-inference"}, common("api")...)...); err != nil {
 		return m, err
 	}
 	return m, nil
@@ -405,7 +407,7 @@ func waitListening(ctx context.Context, m *mesh, addr string, timeout time.Durat
 }
 
 // waitReady polls GET /readyz until it answers 200: the executor has every MCP server
-// connected and the retriever's index holds their tools.
+// connected and the retriever's index holds their tools (and, in micro mode, the model answers).
 func waitReady(ctx context.Context, m *mesh, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
