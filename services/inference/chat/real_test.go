@@ -114,3 +114,22 @@ func TestRealServerCompose(t *testing.T) {
 		t.Errorf("compose after a cancel: %v", err)
 	}
 }
+
+// TestRealServerAfterAStream: llama-server closes the connection of a streamed answer without
+// saying so, and a request of a few KiB sent on it in that moment failed half-written
+// (UNAVAILABLE "use of closed network connection", 4 runs in 5 within 50 rounds on a busy
+// machine); it is sent again (llama.Do). Each round streams an answer and then sends a prompt
+// over the context at once, which must get its own answer: RESOURCE_EXHAUSTED.
+func TestRealServerAfterAStream(t *testing.T) {
+	srv := llamatest.StartServer(t, llamatest.ServerOptions{CtxSize: 1024})
+	c, _ := newTestClient(t, srv.URL, Config{Timeout: 30 * time.Second, Temperature: new(0.0)})
+	long := strings.Repeat("word ", 1500)
+	for i := range 50 {
+		if _, err := c.Compose(t.Context(), "What is the weather in Paris?", history(t), 4, func(string) error { return nil }); err != nil {
+			t.Fatalf("round %d: compose: %v", i, err)
+		}
+		if _, err := c.Compose(t.Context(), long, nil, 4, func(string) error { return nil }); Code(err) != codes.ResourceExhausted {
+			t.Fatalf("round %d: a prompt over the context right after a streamed answer: %v (%v), want RESOURCE_EXHAUSTED", i, err, Code(err))
+		}
+	}
+}

@@ -434,12 +434,12 @@ func (c *Client) send(ctx context.Context, op, method, path string, body []byte)
 	}
 	// A nil Idempotency-Key lets net/http resend the request when a kept-alive connection
 	// turns out closed before anything was read (llama-server closes some after an error);
-	// the header itself is not sent.
+	// the header itself is not sent. Do resends it when the connection closed mid-write.
 	req.Header["Idempotency-Key"] = nil
 	if c.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := Do(c.hc, req)
 	if err != nil {
 		return nil, c.transportError(ctx, op, err)
 	}
