@@ -75,7 +75,7 @@ func DialOptions() []grpc.DialOption { return dialOptions("") }
 // watched: its calls reach it and get its own answer (the retriever's "not synced yet"), which
 // says more, and there is no other replica to prefer.
 func DialOptionsFor(service, target string) []grpc.DialOption {
-	if !replicated(target) {
+	if !Replicated(target) {
 		service = ""
 	}
 	return dialOptions(service)

@@ -60,9 +60,9 @@ func CheckTarget(target string) error {
 	return nil
 }
 
-// replicated reports whether target can name more than one replica: an ipv4: or ipv6: list of
+// Replicated reports whether target can name more than one replica: an ipv4: or ipv6: list of
 // several addresses, or a dns: name (it may resolve to several addresses, now or later).
-func replicated(target string) bool {
+func Replicated(target string) bool {
 	scheme, rest, found := strings.Cut(target, ":")
 	switch {
 	case found && (scheme == "ipv4" || scheme == "ipv6"):

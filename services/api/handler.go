@@ -17,6 +17,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/redact"
+	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
@@ -225,6 +226,10 @@ func dependencyError(ctx context.Context, name, addr string, err error) error {
 		return status.Errorf(codes.DeadlineExceeded, "%s at %s did not answer in time", name, addr)
 	case st.Code() == codes.Canceled:
 		return status.Error(codes.Canceled, "request canceled")
+	case unreachable(err) && server.Replicated(addr):
+		// With client-side health checks a replica that answers but reports NOT_SERVING (an
+		// executor draining, a retriever not synced) gets no call either: not "unreachable".
+		return status.Errorf(codes.Unavailable, "%s at %s: no replica is reachable and serving: %s", name, addr, st.Message())
 	case unreachable(err):
 		return status.Errorf(codes.Unavailable, "%s at %s is unreachable: %s", name, addr, st.Message())
 	}
