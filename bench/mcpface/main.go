@@ -144,17 +144,17 @@ func run(figs *figures.MCPFace, callers int, duration time.Duration, rounds, nTo
 		return fmt.Errorf("session on /mcp: %w", err)
 	}
 	defer face.Close()
-	if err := waitCatalog(ctx, face, nTools+1); err != nil {
+	if err := waitCatalog(ctx, face.Client, nTools+1); err != nil {
 		return err
 	}
 
 	if only != "list" {
-		if err := compareCalls(ctx, figs, direct, face, callers, duration, rounds, protocol); err != nil {
+		if err := compareCalls(ctx, figs, direct.Client, face.Client, callers, duration, rounds, protocol); err != nil {
 			return err
 		}
 	}
 	if only != "calls" {
-		if err := compareLists(ctx, figs, bigURL, face, nTools, listRuns, protocol); err != nil {
+		if err := compareLists(ctx, figs, bigURL, face.Client, nTools, listRuns, protocol); err != nil {
 			return err
 		}
 	}
@@ -214,7 +214,7 @@ func compareLists(ctx context.Context, figs *figures.MCPFace, bigURL string, fac
 		name   string
 		client *client.Client
 		want   int
-	}{{"direct, one tools/list (the server does not paginate)", bigDirect, nTools}, {"through toolmesh /mcp, every page", face, nTools + 1}} {
+	}{{"direct, one tools/list (the server does not paginate)", bigDirect.Client, nTools}, {"through toolmesh /mcp, every page", face, nTools + 1}} {
 		var times []time.Duration
 		var pages int
 		for range listRuns {
@@ -361,9 +361,23 @@ func serve(name string, tools []mcpserver.ServerTool) (string, func(), error) {
 	}, nil
 }
 
+// session is a held mcp-go session and the HTTP client it runs on.
+type session struct {
+	*client.Client
+	hc *http.Client
+}
+
+// Close ends the session and closes its idle connections, which the mcp-go client leaves
+// open: one dialled for a caller and never used holds a goroutine on both ends.
+func (s *session) Close() error {
+	err := s.Client.Close()
+	s.hc.CloseIdleConnections()
+	return err
+}
+
 // connect opens a held mcp-go session on url at protocol. Its HTTP client keeps enough idle
 // connections for every caller, as a long-running agent's would.
-func connect(ctx context.Context, url, protocol string) (*client.Client, error) {
+func connect(ctx context.Context, url, protocol string) (*session, error) {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}}
 	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPBasicClient(hc))
 	if err != nil {
@@ -382,11 +396,12 @@ func connect(ctx context.Context, url, protocol string) (*client.Client, error) 
 	req := mcp.InitializeRequest{}
 	req.Params.ProtocolVersion = protocol
 	req.Params.ClientInfo = mcp.Implementation{Name: "toolmesh-bench", Version: "0"}
+	sess := &session{Client: c, hc: hc}
 	if _, err := c.Initialize(ictx, req); err != nil {
-		c.Close()
+		sess.Close()
 		return nil, err
 	}
-	return c, nil
+	return sess, nil
 }
 
 // listAll lists every tool page by page: how many tools and pages.
