@@ -455,11 +455,6 @@ func (c *Client) send(ctx context.Context, body []byte, accept string) (*http.Re
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", accept)
-	// A nil Idempotency-Key lets net/http resend the request when a kept-alive connection
-	// turns out closed before anything was read; the header itself is not sent. llama.Do
-	// resends it when the connection closed mid-write (llama-server closes one after a
-	// streamed answer without saying so).
-	req.Header["Idempotency-Key"] = nil
 	if c.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
 	}

@@ -432,10 +432,6 @@ func (c *Client) send(ctx context.Context, op, method, path string, body []byte)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	// A nil Idempotency-Key lets net/http resend the request when a kept-alive connection
-	// turns out closed before anything was read (llama-server closes some after an error);
-	// the header itself is not sent. Do resends it when the connection closed mid-write.
-	req.Header["Idempotency-Key"] = nil
 	if c.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
 	}

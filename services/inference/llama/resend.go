@@ -6,14 +6,16 @@ import (
 	"sync"
 )
 
-// Do is hc.Do(req), sent once more when it failed while being written on a kept-alive
-// connection. llama-server closes a connection after a streamed answer (and after some errors)
-// without saying so, and a request sent on it in the moment before the client notices fails.
-// net/http resends such a request itself only when none of it was written; a prompt of a few
-// KiB is written in parts, and its write fails half-way. The server cannot have acted on a
-// request it did not get whole, so sending it again on another connection is safe. req's body
-// must be rewindable (GetBody set, as http.NewRequest does for a bytes.Reader).
+// Do is hc.Do(req) for a request to a model server, sent again when a kept-alive connection
+// turns out closed. llama-server closes a connection after a streamed answer (and after some
+// errors) without saying so, and a request sent on it in the moment before the client notices
+// fails. A nil Idempotency-Key (the header itself is not sent) lets net/http resend it when
+// nothing of it was written or nothing was read back; a prompt of a few KiB is written in
+// parts and can fail half-written, which net/http does not resend: Do sends it once more. The
+// server cannot have acted on a request it did not get whole. req's body must be rewindable
+// (GetBody set, as http.NewRequest does for a bytes.Reader).
 func Do(hc *http.Client, req *http.Request) (*http.Response, error) {
+	req.Header["Idempotency-Key"] = nil
 	var (
 		mu       sync.Mutex
 		reused   bool
