@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/eventually"
 	"github.com/toolmesh/toolmesh/internal/tlsfiles"
 	"github.com/toolmesh/toolmesh/internal/tlsfiles/tlstest"
 )
@@ -75,34 +77,24 @@ func spread(t *testing.T, conn *grpc.ClientConn, n int) map[string]int {
 // onlyTo waits up to 5 s for 20 calls in a row to go to want and fails the test if they never do.
 func onlyTo(t *testing.T, conn *grpc.ClientConn, want string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := spread(t, conn, 20)
-		if got[want] == 20 {
-			return
+	eventually.Check(t, 5*time.Second, "every call to "+want+", the replica reporting SERVING", func() string {
+		if got := spread(t, conn, 20); got[want] != 20 {
+			return fmt.Sprintf("20 calls went %v", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("20 calls went %v; want every one to %s, the replica reporting SERVING", got, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // toBoth waits until 20 calls on conn reach both replicas: round_robin sends calls only to the
 // replicas it has connected to, and the first call may go before the second is ready.
 func toBoth(t *testing.T, conn *grpc.ClientConn, a, b string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := spread(t, conn, 20)
-		if got[a] > 0 && got[b] > 0 {
-			return
+	eventually.Check(t, 5*time.Second, "both replicas used while both are SERVING", func() string {
+		if got := spread(t, conn, 20); got[a] == 0 || got[b] == 0 {
+			return fmt.Sprintf("20 calls went %v", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("20 calls went %v; want both replicas used while both are SERVING", got)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 func dialTest(t *testing.T, target string, extra ...grpc.DialOption) *grpc.ClientConn {

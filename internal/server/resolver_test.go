@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/toolmesh/toolmesh/internal/eventually"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
@@ -53,15 +55,12 @@ func TestAddressList(t *testing.T) {
 	}
 	// round_robin sends calls only to replicas it has connected to; the first call may go
 	// before the second is ready.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		got := spread(20)
-		if got[a.Addr()] > 0 && got[b.Addr()] > 0 {
-			break
+	eventually.Check(t, 5*time.Second, "both replicas used", func() string {
+		if got := spread(20); got[a.Addr()] == 0 || got[b.Addr()] == 0 {
+			return fmt.Sprintf("20 calls went %v", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("20 calls went %v; want both replicas used", got)
-		}
-	}
+		return ""
+	})
 	addrA := a.Addr()
 	stopA()
 	if got := spread(10); got[b.Addr()] != 10 {
