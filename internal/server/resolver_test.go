@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolmesh/toolmesh/internal/eventually"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+
+	"github.com/toolmesh/toolmesh/internal/eventually"
 )
 
 // TestAddressList: an "ipv4:A,B" target spreads calls over both replicas, keeps working when
