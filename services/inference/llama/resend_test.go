@@ -13,14 +13,15 @@ import (
 	"testing"
 )
 
-// breakingConn is a connection that, once armed, writes half of the next write and then
-// closes: the server closed a kept-alive connection while a request was being written on it.
-type breakingConn struct {
+// closingConnDouble is a test double of a kept-alive connection that the server closes while a
+// request is written on it: once armed, it writes half of the next write, closes, and fails
+// the write with net.ErrClosed, as the real one does (see TestRealServerAfterAStream in chat).
+type closingConnDouble struct {
 	net.Conn
 	armed *atomic.Bool
 }
 
-func (c *breakingConn) Write(p []byte) (int, error) {
+func (c *closingConnDouble) Write(p []byte) (int, error) {
 	if c.armed.CompareAndSwap(true, false) {
 		n, _ := c.Conn.Write(p[:len(p)/2])
 		c.Conn.Close()
@@ -29,7 +30,7 @@ func (c *breakingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// TestDoResendsUnsent: a request whose write fails half-way on a kept-alive connection is sent
+// TestDoResendsUnsent (a connection double, an httptest server): a request whose write fails half-way on a kept-alive connection is sent
 // again, once, on a new connection, and reaches the server whole exactly once; a request that
 // fails so on a new connection, or whose body cannot be read again, is not.
 func TestDoResendsUnsent(t *testing.T) {
@@ -67,7 +68,7 @@ func TestDoResendsUnsent(t *testing.T) {
 				if err != nil {
 					return nil, err
 				}
-				return &breakingConn{Conn: c, armed: &armed}, nil
+				return &closingConnDouble{Conn: c, armed: &armed}, nil
 			}}
 			t.Cleanup(tr.CloseIdleConnections)
 			hc := &http.Client{Transport: tr}
