@@ -122,13 +122,16 @@ func TestRealServerCompose(t *testing.T) {
 // over the context at once, which must get its own answer: RESOURCE_EXHAUSTED.
 func TestRealServerAfterAStream(t *testing.T) {
 	srv := llamatest.StartServer(t, llamatest.ServerOptions{CtxSize: 1024})
-	c, _ := newTestClient(t, srv.URL, Config{Timeout: 30 * time.Second, Temperature: new(0.0)})
+	c, _ := newTestClient(t, srv.URL, Config{Timeout: 10 * time.Second, Temperature: new(0.0)})
+	// 50 rounds take well under a second; a stuck server fails the test within a minute.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
 	long := strings.Repeat("word ", 1500)
 	for i := range 50 {
-		if _, err := c.Compose(t.Context(), "What is the weather in Paris?", history(t), 4, func(string) error { return nil }); err != nil {
+		if _, err := c.Compose(ctx, "What is the weather in Paris?", history(t), 4, func(string) error { return nil }); err != nil {
 			t.Fatalf("round %d: compose: %v", i, err)
 		}
-		if _, err := c.Compose(t.Context(), long, nil, 4, func(string) error { return nil }); Code(err) != codes.ResourceExhausted {
+		if _, err := c.Compose(ctx, long, nil, 4, func(string) error { return nil }); Code(err) != codes.ResourceExhausted {
 			t.Fatalf("round %d: a prompt over the context right after a streamed answer: %v (%v), want RESOURCE_EXHAUSTED", i, err, Code(err))
 		}
 	}
