@@ -23,6 +23,67 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ToolChoiceMode int32
+
+const (
+	// TOOL_CHOICE_MODE_UNSPECIFIED is auto.
+	ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED ToolChoiceMode = 0
+	// TOOL_CHOICE_MODE_AUTO: the model calls tools or answers, as it sees fit.
+	ToolChoiceMode_TOOL_CHOICE_MODE_AUTO ToolChoiceMode = 1
+	// TOOL_CHOICE_MODE_NONE: the model answers without calling anything.
+	ToolChoiceMode_TOOL_CHOICE_MODE_NONE ToolChoiceMode = 2
+	// TOOL_CHOICE_MODE_REQUIRED: the model's first turn must call a tool or function.
+	ToolChoiceMode_TOOL_CHOICE_MODE_REQUIRED ToolChoiceMode = 3
+	// TOOL_CHOICE_MODE_FUNCTION: the model must call ToolChoice.function (a caller's function),
+	// offered alone.
+	ToolChoiceMode_TOOL_CHOICE_MODE_FUNCTION ToolChoiceMode = 4
+)
+
+// Enum value maps for ToolChoiceMode.
+var (
+	ToolChoiceMode_name = map[int32]string{
+		0: "TOOL_CHOICE_MODE_UNSPECIFIED",
+		1: "TOOL_CHOICE_MODE_AUTO",
+		2: "TOOL_CHOICE_MODE_NONE",
+		3: "TOOL_CHOICE_MODE_REQUIRED",
+		4: "TOOL_CHOICE_MODE_FUNCTION",
+	}
+	ToolChoiceMode_value = map[string]int32{
+		"TOOL_CHOICE_MODE_UNSPECIFIED": 0,
+		"TOOL_CHOICE_MODE_AUTO":        1,
+		"TOOL_CHOICE_MODE_NONE":        2,
+		"TOOL_CHOICE_MODE_REQUIRED":    3,
+		"TOOL_CHOICE_MODE_FUNCTION":    4,
+	}
+)
+
+func (x ToolChoiceMode) Enum() *ToolChoiceMode {
+	p := new(ToolChoiceMode)
+	*p = x
+	return p
+}
+
+func (x ToolChoiceMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolChoiceMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_toolmesh_v1_api_proto_enumTypes[0].Descriptor()
+}
+
+func (ToolChoiceMode) Type() protoreflect.EnumType {
+	return &file_toolmesh_v1_api_proto_enumTypes[0]
+}
+
+func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolChoiceMode.Descriptor instead.
+func (ToolChoiceMode) EnumDescriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{0}
+}
+
 type StopReason int32
 
 const (
@@ -35,6 +96,9 @@ const (
 	// which): the request was right, the tool failed. An unknown tool or invalid arguments are
 	// refused with 404 or 400 instead, as by POST /v1/tools/{server}/{name}:call.
 	StopReason_STOP_REASON_TOOL_ERROR StopReason = 5
+	// The model called the caller's functions (QueryResponse.function_calls): the caller runs them
+	// and asks again with their results to go on.
+	StopReason_STOP_REASON_FUNCTION_CALLS StopReason = 6
 )
 
 // Enum value maps for StopReason.
@@ -46,6 +110,7 @@ var (
 		3: "STOP_REASON_DEADLINE",
 		4: "STOP_REASON_ERROR",
 		5: "STOP_REASON_TOOL_ERROR",
+		6: "STOP_REASON_FUNCTION_CALLS",
 	}
 	StopReason_value = map[string]int32{
 		"STOP_REASON_UNSPECIFIED":    0,
@@ -54,6 +119,7 @@ var (
 		"STOP_REASON_DEADLINE":       3,
 		"STOP_REASON_ERROR":          4,
 		"STOP_REASON_TOOL_ERROR":     5,
+		"STOP_REASON_FUNCTION_CALLS": 6,
 	}
 )
 
@@ -68,11 +134,11 @@ func (x StopReason) String() string {
 }
 
 func (StopReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_toolmesh_v1_api_proto_enumTypes[0].Descriptor()
+	return file_toolmesh_v1_api_proto_enumTypes[1].Descriptor()
 }
 
 func (StopReason) Type() protoreflect.EnumType {
-	return &file_toolmesh_v1_api_proto_enumTypes[0]
+	return &file_toolmesh_v1_api_proto_enumTypes[1]
 }
 
 func (x StopReason) Number() protoreflect.EnumNumber {
@@ -81,7 +147,7 @@ func (x StopReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StopReason.Descriptor instead.
 func (StopReason) EnumDescriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{0}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{1}
 }
 
 type ListToolsRequest struct {
@@ -489,6 +555,151 @@ func (x *ListServersResponse) GetServers() []*Server {
 	return nil
 }
 
+type ListModelsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListModelsRequest) Reset() {
+	*x = ListModelsRequest{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListModelsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListModelsRequest) ProtoMessage() {}
+
+func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
+func (*ListModelsRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{8}
+}
+
+type ListModelsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Models        []*Model               `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListModelsResponse) Reset() {
+	*x = ListModelsResponse{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListModelsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListModelsResponse) ProtoMessage() {}
+
+func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
+func (*ListModelsResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListModelsResponse) GetModels() []*Model {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+// Model is a model the mesh answers with.
+type Model struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the model's name, as QueryRequest.model and OpenAI's "model" take it.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// backend is "llama.cpp" (Gorilla OpenFunctions v2 on llama-server) or "openai" (an
+	// OpenAI-compatible server).
+	Backend string `protobuf:"bytes,2,opt,name=backend,proto3" json:"backend,omitempty"`
+	// ready says whether it answers now.
+	Ready         bool `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Model) Reset() {
+	*x = Model{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Model) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Model) ProtoMessage() {}
+
+func (x *Model) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Model.ProtoReflect.Descriptor instead.
+func (*Model) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Model) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Model) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *Model) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
 type QueryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Query string                 `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
@@ -500,13 +711,30 @@ type QueryRequest struct {
 	Servers []string `protobuf:"bytes,4,rep,name=servers,proto3" json:"servers,omitempty"`
 	// timeout_seconds bounds the whole query: 1 to 600, default 120.
 	TimeoutSeconds int32 `protobuf:"varint,5,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// messages are the conversation so far, oldest first, as in OpenAI's Chat Completions:
+	// "system" and "developer" instructions, "user" and "assistant" turns, an assistant's calls of
+	// the caller's functions and the "tool" messages with their results. query, when set, is
+	// appended as the user's new message; without it the messages end with the user's message, or
+	// with the results of the caller's function calls (the turn goes on). At most 256 messages.
+	Messages []*Message `protobuf:"bytes,6,rep,name=messages,proto3" json:"messages,omitempty"`
+	// functions are the caller's own functions, offered to the model beside the mesh's tools
+	// (at most 128). When the model calls one the query stops with STOP_REASON_FUNCTION_CALLS and
+	// the calls in function_calls; the caller runs them and asks again with the assistant's calls
+	// and a "tool" message per result added to messages.
+	Functions []*Function `protobuf:"bytes,7,rep,name=functions,proto3" json:"functions,omitempty"`
+	// tool_choice says whether the model may, must or must not call tools; unset is auto.
+	ToolChoice *ToolChoice `protobuf:"bytes,8,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
+	// generation tunes the model's sampling.
+	Generation *GenerationOptions `protobuf:"bytes,9,opt,name=generation,proto3" json:"generation,omitempty"`
+	// model, when set, must be a model the mesh answers with (ListModels): another is NOT_FOUND.
+	Model         string `protobuf:"bytes,10,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueryRequest) Reset() {
 	*x = QueryRequest{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[8]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +746,7 @@ func (x *QueryRequest) String() string {
 func (*QueryRequest) ProtoMessage() {}
 
 func (x *QueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[8]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +759,7 @@ func (x *QueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryRequest.ProtoReflect.Descriptor instead.
 func (*QueryRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{8}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *QueryRequest) GetQuery() string {
@@ -569,6 +797,95 @@ func (x *QueryRequest) GetTimeoutSeconds() int32 {
 	return 0
 }
 
+func (x *QueryRequest) GetMessages() []*Message {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *QueryRequest) GetFunctions() []*Function {
+	if x != nil {
+		return x.Functions
+	}
+	return nil
+}
+
+func (x *QueryRequest) GetToolChoice() *ToolChoice {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return nil
+}
+
+func (x *QueryRequest) GetGeneration() *GenerationOptions {
+	if x != nil {
+		return x.Generation
+	}
+	return nil
+}
+
+func (x *QueryRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+// ToolChoice is OpenAI's tool_choice.
+type ToolChoice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Mode  ToolChoiceMode         `protobuf:"varint,1,opt,name=mode,proto3,enum=toolmesh.v1.ToolChoiceMode" json:"mode,omitempty"`
+	// function is the caller's function the model must call, with TOOL_CHOICE_MODE_FUNCTION.
+	Function      string `protobuf:"bytes,2,opt,name=function,proto3" json:"function,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolChoice) Reset() {
+	*x = ToolChoice{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolChoice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolChoice) ProtoMessage() {}
+
+func (x *ToolChoice) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
+func (*ToolChoice) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ToolChoice) GetMode() ToolChoiceMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED
+}
+
+func (x *ToolChoice) GetFunction() string {
+	if x != nil {
+		return x.Function
+	}
+	return ""
+}
+
 // Step is one iteration of the loop.
 type Step struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -583,15 +900,17 @@ type Step struct {
 	RetrievalStartMs float64 `protobuf:"fixed64,6,opt,name=retrieval_start_ms,json=retrievalStartMs,proto3" json:"retrieval_start_ms,omitempty"`
 	RetrievalMs      float64 `protobuf:"fixed64,7,opt,name=retrieval_ms,json=retrievalMs,proto3" json:"retrieval_ms,omitempty"`
 	// model_start_ms is when the model was asked (Generate); model_ms how long it took.
-	ModelStartMs  float64 `protobuf:"fixed64,8,opt,name=model_start_ms,json=modelStartMs,proto3" json:"model_start_ms,omitempty"`
-	ModelMs       float64 `protobuf:"fixed64,9,opt,name=model_ms,json=modelMs,proto3" json:"model_ms,omitempty"`
+	ModelStartMs float64 `protobuf:"fixed64,8,opt,name=model_start_ms,json=modelStartMs,proto3" json:"model_start_ms,omitempty"`
+	ModelMs      float64 `protobuf:"fixed64,9,opt,name=model_ms,json=modelMs,proto3" json:"model_ms,omitempty"`
+	// history says how the conversation's earlier turns fit the model's context in this step.
+	History       *HistoryFit `protobuf:"bytes,10,opt,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[9]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +922,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[9]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,7 +935,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{9}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Step) GetNumber() int32 {
@@ -682,6 +1001,13 @@ func (x *Step) GetModelMs() float64 {
 	return 0
 }
 
+func (x *Step) GetHistory() *HistoryFit {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
 type QueryResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Answer     string                 `protobuf:"bytes,1,opt,name=answer,proto3" json:"answer,omitempty"`
@@ -699,13 +1025,23 @@ type QueryResponse struct {
 	// are 0 when no answer was composed (the model answered without tools, or a direct call).
 	ComposeStartMs float64 `protobuf:"fixed64,9,opt,name=compose_start_ms,json=composeStartMs,proto3" json:"compose_start_ms,omitempty"`
 	ComposeMs      float64 `protobuf:"fixed64,10,opt,name=compose_ms,json=composeMs,proto3" json:"compose_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// function_calls are the caller's functions the model called (stop_reason
+	// STOP_REASON_FUNCTION_CALLS), each with the id to quote in the "tool" message of its result.
+	FunctionCalls []*FunctionCall `protobuf:"bytes,11,rep,name=function_calls,json=functionCalls,proto3" json:"function_calls,omitempty"`
+	// usage is the tokens of every model turn of the query, the composed answer included.
+	Usage *Usage `protobuf:"bytes,12,opt,name=usage,proto3" json:"usage,omitempty"`
+	// model is the model that answered ("" when no model was asked: a direct call).
+	Model string `protobuf:"bytes,13,opt,name=model,proto3" json:"model,omitempty"`
+	// finish_reason is how the answer ended, in OpenAI's terms: "stop", "length" (cut at
+	// generation.max_tokens) or "tool_calls" (function_calls).
+	FinishReason  string `protobuf:"bytes,14,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueryResponse) Reset() {
 	*x = QueryResponse{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[10]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -717,7 +1053,7 @@ func (x *QueryResponse) String() string {
 func (*QueryResponse) ProtoMessage() {}
 
 func (x *QueryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[10]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -730,7 +1066,7 @@ func (x *QueryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryResponse.ProtoReflect.Descriptor instead.
 func (*QueryResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{10}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *QueryResponse) GetAnswer() string {
@@ -803,6 +1139,34 @@ func (x *QueryResponse) GetComposeMs() float64 {
 	return 0
 }
 
+func (x *QueryResponse) GetFunctionCalls() []*FunctionCall {
+	if x != nil {
+		return x.FunctionCalls
+	}
+	return nil
+}
+
+func (x *QueryResponse) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *QueryResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *QueryResponse) GetFinishReason() string {
+	if x != nil {
+		return x.FinishReason
+	}
+	return ""
+}
+
 type QueryStreamRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Query          string                 `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
@@ -810,13 +1174,30 @@ type QueryStreamRequest struct {
 	MaxIterations  int32                  `protobuf:"varint,3,opt,name=max_iterations,json=maxIterations,proto3" json:"max_iterations,omitempty"`
 	Servers        []string               `protobuf:"bytes,4,rep,name=servers,proto3" json:"servers,omitempty"`
 	TimeoutSeconds int32                  `protobuf:"varint,5,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// messages are the conversation so far, oldest first, as in OpenAI's Chat Completions:
+	// "system" and "developer" instructions, "user" and "assistant" turns, an assistant's calls of
+	// the caller's functions and the "tool" messages with their results. query, when set, is
+	// appended as the user's new message; without it the messages end with the user's message, or
+	// with the results of the caller's function calls (the turn goes on). At most 256 messages.
+	Messages []*Message `protobuf:"bytes,6,rep,name=messages,proto3" json:"messages,omitempty"`
+	// functions are the caller's own functions, offered to the model beside the mesh's tools
+	// (at most 128). When the model calls one the query stops with STOP_REASON_FUNCTION_CALLS and
+	// the calls in function_calls; the caller runs them and asks again with the assistant's calls
+	// and a "tool" message per result added to messages.
+	Functions []*Function `protobuf:"bytes,7,rep,name=functions,proto3" json:"functions,omitempty"`
+	// tool_choice says whether the model may, must or must not call tools; unset is auto.
+	ToolChoice *ToolChoice `protobuf:"bytes,8,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
+	// generation tunes the model's sampling.
+	Generation *GenerationOptions `protobuf:"bytes,9,opt,name=generation,proto3" json:"generation,omitempty"`
+	// model, when set, must be a model the mesh answers with (ListModels): another is NOT_FOUND.
+	Model         string `protobuf:"bytes,10,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueryStreamRequest) Reset() {
 	*x = QueryStreamRequest{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[11]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +1209,7 @@ func (x *QueryStreamRequest) String() string {
 func (*QueryStreamRequest) ProtoMessage() {}
 
 func (x *QueryStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[11]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +1222,7 @@ func (x *QueryStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryStreamRequest.ProtoReflect.Descriptor instead.
 func (*QueryStreamRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{11}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *QueryStreamRequest) GetQuery() string {
@@ -879,6 +1260,41 @@ func (x *QueryStreamRequest) GetTimeoutSeconds() int32 {
 	return 0
 }
 
+func (x *QueryStreamRequest) GetMessages() []*Message {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *QueryStreamRequest) GetFunctions() []*Function {
+	if x != nil {
+		return x.Functions
+	}
+	return nil
+}
+
+func (x *QueryStreamRequest) GetToolChoice() *ToolChoice {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return nil
+}
+
+func (x *QueryStreamRequest) GetGeneration() *GenerationOptions {
+	if x != nil {
+		return x.Generation
+	}
+	return nil
+}
+
+func (x *QueryStreamRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
 type QueryStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Event:
@@ -896,7 +1312,7 @@ type QueryStreamResponse struct {
 
 func (x *QueryStreamResponse) Reset() {
 	*x = QueryStreamResponse{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[12]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1324,7 @@ func (x *QueryStreamResponse) String() string {
 func (*QueryStreamResponse) ProtoMessage() {}
 
 func (x *QueryStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[12]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1337,7 @@ func (x *QueryStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryStreamResponse.ProtoReflect.Descriptor instead.
 func (*QueryStreamResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{12}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QueryStreamResponse) GetEvent() isQueryStreamResponse_Event {
@@ -1052,13 +1468,33 @@ const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"durationMs\"\x14\n" +
 	"\x12ListServersRequest\"D\n" +
 	"\x13ListServersResponse\x12-\n" +
-	"\aservers\x18\x01 \x03(\v2\x13.toolmesh.v1.ServerR\aservers\"\x9c\x01\n" +
+	"\aservers\x18\x01 \x03(\v2\x13.toolmesh.v1.ServerR\aservers\"\x13\n" +
+	"\x11ListModelsRequest\"@\n" +
+	"\x12ListModelsResponse\x12*\n" +
+	"\x06models\x18\x01 \x03(\v2\x12.toolmesh.v1.ModelR\x06models\"G\n" +
+	"\x05Model\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\abackend\x18\x02 \x01(\tR\abackend\x12\x14\n" +
+	"\x05ready\x18\x03 \x01(\bR\x05ready\"\x93\x03\n" +
 	"\fQueryRequest\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12\f\n" +
 	"\x01k\x18\x02 \x01(\x05R\x01k\x12%\n" +
 	"\x0emax_iterations\x18\x03 \x01(\x05R\rmaxIterations\x12\x18\n" +
 	"\aservers\x18\x04 \x03(\tR\aservers\x12'\n" +
-	"\x0ftimeout_seconds\x18\x05 \x01(\x05R\x0etimeoutSeconds\"\xde\x02\n" +
+	"\x0ftimeout_seconds\x18\x05 \x01(\x05R\x0etimeoutSeconds\x120\n" +
+	"\bmessages\x18\x06 \x03(\v2\x14.toolmesh.v1.MessageR\bmessages\x123\n" +
+	"\tfunctions\x18\a \x03(\v2\x15.toolmesh.v1.FunctionR\tfunctions\x128\n" +
+	"\vtool_choice\x18\b \x01(\v2\x17.toolmesh.v1.ToolChoiceR\n" +
+	"toolChoice\x12>\n" +
+	"\n" +
+	"generation\x18\t \x01(\v2\x1e.toolmesh.v1.GenerationOptionsR\n" +
+	"generation\x12\x14\n" +
+	"\x05model\x18\n" +
+	" \x01(\tR\x05model\"Y\n" +
+	"\n" +
+	"ToolChoice\x12/\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x1b.toolmesh.v1.ToolChoiceModeR\x04mode\x12\x1a\n" +
+	"\bfunction\x18\x02 \x01(\tR\bfunction\"\x91\x03\n" +
 	"\x04Step\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x125\n" +
 	"\tretrieved\x18\x02 \x03(\v2\x17.toolmesh.v1.ScoredToolR\tretrieved\x12!\n" +
@@ -1068,7 +1504,9 @@ const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"\x12retrieval_start_ms\x18\x06 \x01(\x01R\x10retrievalStartMs\x12!\n" +
 	"\fretrieval_ms\x18\a \x01(\x01R\vretrievalMs\x12$\n" +
 	"\x0emodel_start_ms\x18\b \x01(\x01R\fmodelStartMs\x12\x19\n" +
-	"\bmodel_ms\x18\t \x01(\x01R\amodelMs\"\x81\x03\n" +
+	"\bmodel_ms\x18\t \x01(\x01R\amodelMs\x121\n" +
+	"\ahistory\x18\n" +
+	" \x01(\v2\x17.toolmesh.v1.HistoryFitR\ahistory\"\xa8\x04\n" +
 	"\rQueryResponse\x12\x16\n" +
 	"\x06answer\x18\x01 \x01(\tR\x06answer\x12:\n" +
 	"\n" +
@@ -1086,13 +1524,26 @@ const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"\x10compose_start_ms\x18\t \x01(\x01R\x0ecomposeStartMs\x12\x1d\n" +
 	"\n" +
 	"compose_ms\x18\n" +
-	" \x01(\x01R\tcomposeMs\"\xa2\x01\n" +
+	" \x01(\x01R\tcomposeMs\x12@\n" +
+	"\x0efunction_calls\x18\v \x03(\v2\x19.toolmesh.v1.FunctionCallR\rfunctionCalls\x12(\n" +
+	"\x05usage\x18\f \x01(\v2\x12.toolmesh.v1.UsageR\x05usage\x12\x14\n" +
+	"\x05model\x18\r \x01(\tR\x05model\x12#\n" +
+	"\rfinish_reason\x18\x0e \x01(\tR\ffinishReason\"\x99\x03\n" +
 	"\x12QueryStreamRequest\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12\f\n" +
 	"\x01k\x18\x02 \x01(\x05R\x01k\x12%\n" +
 	"\x0emax_iterations\x18\x03 \x01(\x05R\rmaxIterations\x12\x18\n" +
 	"\aservers\x18\x04 \x03(\tR\aservers\x12'\n" +
-	"\x0ftimeout_seconds\x18\x05 \x01(\x05R\x0etimeoutSeconds\"\xf8\x02\n" +
+	"\x0ftimeout_seconds\x18\x05 \x01(\x05R\x0etimeoutSeconds\x120\n" +
+	"\bmessages\x18\x06 \x03(\v2\x14.toolmesh.v1.MessageR\bmessages\x123\n" +
+	"\tfunctions\x18\a \x03(\v2\x15.toolmesh.v1.FunctionR\tfunctions\x128\n" +
+	"\vtool_choice\x18\b \x01(\v2\x17.toolmesh.v1.ToolChoiceR\n" +
+	"toolChoice\x12>\n" +
+	"\n" +
+	"generation\x18\t \x01(\v2\x1e.toolmesh.v1.GenerationOptionsR\n" +
+	"generation\x12\x14\n" +
+	"\x05model\x18\n" +
+	" \x01(\tR\x05model\"\xf8\x02\n" +
 	"\x13QueryStreamResponse\x121\n" +
 	"\tretrieved\x18\x01 \x01(\v2\x11.toolmesh.v1.StepH\x00R\tretrieved\x126\n" +
 	"\fmodel_output\x18\x02 \x01(\v2\x11.toolmesh.v1.StepH\x00R\vmodelOutput\x12I\n" +
@@ -1100,7 +1551,13 @@ const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"\x12tool_call_finished\x18\x04 \x01(\v2\x1b.toolmesh.v1.ToolCallRecordH\x00R\x10toolCallFinished\x12#\n" +
 	"\fanswer_delta\x18\x05 \x01(\tH\x00R\vanswerDelta\x120\n" +
 	"\x04done\x18\x06 \x01(\v2\x1a.toolmesh.v1.QueryResponseH\x00R\x04doneB\a\n" +
-	"\x05event*\xb0\x01\n" +
+	"\x05event*\xa6\x01\n" +
+	"\x0eToolChoiceMode\x12 \n" +
+	"\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n" +
+	"\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03\x12\x1d\n" +
+	"\x19TOOL_CHOICE_MODE_FUNCTION\x10\x04*\xd0\x01\n" +
 	"\n" +
 	"StopReason\x12\x1b\n" +
 	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -1108,15 +1565,18 @@ const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"\x1aSTOP_REASON_MAX_ITERATIONS\x10\x02\x12\x18\n" +
 	"\x14STOP_REASON_DEADLINE\x10\x03\x12\x15\n" +
 	"\x11STOP_REASON_ERROR\x10\x04\x12\x1a\n" +
-	"\x16STOP_REASON_TOOL_ERROR\x10\x052\xb3\x03\n" +
+	"\x16STOP_REASON_TOOL_ERROR\x10\x05\x12\x1e\n" +
+	"\x1aSTOP_REASON_FUNCTION_CALLS\x10\x062\xb3\x03\n" +
 	"\vToolService\x12]\n" +
 	"\tListTools\x12\x1d.toolmesh.v1.ListToolsRequest\x1a\x1e.toolmesh.v1.ListToolsResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/tools\x12j\n" +
 	"\vSearchTools\x12\x1f.toolmesh.v1.SearchToolsRequest\x1a .toolmesh.v1.SearchToolsResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/tools:search\x12r\n" +
 	"\bCallTool\x12\x1c.toolmesh.v1.CallToolRequest\x1a\x1d.toolmesh.v1.CallToolResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/tools/{server}/{name}:call\x12e\n" +
-	"\vListServers\x12\x1f.toolmesh.v1.ListServersRequest\x1a .toolmesh.v1.ListServersResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\v/v1/servers2\xd5\x01\n" +
+	"\vListServers\x12\x1f.toolmesh.v1.ListServersRequest\x1a .toolmesh.v1.ListServersResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\v/v1/servers2\xa4\x02\n" +
 	"\fAgentService\x12T\n" +
 	"\x05Query\x12\x19.toolmesh.v1.QueryRequest\x1a\x1a.toolmesh.v1.QueryResponse\"\x14\x82\xd3\xe4\x93\x02\x0e:\x01*\"\t/v1/query\x12o\n" +
-	"\vQueryStream\x12\x1f.toolmesh.v1.QueryStreamRequest\x1a .toolmesh.v1.QueryStreamResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/query:stream0\x01B9Z7github.com/toolmesh/toolmesh/gen/toolmesh/v1;toolmeshv1b\x06proto3"
+	"\vQueryStream\x12\x1f.toolmesh.v1.QueryStreamRequest\x1a .toolmesh.v1.QueryStreamResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/query:stream0\x01\x12M\n" +
+	"\n" +
+	"ListModels\x12\x1e.toolmesh.v1.ListModelsRequest\x1a\x1f.toolmesh.v1.ListModelsResponseB9Z7github.com/toolmesh/toolmesh/gen/toolmesh/v1;toolmeshv1b\x06proto3"
 
 var (
 	file_toolmesh_v1_api_proto_rawDescOnce sync.Once
@@ -1130,65 +1590,90 @@ func file_toolmesh_v1_api_proto_rawDescGZIP() []byte {
 	return file_toolmesh_v1_api_proto_rawDescData
 }
 
-var file_toolmesh_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_toolmesh_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_toolmesh_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_toolmesh_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_toolmesh_v1_api_proto_goTypes = []any{
-	(StopReason)(0),             // 0: toolmesh.v1.StopReason
-	(*ListToolsRequest)(nil),    // 1: toolmesh.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),   // 2: toolmesh.v1.ListToolsResponse
-	(*SearchToolsRequest)(nil),  // 3: toolmesh.v1.SearchToolsRequest
-	(*SearchToolsResponse)(nil), // 4: toolmesh.v1.SearchToolsResponse
-	(*CallToolRequest)(nil),     // 5: toolmesh.v1.CallToolRequest
-	(*CallToolResponse)(nil),    // 6: toolmesh.v1.CallToolResponse
-	(*ListServersRequest)(nil),  // 7: toolmesh.v1.ListServersRequest
-	(*ListServersResponse)(nil), // 8: toolmesh.v1.ListServersResponse
-	(*QueryRequest)(nil),        // 9: toolmesh.v1.QueryRequest
-	(*Step)(nil),                // 10: toolmesh.v1.Step
-	(*QueryResponse)(nil),       // 11: toolmesh.v1.QueryResponse
-	(*QueryStreamRequest)(nil),  // 12: toolmesh.v1.QueryStreamRequest
-	(*QueryStreamResponse)(nil), // 13: toolmesh.v1.QueryStreamResponse
-	(*Tool)(nil),                // 14: toolmesh.v1.Tool
-	(*ScoredTool)(nil),          // 15: toolmesh.v1.ScoredTool
-	(*structpb.Struct)(nil),     // 16: google.protobuf.Struct
-	(*Content)(nil),             // 17: toolmesh.v1.Content
-	(*Server)(nil),              // 18: toolmesh.v1.Server
-	(*Usage)(nil),               // 19: toolmesh.v1.Usage
-	(*ToolCallRecord)(nil),      // 20: toolmesh.v1.ToolCallRecord
+	(ToolChoiceMode)(0),         // 0: toolmesh.v1.ToolChoiceMode
+	(StopReason)(0),             // 1: toolmesh.v1.StopReason
+	(*ListToolsRequest)(nil),    // 2: toolmesh.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),   // 3: toolmesh.v1.ListToolsResponse
+	(*SearchToolsRequest)(nil),  // 4: toolmesh.v1.SearchToolsRequest
+	(*SearchToolsResponse)(nil), // 5: toolmesh.v1.SearchToolsResponse
+	(*CallToolRequest)(nil),     // 6: toolmesh.v1.CallToolRequest
+	(*CallToolResponse)(nil),    // 7: toolmesh.v1.CallToolResponse
+	(*ListServersRequest)(nil),  // 8: toolmesh.v1.ListServersRequest
+	(*ListServersResponse)(nil), // 9: toolmesh.v1.ListServersResponse
+	(*ListModelsRequest)(nil),   // 10: toolmesh.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),  // 11: toolmesh.v1.ListModelsResponse
+	(*Model)(nil),               // 12: toolmesh.v1.Model
+	(*QueryRequest)(nil),        // 13: toolmesh.v1.QueryRequest
+	(*ToolChoice)(nil),          // 14: toolmesh.v1.ToolChoice
+	(*Step)(nil),                // 15: toolmesh.v1.Step
+	(*QueryResponse)(nil),       // 16: toolmesh.v1.QueryResponse
+	(*QueryStreamRequest)(nil),  // 17: toolmesh.v1.QueryStreamRequest
+	(*QueryStreamResponse)(nil), // 18: toolmesh.v1.QueryStreamResponse
+	(*Tool)(nil),                // 19: toolmesh.v1.Tool
+	(*ScoredTool)(nil),          // 20: toolmesh.v1.ScoredTool
+	(*structpb.Struct)(nil),     // 21: google.protobuf.Struct
+	(*Content)(nil),             // 22: toolmesh.v1.Content
+	(*Server)(nil),              // 23: toolmesh.v1.Server
+	(*Message)(nil),             // 24: toolmesh.v1.Message
+	(*Function)(nil),            // 25: toolmesh.v1.Function
+	(*GenerationOptions)(nil),   // 26: toolmesh.v1.GenerationOptions
+	(*Usage)(nil),               // 27: toolmesh.v1.Usage
+	(*HistoryFit)(nil),          // 28: toolmesh.v1.HistoryFit
+	(*ToolCallRecord)(nil),      // 29: toolmesh.v1.ToolCallRecord
+	(*FunctionCall)(nil),        // 30: toolmesh.v1.FunctionCall
 }
 var file_toolmesh_v1_api_proto_depIdxs = []int32{
-	14, // 0: toolmesh.v1.ListToolsResponse.tools:type_name -> toolmesh.v1.Tool
-	15, // 1: toolmesh.v1.SearchToolsResponse.results:type_name -> toolmesh.v1.ScoredTool
-	16, // 2: toolmesh.v1.CallToolRequest.arguments:type_name -> google.protobuf.Struct
-	17, // 3: toolmesh.v1.CallToolResponse.content:type_name -> toolmesh.v1.Content
-	16, // 4: toolmesh.v1.CallToolResponse.structured_content:type_name -> google.protobuf.Struct
-	18, // 5: toolmesh.v1.ListServersResponse.servers:type_name -> toolmesh.v1.Server
-	15, // 6: toolmesh.v1.Step.retrieved:type_name -> toolmesh.v1.ScoredTool
-	19, // 7: toolmesh.v1.Step.usage:type_name -> toolmesh.v1.Usage
-	20, // 8: toolmesh.v1.QueryResponse.tool_calls:type_name -> toolmesh.v1.ToolCallRecord
-	10, // 9: toolmesh.v1.QueryResponse.steps:type_name -> toolmesh.v1.Step
-	0,  // 10: toolmesh.v1.QueryResponse.stop_reason:type_name -> toolmesh.v1.StopReason
-	10, // 11: toolmesh.v1.QueryStreamResponse.retrieved:type_name -> toolmesh.v1.Step
-	10, // 12: toolmesh.v1.QueryStreamResponse.model_output:type_name -> toolmesh.v1.Step
-	20, // 13: toolmesh.v1.QueryStreamResponse.tool_call_started:type_name -> toolmesh.v1.ToolCallRecord
-	20, // 14: toolmesh.v1.QueryStreamResponse.tool_call_finished:type_name -> toolmesh.v1.ToolCallRecord
-	11, // 15: toolmesh.v1.QueryStreamResponse.done:type_name -> toolmesh.v1.QueryResponse
-	1,  // 16: toolmesh.v1.ToolService.ListTools:input_type -> toolmesh.v1.ListToolsRequest
-	3,  // 17: toolmesh.v1.ToolService.SearchTools:input_type -> toolmesh.v1.SearchToolsRequest
-	5,  // 18: toolmesh.v1.ToolService.CallTool:input_type -> toolmesh.v1.CallToolRequest
-	7,  // 19: toolmesh.v1.ToolService.ListServers:input_type -> toolmesh.v1.ListServersRequest
-	9,  // 20: toolmesh.v1.AgentService.Query:input_type -> toolmesh.v1.QueryRequest
-	12, // 21: toolmesh.v1.AgentService.QueryStream:input_type -> toolmesh.v1.QueryStreamRequest
-	2,  // 22: toolmesh.v1.ToolService.ListTools:output_type -> toolmesh.v1.ListToolsResponse
-	4,  // 23: toolmesh.v1.ToolService.SearchTools:output_type -> toolmesh.v1.SearchToolsResponse
-	6,  // 24: toolmesh.v1.ToolService.CallTool:output_type -> toolmesh.v1.CallToolResponse
-	8,  // 25: toolmesh.v1.ToolService.ListServers:output_type -> toolmesh.v1.ListServersResponse
-	11, // 26: toolmesh.v1.AgentService.Query:output_type -> toolmesh.v1.QueryResponse
-	13, // 27: toolmesh.v1.AgentService.QueryStream:output_type -> toolmesh.v1.QueryStreamResponse
-	22, // [22:28] is the sub-list for method output_type
-	16, // [16:22] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	19, // 0: toolmesh.v1.ListToolsResponse.tools:type_name -> toolmesh.v1.Tool
+	20, // 1: toolmesh.v1.SearchToolsResponse.results:type_name -> toolmesh.v1.ScoredTool
+	21, // 2: toolmesh.v1.CallToolRequest.arguments:type_name -> google.protobuf.Struct
+	22, // 3: toolmesh.v1.CallToolResponse.content:type_name -> toolmesh.v1.Content
+	21, // 4: toolmesh.v1.CallToolResponse.structured_content:type_name -> google.protobuf.Struct
+	23, // 5: toolmesh.v1.ListServersResponse.servers:type_name -> toolmesh.v1.Server
+	12, // 6: toolmesh.v1.ListModelsResponse.models:type_name -> toolmesh.v1.Model
+	24, // 7: toolmesh.v1.QueryRequest.messages:type_name -> toolmesh.v1.Message
+	25, // 8: toolmesh.v1.QueryRequest.functions:type_name -> toolmesh.v1.Function
+	14, // 9: toolmesh.v1.QueryRequest.tool_choice:type_name -> toolmesh.v1.ToolChoice
+	26, // 10: toolmesh.v1.QueryRequest.generation:type_name -> toolmesh.v1.GenerationOptions
+	0,  // 11: toolmesh.v1.ToolChoice.mode:type_name -> toolmesh.v1.ToolChoiceMode
+	20, // 12: toolmesh.v1.Step.retrieved:type_name -> toolmesh.v1.ScoredTool
+	27, // 13: toolmesh.v1.Step.usage:type_name -> toolmesh.v1.Usage
+	28, // 14: toolmesh.v1.Step.history:type_name -> toolmesh.v1.HistoryFit
+	29, // 15: toolmesh.v1.QueryResponse.tool_calls:type_name -> toolmesh.v1.ToolCallRecord
+	15, // 16: toolmesh.v1.QueryResponse.steps:type_name -> toolmesh.v1.Step
+	1,  // 17: toolmesh.v1.QueryResponse.stop_reason:type_name -> toolmesh.v1.StopReason
+	30, // 18: toolmesh.v1.QueryResponse.function_calls:type_name -> toolmesh.v1.FunctionCall
+	27, // 19: toolmesh.v1.QueryResponse.usage:type_name -> toolmesh.v1.Usage
+	24, // 20: toolmesh.v1.QueryStreamRequest.messages:type_name -> toolmesh.v1.Message
+	25, // 21: toolmesh.v1.QueryStreamRequest.functions:type_name -> toolmesh.v1.Function
+	14, // 22: toolmesh.v1.QueryStreamRequest.tool_choice:type_name -> toolmesh.v1.ToolChoice
+	26, // 23: toolmesh.v1.QueryStreamRequest.generation:type_name -> toolmesh.v1.GenerationOptions
+	15, // 24: toolmesh.v1.QueryStreamResponse.retrieved:type_name -> toolmesh.v1.Step
+	15, // 25: toolmesh.v1.QueryStreamResponse.model_output:type_name -> toolmesh.v1.Step
+	29, // 26: toolmesh.v1.QueryStreamResponse.tool_call_started:type_name -> toolmesh.v1.ToolCallRecord
+	29, // 27: toolmesh.v1.QueryStreamResponse.tool_call_finished:type_name -> toolmesh.v1.ToolCallRecord
+	16, // 28: toolmesh.v1.QueryStreamResponse.done:type_name -> toolmesh.v1.QueryResponse
+	2,  // 29: toolmesh.v1.ToolService.ListTools:input_type -> toolmesh.v1.ListToolsRequest
+	4,  // 30: toolmesh.v1.ToolService.SearchTools:input_type -> toolmesh.v1.SearchToolsRequest
+	6,  // 31: toolmesh.v1.ToolService.CallTool:input_type -> toolmesh.v1.CallToolRequest
+	8,  // 32: toolmesh.v1.ToolService.ListServers:input_type -> toolmesh.v1.ListServersRequest
+	13, // 33: toolmesh.v1.AgentService.Query:input_type -> toolmesh.v1.QueryRequest
+	17, // 34: toolmesh.v1.AgentService.QueryStream:input_type -> toolmesh.v1.QueryStreamRequest
+	10, // 35: toolmesh.v1.AgentService.ListModels:input_type -> toolmesh.v1.ListModelsRequest
+	3,  // 36: toolmesh.v1.ToolService.ListTools:output_type -> toolmesh.v1.ListToolsResponse
+	5,  // 37: toolmesh.v1.ToolService.SearchTools:output_type -> toolmesh.v1.SearchToolsResponse
+	7,  // 38: toolmesh.v1.ToolService.CallTool:output_type -> toolmesh.v1.CallToolResponse
+	9,  // 39: toolmesh.v1.ToolService.ListServers:output_type -> toolmesh.v1.ListServersResponse
+	16, // 40: toolmesh.v1.AgentService.Query:output_type -> toolmesh.v1.QueryResponse
+	18, // 41: toolmesh.v1.AgentService.QueryStream:output_type -> toolmesh.v1.QueryStreamResponse
+	11, // 42: toolmesh.v1.AgentService.ListModels:output_type -> toolmesh.v1.ListModelsResponse
+	36, // [36:43] is the sub-list for method output_type
+	29, // [29:36] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_toolmesh_v1_api_proto_init() }
@@ -1198,7 +1683,7 @@ func file_toolmesh_v1_api_proto_init() {
 	}
 	file_toolmesh_v1_inference_proto_init()
 	file_toolmesh_v1_tool_proto_init()
-	file_toolmesh_v1_api_proto_msgTypes[12].OneofWrappers = []any{
+	file_toolmesh_v1_api_proto_msgTypes[16].OneofWrappers = []any{
 		(*QueryStreamResponse_Retrieved)(nil),
 		(*QueryStreamResponse_ModelOutput)(nil),
 		(*QueryStreamResponse_ToolCallStarted)(nil),
@@ -1211,8 +1696,8 @@ func file_toolmesh_v1_api_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolmesh_v1_api_proto_rawDesc), len(file_toolmesh_v1_api_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   13,
+			NumEnums:      2,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -241,6 +241,7 @@ var ToolService_ServiceDesc = grpc.ServiceDesc{
 const (
 	AgentService_Query_FullMethodName       = "/toolmesh.v1.AgentService/Query"
 	AgentService_QueryStream_FullMethodName = "/toolmesh.v1.AgentService/QueryStream"
+	AgentService_ListModels_FullMethodName  = "/toolmesh.v1.AgentService/ListModels"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -252,6 +253,9 @@ type AgentServiceClient interface {
 	Query(ctx context.Context, in *QueryRequest, opts ...grpc.CallOption) (*QueryResponse, error)
 	// QueryStream runs the same loop and sends each step as it happens.
 	QueryStream(ctx context.Context, in *QueryStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[QueryStreamResponse], error)
+	// ListModels lists the models the mesh answers questions with. On the REST port it is
+	// GET /v1/models, in OpenAI's format.
+	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
 }
 
 type agentServiceClient struct {
@@ -291,6 +295,16 @@ func (c *agentServiceClient) QueryStream(ctx context.Context, in *QueryStreamReq
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_QueryStreamClient = grpc.ServerStreamingClient[QueryStreamResponse]
 
+func (c *agentServiceClient) ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListModelsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListModels_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -300,6 +314,9 @@ type AgentServiceServer interface {
 	Query(context.Context, *QueryRequest) (*QueryResponse, error)
 	// QueryStream runs the same loop and sends each step as it happens.
 	QueryStream(*QueryStreamRequest, grpc.ServerStreamingServer[QueryStreamResponse]) error
+	// ListModels lists the models the mesh answers questions with. On the REST port it is
+	// GET /v1/models, in OpenAI's format.
+	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -315,6 +332,9 @@ func (UnimplementedAgentServiceServer) Query(context.Context, *QueryRequest) (*Q
 }
 func (UnimplementedAgentServiceServer) QueryStream(*QueryStreamRequest, grpc.ServerStreamingServer[QueryStreamResponse]) error {
 	return status.Error(codes.Unimplemented, "method QueryStream not implemented")
+}
+func (UnimplementedAgentServiceServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListModels not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -366,6 +386,24 @@ func _AgentService_QueryStream_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_QueryStreamServer = grpc.ServerStreamingServer[QueryStreamResponse]
 
+func _AgentService_ListModels_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListModelsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListModels(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListModels_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListModels(ctx, req.(*ListModelsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -376,6 +414,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Query",
 			Handler:    _AgentService_Query_Handler,
+		},
+		{
+			MethodName: "ListModels",
+			Handler:    _AgentService_ListModels_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

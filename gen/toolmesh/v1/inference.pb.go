@@ -30,7 +30,20 @@ type GenerateRequest struct {
 	// history holds the calls already made in this query and their outputs.
 	History []*ToolCallRecord `protobuf:"bytes,3,rep,name=history,proto3" json:"history,omitempty"`
 	// max_tokens caps generated tokens; zero uses the server's default.
-	MaxTokens     int32 `protobuf:"varint,4,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	MaxTokens int32 `protobuf:"varint,4,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	// messages are the conversation's earlier turns, oldest first (everything before query's
+	// turn). The model sees as many as fit its context, the oldest summarized or left out first
+	// (GenerateResponse.history says which).
+	Messages []*Message `protobuf:"bytes,5,rep,name=messages,proto3" json:"messages,omitempty"`
+	// functions are the caller's own functions, offered beside tools: never dropped for room (a
+	// prompt they do not fit is RESOURCE_EXHAUSTED), and a call of one has the function's name as
+	// its tool_id (a name has no dot, a mesh tool's id always has one).
+	Functions []*Function `protobuf:"bytes,6,rep,name=functions,proto3" json:"functions,omitempty"`
+	// require_call: the model must call a tool or function; a plain answer is not allowed
+	// (OpenAI's tool_choice "required", or a named function offered alone).
+	RequireCall bool `protobuf:"varint,7,opt,name=require_call,json=requireCall,proto3" json:"require_call,omitempty"`
+	// generation tunes sampling; its max_tokens bounds a plain answer (see GenerationOptions).
+	Generation    *GenerationOptions `protobuf:"bytes,8,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -93,11 +106,42 @@ func (x *GenerateRequest) GetMaxTokens() int32 {
 	return 0
 }
 
+func (x *GenerateRequest) GetMessages() []*Message {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *GenerateRequest) GetFunctions() []*Function {
+	if x != nil {
+		return x.Functions
+	}
+	return nil
+}
+
+func (x *GenerateRequest) GetRequireCall() bool {
+	if x != nil {
+		return x.RequireCall
+	}
+	return false
+}
+
+func (x *GenerateRequest) GetGeneration() *GenerationOptions {
+	if x != nil {
+		return x.Generation
+	}
+	return nil
+}
+
 type FunctionCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// tool_id is "SERVER.TOOL".
-	ToolId        string           `protobuf:"bytes,1,opt,name=tool_id,json=toolId,proto3" json:"tool_id,omitempty"`
-	Arguments     *structpb.Struct `protobuf:"bytes,2,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	// tool_id is "SERVER.TOOL" for a mesh tool, the function's name for a caller's function.
+	ToolId    string           `protobuf:"bytes,1,opt,name=tool_id,json=toolId,proto3" json:"tool_id,omitempty"`
+	Arguments *structpb.Struct `protobuf:"bytes,2,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	// id names a call of a caller's function, as the caller quotes it back in the "tool" message
+	// with its result (OpenAI's tool_calls[].id).
+	Id            string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -146,6 +190,297 @@ func (x *FunctionCall) GetArguments() *structpb.Struct {
 	return nil
 }
 
+func (x *FunctionCall) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// Message is one message of a conversation, as in OpenAI's Chat Completions.
+type Message struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// role is "system", "developer", "user", "assistant" or "tool".
+	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	// content is the message's text ("" for an assistant message that only calls functions).
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// tool_calls are the caller's functions an assistant message called, with their ids. The
+	// mesh's own tools run inside the mesh and never appear here.
+	ToolCalls []*FunctionCall `protobuf:"bytes,3,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// tool_call_id is the id of the call a "tool" message gives the result of.
+	ToolCallId    string `protobuf:"bytes,4,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Message) Reset() {
+	*x = Message{}
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Message) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Message) ProtoMessage() {}
+
+func (x *Message) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Message.ProtoReflect.Descriptor instead.
+func (*Message) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Message) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *Message) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *Message) GetToolCalls() []*FunctionCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+func (x *Message) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+// Function is one of the caller's own functions (OpenAI's tools[].function): the model may call
+// it, the caller runs it.
+type Function struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name matches ^[a-zA-Z0-9_-]{1,64}$ and is no mesh tool's name (SERVER__TOOL).
+	Name        string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// parameters is the JSON Schema of its arguments, an object schema; unset takes none.
+	Parameters    *structpb.Struct `protobuf:"bytes,3,opt,name=parameters,proto3" json:"parameters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Function) Reset() {
+	*x = Function{}
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Function) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Function) ProtoMessage() {}
+
+func (x *Function) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Function.ProtoReflect.Descriptor instead.
+func (*Function) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Function) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Function) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Function) GetParameters() *structpb.Struct {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+// GenerationOptions tune how the model samples (OpenAI's parameters of the same names).
+type GenerationOptions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max_tokens bounds the answer's tokens: a longer answer is cut to it (finish_reason
+	// "length"). Tool-call turns keep the inference service's own budget, except with an
+	// OpenAI-compatible backend, which applies it to every turn as OpenAI does. 0: no bound.
+	MaxTokens   int32    `protobuf:"varint,1,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	Temperature *float64 `protobuf:"fixed64,2,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
+	TopP        *float64 `protobuf:"fixed64,3,opt,name=top_p,json=topP,proto3,oneof" json:"top_p,omitempty"`
+	Seed        *int64   `protobuf:"varint,4,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
+	// stop ends the answer before the first of these (at most 4); tool-call turns are not cut.
+	Stop          []string `protobuf:"bytes,5,rep,name=stop,proto3" json:"stop,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GenerationOptions) Reset() {
+	*x = GenerationOptions{}
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GenerationOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GenerationOptions) ProtoMessage() {}
+
+func (x *GenerationOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GenerationOptions.ProtoReflect.Descriptor instead.
+func (*GenerationOptions) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GenerationOptions) GetMaxTokens() int32 {
+	if x != nil {
+		return x.MaxTokens
+	}
+	return 0
+}
+
+func (x *GenerationOptions) GetTemperature() float64 {
+	if x != nil && x.Temperature != nil {
+		return *x.Temperature
+	}
+	return 0
+}
+
+func (x *GenerationOptions) GetTopP() float64 {
+	if x != nil && x.TopP != nil {
+		return *x.TopP
+	}
+	return 0
+}
+
+func (x *GenerationOptions) GetSeed() int64 {
+	if x != nil && x.Seed != nil {
+		return *x.Seed
+	}
+	return 0
+}
+
+func (x *GenerationOptions) GetStop() []string {
+	if x != nil {
+		return x.Stop
+	}
+	return nil
+}
+
+// HistoryFit says how much of a conversation's earlier turns the model saw.
+type HistoryFit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// turns is how many earlier turns were given (a turn starts at a user message).
+	Turns int32 `protobuf:"varint,1,opt,name=turns,proto3" json:"turns,omitempty"`
+	// summarized is how many of the oldest were shortened to fit the context: the user's and the
+	// assistant's words cut short, calls kept without their outputs.
+	Summarized int32 `protobuf:"varint,2,opt,name=summarized,proto3" json:"summarized,omitempty"`
+	// dropped is how many of the oldest were left out.
+	Dropped       int32 `protobuf:"varint,3,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryFit) Reset() {
+	*x = HistoryFit{}
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryFit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryFit) ProtoMessage() {}
+
+func (x *HistoryFit) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryFit.ProtoReflect.Descriptor instead.
+func (*HistoryFit) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *HistoryFit) GetTurns() int32 {
+	if x != nil {
+		return x.Turns
+	}
+	return 0
+}
+
+func (x *HistoryFit) GetSummarized() int32 {
+	if x != nil {
+		return x.Summarized
+	}
+	return 0
+}
+
+func (x *HistoryFit) GetDropped() int32 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
 type Usage struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	PromptTokens     int32                  `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
@@ -156,7 +491,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[2]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -168,7 +503,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[2]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -181,7 +516,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{2}
+	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Usage) GetPromptTokens() int32 {
@@ -207,13 +542,18 @@ type GenerateResponse struct {
 	DroppedToolIds []string        `protobuf:"bytes,4,rep,name=dropped_tool_ids,json=droppedToolIds,proto3" json:"dropped_tool_ids,omitempty"`
 	Usage          *Usage          `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
 	Model          string          `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// finish_reason is "tool_calls" when calls were made, else "stop", or "length" when the answer
+	// was cut at generation.max_tokens.
+	FinishReason string `protobuf:"bytes,7,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
+	// history says how the earlier turns (GenerateRequest.messages) fit the context.
+	History       *HistoryFit `protobuf:"bytes,8,opt,name=history,proto3" json:"history,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[3]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -225,7 +565,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[3]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -238,7 +578,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{3}
+	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GenerateResponse) GetCalls() []*FunctionCall {
@@ -283,20 +623,38 @@ func (x *GenerateResponse) GetModel() string {
 	return ""
 }
 
+func (x *GenerateResponse) GetFinishReason() string {
+	if x != nil {
+		return x.FinishReason
+	}
+	return ""
+}
+
+func (x *GenerateResponse) GetHistory() *HistoryFit {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
 type ComposeAnswerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Query string                 `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
 	// history holds the calls made for the query and their outputs.
 	History []*ToolCallRecord `protobuf:"bytes,2,rep,name=history,proto3" json:"history,omitempty"`
 	// max_tokens caps generated tokens; zero uses the server's default.
-	MaxTokens     int32 `protobuf:"varint,3,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	MaxTokens int32 `protobuf:"varint,3,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	// messages are the conversation's earlier turns, as in GenerateRequest.
+	Messages []*Message `protobuf:"bytes,4,rep,name=messages,proto3" json:"messages,omitempty"`
+	// generation tunes sampling; its max_tokens, when set, bounds the answer.
+	Generation    *GenerationOptions `protobuf:"bytes,5,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ComposeAnswerRequest) Reset() {
 	*x = ComposeAnswerRequest{}
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[4]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +666,7 @@ func (x *ComposeAnswerRequest) String() string {
 func (*ComposeAnswerRequest) ProtoMessage() {}
 
 func (x *ComposeAnswerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[4]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +679,7 @@ func (x *ComposeAnswerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComposeAnswerRequest.ProtoReflect.Descriptor instead.
 func (*ComposeAnswerRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{4}
+	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ComposeAnswerRequest) GetQuery() string {
@@ -345,20 +703,39 @@ func (x *ComposeAnswerRequest) GetMaxTokens() int32 {
 	return 0
 }
 
+func (x *ComposeAnswerRequest) GetMessages() []*Message {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *ComposeAnswerRequest) GetGeneration() *GenerationOptions {
+	if x != nil {
+		return x.Generation
+	}
+	return nil
+}
+
 type ComposeAnswerResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// delta is the next piece of the answer.
 	Delta string `protobuf:"bytes,1,opt,name=delta,proto3" json:"delta,omitempty"`
 	// done is set on the last message, which carries the usage.
-	Done          bool   `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
-	Usage         *Usage `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
+	Done  bool   `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
+	Usage *Usage `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
+	// finish_reason, on the last message, is "stop", or "length" when the answer was cut at its
+	// token bound.
+	FinishReason string `protobuf:"bytes,4,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
+	// history, on the last message, says how the earlier turns fit the context.
+	History       *HistoryFit `protobuf:"bytes,5,opt,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ComposeAnswerResponse) Reset() {
 	*x = ComposeAnswerResponse{}
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[5]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -370,7 +747,7 @@ func (x *ComposeAnswerResponse) String() string {
 func (*ComposeAnswerResponse) ProtoMessage() {}
 
 func (x *ComposeAnswerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[5]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -383,7 +760,7 @@ func (x *ComposeAnswerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComposeAnswerResponse.ProtoReflect.Descriptor instead.
 func (*ComposeAnswerResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{5}
+	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ComposeAnswerResponse) GetDelta() string {
@@ -407,6 +784,20 @@ func (x *ComposeAnswerResponse) GetUsage() *Usage {
 	return nil
 }
 
+func (x *ComposeAnswerResponse) GetFinishReason() string {
+	if x != nil {
+		return x.FinishReason
+	}
+	return ""
+}
+
+func (x *ComposeAnswerResponse) GetHistory() *HistoryFit {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
 type GetModelStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -415,7 +806,7 @@ type GetModelStatusRequest struct {
 
 func (x *GetModelStatusRequest) Reset() {
 	*x = GetModelStatusRequest{}
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[6]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -427,7 +818,7 @@ func (x *GetModelStatusRequest) String() string {
 func (*GetModelStatusRequest) ProtoMessage() {}
 
 func (x *GetModelStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[6]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -440,7 +831,7 @@ func (x *GetModelStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetModelStatusRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{6}
+	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{10}
 }
 
 type GetModelStatusResponse struct {
@@ -459,7 +850,7 @@ type GetModelStatusResponse struct {
 
 func (x *GetModelStatusResponse) Reset() {
 	*x = GetModelStatusResponse{}
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[7]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +862,7 @@ func (x *GetModelStatusResponse) String() string {
 func (*GetModelStatusResponse) ProtoMessage() {}
 
 func (x *GetModelStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[7]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +875,7 @@ func (x *GetModelStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetModelStatusResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{7}
+	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetModelStatusResponse) GetReady() bool {
@@ -543,14 +934,17 @@ type ToolCallRecord struct {
 	Index int32 `protobuf:"varint,7,opt,name=index,proto3" json:"index,omitempty"`
 	// start_ms is when the call was sent, in milliseconds since the query's start (0 for a call
 	// that was refused before it was sent).
-	StartMs       float64 `protobuf:"fixed64,8,opt,name=start_ms,json=startMs,proto3" json:"start_ms,omitempty"`
+	StartMs float64 `protobuf:"fixed64,8,opt,name=start_ms,json=startMs,proto3" json:"start_ms,omitempty"`
+	// call_id is the id of a caller's function call (its tool is the function's name), as given in
+	// the conversation's messages.
+	CallId        string `protobuf:"bytes,9,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolCallRecord) Reset() {
 	*x = ToolCallRecord{}
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[8]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +956,7 @@ func (x *ToolCallRecord) String() string {
 func (*ToolCallRecord) ProtoMessage() {}
 
 func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_inference_proto_msgTypes[8]
+	mi := &file_toolmesh_v1_inference_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +969,7 @@ func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallRecord.ProtoReflect.Descriptor instead.
 func (*ToolCallRecord) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{8}
+	return file_toolmesh_v1_inference_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ToolCallRecord) GetTool() string {
@@ -634,23 +1028,67 @@ func (x *ToolCallRecord) GetStartMs() float64 {
 	return 0
 }
 
+func (x *ToolCallRecord) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
 var File_toolmesh_v1_inference_proto protoreflect.FileDescriptor
 
 const file_toolmesh_v1_inference_proto_rawDesc = "" +
 	"\n" +
-	"\x1btoolmesh/v1/inference.proto\x12\vtoolmesh.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16toolmesh/v1/tool.proto\"\xac\x01\n" +
+	"\x1btoolmesh/v1/inference.proto\x12\vtoolmesh.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16toolmesh/v1/tool.proto\"\xf6\x02\n" +
 	"\x0fGenerateRequest\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12-\n" +
 	"\x05tools\x18\x02 \x03(\v2\x17.toolmesh.v1.ScoredToolR\x05tools\x125\n" +
 	"\ahistory\x18\x03 \x03(\v2\x1b.toolmesh.v1.ToolCallRecordR\ahistory\x12\x1d\n" +
 	"\n" +
-	"max_tokens\x18\x04 \x01(\x05R\tmaxTokens\"^\n" +
+	"max_tokens\x18\x04 \x01(\x05R\tmaxTokens\x120\n" +
+	"\bmessages\x18\x05 \x03(\v2\x14.toolmesh.v1.MessageR\bmessages\x123\n" +
+	"\tfunctions\x18\x06 \x03(\v2\x15.toolmesh.v1.FunctionR\tfunctions\x12!\n" +
+	"\frequire_call\x18\a \x01(\bR\vrequireCall\x12>\n" +
+	"\n" +
+	"generation\x18\b \x01(\v2\x1e.toolmesh.v1.GenerationOptionsR\n" +
+	"generation\"n\n" +
 	"\fFunctionCall\x12\x17\n" +
 	"\atool_id\x18\x01 \x01(\tR\x06toolId\x125\n" +
-	"\targuments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\targuments\"Y\n" +
+	"\targuments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\targuments\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\"\x93\x01\n" +
+	"\aMessage\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x128\n" +
+	"\n" +
+	"tool_calls\x18\x03 \x03(\v2\x19.toolmesh.v1.FunctionCallR\ttoolCalls\x12 \n" +
+	"\ftool_call_id\x18\x04 \x01(\tR\n" +
+	"toolCallId\"y\n" +
+	"\bFunction\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x127\n" +
+	"\n" +
+	"parameters\x18\x03 \x01(\v2\x17.google.protobuf.StructR\n" +
+	"parameters\"\xc3\x01\n" +
+	"\x11GenerationOptions\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\x01 \x01(\x05R\tmaxTokens\x12%\n" +
+	"\vtemperature\x18\x02 \x01(\x01H\x00R\vtemperature\x88\x01\x01\x12\x18\n" +
+	"\x05top_p\x18\x03 \x01(\x01H\x01R\x04topP\x88\x01\x01\x12\x17\n" +
+	"\x04seed\x18\x04 \x01(\x03H\x02R\x04seed\x88\x01\x01\x12\x12\n" +
+	"\x04stop\x18\x05 \x03(\tR\x04stopB\x0e\n" +
+	"\f_temperatureB\b\n" +
+	"\x06_top_pB\a\n" +
+	"\x05_seed\"\\\n" +
+	"\n" +
+	"HistoryFit\x12\x14\n" +
+	"\x05turns\x18\x01 \x01(\x05R\x05turns\x12\x1e\n" +
+	"\n" +
+	"summarized\x18\x02 \x01(\x05R\n" +
+	"summarized\x12\x18\n" +
+	"\adropped\x18\x03 \x01(\x05R\adropped\"Y\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x05R\fpromptTokens\x12+\n" +
-	"\x11completion_tokens\x18\x02 \x01(\x05R\x10completionTokens\"\xe4\x01\n" +
+	"\x11completion_tokens\x18\x02 \x01(\x05R\x10completionTokens\"\xbc\x02\n" +
 	"\x10GenerateResponse\x12/\n" +
 	"\x05calls\x18\x01 \x03(\v2\x19.toolmesh.v1.FunctionCallR\x05calls\x12\x16\n" +
 	"\x06answer\x18\x02 \x01(\tR\x06answer\x12\x1d\n" +
@@ -658,16 +1096,24 @@ const file_toolmesh_v1_inference_proto_rawDesc = "" +
 	"raw_output\x18\x03 \x01(\tR\trawOutput\x12(\n" +
 	"\x10dropped_tool_ids\x18\x04 \x03(\tR\x0edroppedToolIds\x12(\n" +
 	"\x05usage\x18\x05 \x01(\v2\x12.toolmesh.v1.UsageR\x05usage\x12\x14\n" +
-	"\x05model\x18\x06 \x01(\tR\x05model\"\x82\x01\n" +
+	"\x05model\x18\x06 \x01(\tR\x05model\x12#\n" +
+	"\rfinish_reason\x18\a \x01(\tR\ffinishReason\x121\n" +
+	"\ahistory\x18\b \x01(\v2\x17.toolmesh.v1.HistoryFitR\ahistory\"\xf4\x01\n" +
 	"\x14ComposeAnswerRequest\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x125\n" +
 	"\ahistory\x18\x02 \x03(\v2\x1b.toolmesh.v1.ToolCallRecordR\ahistory\x12\x1d\n" +
 	"\n" +
-	"max_tokens\x18\x03 \x01(\x05R\tmaxTokens\"k\n" +
+	"max_tokens\x18\x03 \x01(\x05R\tmaxTokens\x120\n" +
+	"\bmessages\x18\x04 \x03(\v2\x14.toolmesh.v1.MessageR\bmessages\x12>\n" +
+	"\n" +
+	"generation\x18\x05 \x01(\v2\x1e.toolmesh.v1.GenerationOptionsR\n" +
+	"generation\"\xc3\x01\n" +
 	"\x15ComposeAnswerResponse\x12\x14\n" +
 	"\x05delta\x18\x01 \x01(\tR\x05delta\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12(\n" +
-	"\x05usage\x18\x03 \x01(\v2\x12.toolmesh.v1.UsageR\x05usage\"\x17\n" +
+	"\x05usage\x18\x03 \x01(\v2\x12.toolmesh.v1.UsageR\x05usage\x12#\n" +
+	"\rfinish_reason\x18\x04 \x01(\tR\ffinishReason\x121\n" +
+	"\ahistory\x18\x05 \x01(\v2\x17.toolmesh.v1.HistoryFitR\ahistory\"\x17\n" +
 	"\x15GetModelStatusRequest\"\xb4\x01\n" +
 	"\x16GetModelStatusResponse\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\bR\x05ready\x12\x1f\n" +
@@ -676,7 +1122,7 @@ const file_toolmesh_v1_inference_proto_rawDesc = "" +
 	"\x05model\x18\x03 \x01(\tR\x05model\x12!\n" +
 	"\fcontext_size\x18\x04 \x01(\x05R\vcontextSize\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12\x10\n" +
-	"\x03fix\x18\x06 \x01(\tR\x03fix\"\xf4\x01\n" +
+	"\x03fix\x18\x06 \x01(\tR\x03fix\"\x8d\x02\n" +
 	"\x0eToolCallRecord\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x125\n" +
 	"\targuments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\targuments\x12\x16\n" +
@@ -686,7 +1132,8 @@ const file_toolmesh_v1_inference_proto_rawDesc = "" +
 	"durationMs\x12\x12\n" +
 	"\x04step\x18\x06 \x01(\x05R\x04step\x12\x14\n" +
 	"\x05index\x18\a \x01(\x05R\x05index\x12\x19\n" +
-	"\bstart_ms\x18\b \x01(\x01R\astartMs2\x90\x02\n" +
+	"\bstart_ms\x18\b \x01(\x01R\astartMs\x12\x17\n" +
+	"\acall_id\x18\t \x01(\tR\x06callId2\x90\x02\n" +
 	"\x10InferenceService\x12G\n" +
 	"\bGenerate\x12\x1c.toolmesh.v1.GenerateRequest\x1a\x1d.toolmesh.v1.GenerateResponse\x12Y\n" +
 	"\x0eGetModelStatus\x12\".toolmesh.v1.GetModelStatusRequest\x1a#.toolmesh.v1.GetModelStatusResponse\x12X\n" +
@@ -704,40 +1151,53 @@ func file_toolmesh_v1_inference_proto_rawDescGZIP() []byte {
 	return file_toolmesh_v1_inference_proto_rawDescData
 }
 
-var file_toolmesh_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_toolmesh_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_toolmesh_v1_inference_proto_goTypes = []any{
 	(*GenerateRequest)(nil),        // 0: toolmesh.v1.GenerateRequest
 	(*FunctionCall)(nil),           // 1: toolmesh.v1.FunctionCall
-	(*Usage)(nil),                  // 2: toolmesh.v1.Usage
-	(*GenerateResponse)(nil),       // 3: toolmesh.v1.GenerateResponse
-	(*ComposeAnswerRequest)(nil),   // 4: toolmesh.v1.ComposeAnswerRequest
-	(*ComposeAnswerResponse)(nil),  // 5: toolmesh.v1.ComposeAnswerResponse
-	(*GetModelStatusRequest)(nil),  // 6: toolmesh.v1.GetModelStatusRequest
-	(*GetModelStatusResponse)(nil), // 7: toolmesh.v1.GetModelStatusResponse
-	(*ToolCallRecord)(nil),         // 8: toolmesh.v1.ToolCallRecord
-	(*ScoredTool)(nil),             // 9: toolmesh.v1.ScoredTool
-	(*structpb.Struct)(nil),        // 10: google.protobuf.Struct
+	(*Message)(nil),                // 2: toolmesh.v1.Message
+	(*Function)(nil),               // 3: toolmesh.v1.Function
+	(*GenerationOptions)(nil),      // 4: toolmesh.v1.GenerationOptions
+	(*HistoryFit)(nil),             // 5: toolmesh.v1.HistoryFit
+	(*Usage)(nil),                  // 6: toolmesh.v1.Usage
+	(*GenerateResponse)(nil),       // 7: toolmesh.v1.GenerateResponse
+	(*ComposeAnswerRequest)(nil),   // 8: toolmesh.v1.ComposeAnswerRequest
+	(*ComposeAnswerResponse)(nil),  // 9: toolmesh.v1.ComposeAnswerResponse
+	(*GetModelStatusRequest)(nil),  // 10: toolmesh.v1.GetModelStatusRequest
+	(*GetModelStatusResponse)(nil), // 11: toolmesh.v1.GetModelStatusResponse
+	(*ToolCallRecord)(nil),         // 12: toolmesh.v1.ToolCallRecord
+	(*ScoredTool)(nil),             // 13: toolmesh.v1.ScoredTool
+	(*structpb.Struct)(nil),        // 14: google.protobuf.Struct
 }
 var file_toolmesh_v1_inference_proto_depIdxs = []int32{
-	9,  // 0: toolmesh.v1.GenerateRequest.tools:type_name -> toolmesh.v1.ScoredTool
-	8,  // 1: toolmesh.v1.GenerateRequest.history:type_name -> toolmesh.v1.ToolCallRecord
-	10, // 2: toolmesh.v1.FunctionCall.arguments:type_name -> google.protobuf.Struct
-	1,  // 3: toolmesh.v1.GenerateResponse.calls:type_name -> toolmesh.v1.FunctionCall
-	2,  // 4: toolmesh.v1.GenerateResponse.usage:type_name -> toolmesh.v1.Usage
-	8,  // 5: toolmesh.v1.ComposeAnswerRequest.history:type_name -> toolmesh.v1.ToolCallRecord
-	2,  // 6: toolmesh.v1.ComposeAnswerResponse.usage:type_name -> toolmesh.v1.Usage
-	10, // 7: toolmesh.v1.ToolCallRecord.arguments:type_name -> google.protobuf.Struct
-	0,  // 8: toolmesh.v1.InferenceService.Generate:input_type -> toolmesh.v1.GenerateRequest
-	6,  // 9: toolmesh.v1.InferenceService.GetModelStatus:input_type -> toolmesh.v1.GetModelStatusRequest
-	4,  // 10: toolmesh.v1.InferenceService.ComposeAnswer:input_type -> toolmesh.v1.ComposeAnswerRequest
-	3,  // 11: toolmesh.v1.InferenceService.Generate:output_type -> toolmesh.v1.GenerateResponse
-	7,  // 12: toolmesh.v1.InferenceService.GetModelStatus:output_type -> toolmesh.v1.GetModelStatusResponse
-	5,  // 13: toolmesh.v1.InferenceService.ComposeAnswer:output_type -> toolmesh.v1.ComposeAnswerResponse
-	11, // [11:14] is the sub-list for method output_type
-	8,  // [8:11] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	13, // 0: toolmesh.v1.GenerateRequest.tools:type_name -> toolmesh.v1.ScoredTool
+	12, // 1: toolmesh.v1.GenerateRequest.history:type_name -> toolmesh.v1.ToolCallRecord
+	2,  // 2: toolmesh.v1.GenerateRequest.messages:type_name -> toolmesh.v1.Message
+	3,  // 3: toolmesh.v1.GenerateRequest.functions:type_name -> toolmesh.v1.Function
+	4,  // 4: toolmesh.v1.GenerateRequest.generation:type_name -> toolmesh.v1.GenerationOptions
+	14, // 5: toolmesh.v1.FunctionCall.arguments:type_name -> google.protobuf.Struct
+	1,  // 6: toolmesh.v1.Message.tool_calls:type_name -> toolmesh.v1.FunctionCall
+	14, // 7: toolmesh.v1.Function.parameters:type_name -> google.protobuf.Struct
+	1,  // 8: toolmesh.v1.GenerateResponse.calls:type_name -> toolmesh.v1.FunctionCall
+	6,  // 9: toolmesh.v1.GenerateResponse.usage:type_name -> toolmesh.v1.Usage
+	5,  // 10: toolmesh.v1.GenerateResponse.history:type_name -> toolmesh.v1.HistoryFit
+	12, // 11: toolmesh.v1.ComposeAnswerRequest.history:type_name -> toolmesh.v1.ToolCallRecord
+	2,  // 12: toolmesh.v1.ComposeAnswerRequest.messages:type_name -> toolmesh.v1.Message
+	4,  // 13: toolmesh.v1.ComposeAnswerRequest.generation:type_name -> toolmesh.v1.GenerationOptions
+	6,  // 14: toolmesh.v1.ComposeAnswerResponse.usage:type_name -> toolmesh.v1.Usage
+	5,  // 15: toolmesh.v1.ComposeAnswerResponse.history:type_name -> toolmesh.v1.HistoryFit
+	14, // 16: toolmesh.v1.ToolCallRecord.arguments:type_name -> google.protobuf.Struct
+	0,  // 17: toolmesh.v1.InferenceService.Generate:input_type -> toolmesh.v1.GenerateRequest
+	10, // 18: toolmesh.v1.InferenceService.GetModelStatus:input_type -> toolmesh.v1.GetModelStatusRequest
+	8,  // 19: toolmesh.v1.InferenceService.ComposeAnswer:input_type -> toolmesh.v1.ComposeAnswerRequest
+	7,  // 20: toolmesh.v1.InferenceService.Generate:output_type -> toolmesh.v1.GenerateResponse
+	11, // 21: toolmesh.v1.InferenceService.GetModelStatus:output_type -> toolmesh.v1.GetModelStatusResponse
+	9,  // 22: toolmesh.v1.InferenceService.ComposeAnswer:output_type -> toolmesh.v1.ComposeAnswerResponse
+	20, // [20:23] is the sub-list for method output_type
+	17, // [17:20] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_toolmesh_v1_inference_proto_init() }
@@ -746,13 +1206,14 @@ func file_toolmesh_v1_inference_proto_init() {
 		return
 	}
 	file_toolmesh_v1_tool_proto_init()
+	file_toolmesh_v1_inference_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolmesh_v1_inference_proto_rawDesc), len(file_toolmesh_v1_inference_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
