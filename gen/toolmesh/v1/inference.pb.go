@@ -843,7 +843,10 @@ type GetModelStatusResponse struct {
 	Message     string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
 	// fix is the one command that makes the model answer, when it does not (ready is false and
 	// waiting will not help), e.g. "toolmesh up --model gorilla-openfunctions-v2".
-	Fix           string `protobuf:"bytes,6,opt,name=fix,proto3" json:"fix,omitempty"`
+	Fix string `protobuf:"bytes,6,opt,name=fix,proto3" json:"fix,omitempty"`
+	// backend is "llama.cpp" (Gorilla OpenFunctions v2 on llama-server) or "openai" (an
+	// OpenAI-compatible server).
+	Backend       string `protobuf:"bytes,7,opt,name=backend,proto3" json:"backend,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -916,6 +919,13 @@ func (x *GetModelStatusResponse) GetMessage() string {
 func (x *GetModelStatusResponse) GetFix() string {
 	if x != nil {
 		return x.Fix
+	}
+	return ""
+}
+
+func (x *GetModelStatusResponse) GetBackend() string {
+	if x != nil {
+		return x.Backend
 	}
 	return ""
 }
@@ -1114,7 +1124,7 @@ const file_toolmesh_v1_inference_proto_rawDesc = "" +
 	"\x05usage\x18\x03 \x01(\v2\x12.toolmesh.v1.UsageR\x05usage\x12#\n" +
 	"\rfinish_reason\x18\x04 \x01(\tR\ffinishReason\x121\n" +
 	"\ahistory\x18\x05 \x01(\v2\x17.toolmesh.v1.HistoryFitR\ahistory\"\x17\n" +
-	"\x15GetModelStatusRequest\"\xb4\x01\n" +
+	"\x15GetModelStatusRequest\"\xce\x01\n" +
 	"\x16GetModelStatusResponse\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\bR\x05ready\x12\x1f\n" +
 	"\vbackend_url\x18\x02 \x01(\tR\n" +
@@ -1122,7 +1132,8 @@ const file_toolmesh_v1_inference_proto_rawDesc = "" +
 	"\x05model\x18\x03 \x01(\tR\x05model\x12!\n" +
 	"\fcontext_size\x18\x04 \x01(\x05R\vcontextSize\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12\x10\n" +
-	"\x03fix\x18\x06 \x01(\tR\x03fix\"\x8d\x02\n" +
+	"\x03fix\x18\x06 \x01(\tR\x03fix\x12\x18\n" +
+	"\abackend\x18\a \x01(\tR\abackend\"\x8d\x02\n" +
 	"\x0eToolCallRecord\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x125\n" +
 	"\targuments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\targuments\x12\x16\n" +
