@@ -40,6 +40,11 @@ const (
 	// server has never listed its tools). Callers label metrics by tool only when a call did
 	// not fail with it, so a name anyone can make up never becomes a series.
 	UnknownTool = "UNKNOWN_TOOL"
+	// ContextTooLong: RESOURCE_EXHAUSTED because the prompt does not fit the model's context even
+	// after the inference service left out what it may (earlier turns, lower-ranked tools), or
+	// the model server said so. A rate limit is RESOURCE_EXHAUSTED too; this is a request that
+	// will never fit as it is (OpenAI's 400 context_length_exceeded), so a retry does not help.
+	ContextTooLong = "CONTEXT_TOO_LONG"
 )
 
 // Status is a status of code and msg carrying reason.
