@@ -337,7 +337,37 @@ func cmpOr(vs ...int) int {
 // Tokenize returns the tokens of text as /completion sees a prompt string, without the BOS
 // token it adds in front (add_special false, parse_special true).
 func (c *Client) Tokenize(ctx context.Context, text string) ([]int, error) {
-	body, _ := json.Marshal(map[string]any{"content": text, "add_special": false, "parse_special": true})
+	toks, err := c.tokenize(ctx, text, false)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int, len(toks))
+	for i, t := range toks {
+		ids[i] = t.ID
+	}
+	return ids, nil
+}
+
+// Token is one token of a text and its piece: the bytes it stands for, which for a byte token
+// may be part of a character.
+type Token struct {
+	ID    int
+	Piece []byte
+}
+
+// TokenizePieces is Tokenize with each token's piece ("with_pieces": true), so a text can be cut
+// at a token boundary without a /detokenize round trip. A tokenizer that puts a space in front
+// of a text (SentencePiece) shows it in the first piece.
+func (c *Client) TokenizePieces(ctx context.Context, text string) ([]Token, error) {
+	return c.tokenize(ctx, text, true)
+}
+
+func (c *Client) tokenize(ctx context.Context, text string, withPieces bool) ([]Token, error) {
+	req := map[string]any{"content": text, "add_special": false, "parse_special": true}
+	if withPieces {
+		req["with_pieces"] = true
+	}
+	body, _ := json.Marshal(req)
 	raw, err := c.postJSON(ctx, "tokenize", "/tokenize", body)
 	if err != nil {
 		return nil, err
@@ -351,20 +381,54 @@ func (c *Client) Tokenize(ctx context.Context, text string) ([]int, error) {
 		}
 		return nil, badAnswer("tokenize", err, raw)
 	}
-	ids := make([]int, len(out.Tokens))
+	toks := make([]Token, len(out.Tokens))
 	for i, t := range out.Tokens {
-		// Plain ids, or {"id":N,"piece":...} when a server defaults to with_pieces.
-		if err := json.Unmarshal(t, &ids[i]); err != nil {
-			var p struct {
-				ID *int `json:"id"`
+		// Plain ids, or {"id":N,"piece":...} (asked for, or a server's default).
+		if json.Unmarshal(t, &toks[i].ID) == nil {
+			if withPieces {
+				return nil, badAnswer("tokenize", fmt.Errorf("token %d has no piece (a server without with_pieces)", i), raw)
 			}
-			if json.Unmarshal(t, &p) != nil || p.ID == nil {
-				return nil, badAnswer("tokenize", fmt.Errorf("token %d is %s", i, t), raw)
-			}
-			ids[i] = *p.ID
+			continue
 		}
+		var p struct {
+			ID    *int            `json:"id"`
+			Piece json.RawMessage `json:"piece"`
+		}
+		if json.Unmarshal(t, &p) != nil || p.ID == nil {
+			return nil, badAnswer("tokenize", fmt.Errorf("token %d is %s", i, t), raw)
+		}
+		toks[i].ID = *p.ID
+		if !withPieces {
+			continue
+		}
+		piece, err := pieceBytes(p.Piece)
+		if err != nil {
+			return nil, badAnswer("tokenize", fmt.Errorf("token %d: %w", i, err), raw)
+		}
+		toks[i].Piece = piece
 	}
-	return ids, nil
+	return toks, nil
+}
+
+// pieceBytes reads a /tokenize piece: a string when its bytes are valid UTF-8, else the array
+// of its byte values.
+func pieceBytes(raw json.RawMessage) ([]byte, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return []byte(s), nil
+	}
+	var bs []int
+	if err := json.Unmarshal(raw, &bs); err != nil {
+		return nil, fmt.Errorf("piece %s is neither a string nor bytes", Snippet(raw))
+	}
+	out := make([]byte, len(bs))
+	for i, b := range bs {
+		if b < 0 || b > 255 {
+			return nil, fmt.Errorf("piece byte %d is out of range", b)
+		}
+		out[i] = byte(b)
+	}
+	return out, nil
 }
 
 // CountTokens is len(Tokenize(text)), remembered for the last TokenCacheSize texts. Counts

@@ -21,6 +21,7 @@ import (
 
 	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 
+	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/eventually"
 )
 
@@ -239,6 +240,37 @@ func TestTokenizeAndCountTokens(t *testing.T) {
 	}
 }
 
+// TestTokenizePieces: each token comes with the bytes it stands for, so a text cut after N
+// pieces is its first N tokens (the tiny model's tokenizer puts a space in front of the text).
+func TestTokenizePieces(t *testing.T) {
+	d := llamatest.NewDouble(t, llamatest.DoubleOptions{})
+	c, _ := newClient(t, d.URL, Config{})
+	for _, text := range []string{"Hello wörld", "🙂 ok", "two  spaces", ""} {
+		toks, err := c.TokenizePieces(t.Context(), text)
+		if err != nil {
+			t.Fatalf("TokenizePieces(%q): %v", text, err)
+		}
+		ids, err := c.Tokenize(t.Context(), text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var joined []byte
+		for i, tok := range toks {
+			if i >= len(ids) || tok.ID != ids[i] {
+				t.Errorf("%q: token %d is %d; Tokenize says %v", text, i, tok.ID, ids)
+			}
+			joined = append(joined, tok.Piece...)
+		}
+		want := " " + text
+		if text == "" {
+			want = ""
+		}
+		if len(toks) != len(ids) || string(joined) != want {
+			t.Errorf("%q: %d tokens, pieces join to %q; want %d tokens joining to %q", text, len(toks), joined, len(ids), want)
+		}
+	}
+}
+
 func TestComplete(t *testing.T) {
 	d := llamatest.NewDouble(t, llamatest.DoubleOptions{})
 	const prompt = "### Instruction: <<question>> weather in Paris?\n### Response: "
@@ -415,6 +447,9 @@ func TestStatusErrors(t *testing.T) {
 			}
 			if tc.is == ErrContextExceeded && (e.PromptTokens != 122 || e.ContextSize != 64) {
 				t.Errorf("PromptTokens %d ContextSize %d, want 122 and 64", e.PromptTokens, e.ContextSize)
+			}
+			if tooLong := errreason.Of(err) == errreason.ContextTooLong; tooLong != (tc.is == ErrContextExceeded) {
+				t.Errorf("%s (stream %v): reason %q; want %s only for a prompt over the context", tc.name, stream, errreason.Of(err), errreason.ContextTooLong)
 			}
 		}
 	}

@@ -98,8 +98,13 @@ func (e *Error) GRPCStatus() *status.Status { return StatusOf(e.Code, e.Error(),
 
 // StatusOf is the status of a model backend's error (this package's and the chat backend's):
 // an UNAVAILABLE says why in its reason, so the api tells a loading model, an unreadable answer
-// and a model server that is down from an inference service it cannot reach.
+// and a model server that is down from an inference service it cannot reach; a prompt over the
+// context is RESOURCE_EXHAUSTED with errreason.ContextTooLong, so the api tells it from a rate
+// limit.
 func StatusOf(code codes.Code, msg string, err error) *status.Status {
+	if code == codes.ResourceExhausted && errors.Is(err, ErrContextExceeded) {
+		return errreason.Status(code, errreason.ContextTooLong, msg)
+	}
 	if code != codes.Unavailable {
 		return status.New(code, msg)
 	}

@@ -1,6 +1,7 @@
 package llama
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,6 +58,15 @@ func TestRealServer(t *testing.T) {
 			}
 			if n, err := c.CountTokens(ctx, text); err != nil || n != len(got) {
 				t.Errorf("CountTokens(%q) = %d, %v; want %d", text, n, err, len(got))
+			}
+			toks, err := c.TokenizePieces(ctx, text)
+			if err != nil {
+				t.Fatalf("TokenizePieces(%q): %v", text, err)
+			}
+			for i, tok := range toks {
+				if i >= len(got) || tok.ID != got[i] || !bytes.Equal(tok.Piece, llamatest.Piece(tok.ID)) {
+					t.Errorf("TokenizePieces(%q)[%d] = %d %q; want %v with the double's pieces", text, i, tok.ID, tok.Piece, got)
+				}
 			}
 		}
 	})

@@ -16,7 +16,7 @@
 //   - POST /tokenize: content, add_special, parse_special, with_pieces, tokenized as the real
 //     server tokenizes for the tiny model (Tokenize).
 //   - POST /completion: prompt (a string), n_predict, stop, grammar, stream and the sampling
-//     fields (recorded, not used). A prompt longer than the slot's context is 400
+//     fields (recorded, not used; temperature, top_p and seed echoed in generation_settings). A prompt longer than the slot's context is 400
 //     exceed_context_size_error with n_prompt_tokens and n_ctx, also when streaming. Output
 //     stops at the first stop string (stop_type "word") or after n_predict tokens ("limit",
 //     cut at a piece boundary). Streaming sends `data: {...}\n\n` events with content,
@@ -99,6 +99,7 @@ type Request struct {
 	Grammar     string
 	CachePrompt *bool
 	Temperature *float64
+	TopP        *float64
 	Seed        *int64
 	// Body is the whole decoded body.
 	Body map[string]any
@@ -350,6 +351,9 @@ func (d *Double) tokenize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ids := Tokenize(content, boolField(body, "add_special", false), boolField(body, "parse_special", true))
+	if ids == nil {
+		ids = []int{} // an empty text has no tokens: [], never null
+	}
 	if boolField(body, "with_pieces", false) {
 		out := make([]map[string]any, len(ids))
 		for i, id := range ids {
@@ -598,10 +602,16 @@ func (d *Double) final(req Request, content string, pieces []string, stopType, s
 	}
 	settings := map[string]any{
 		"n_predict": req.NPredict, "stream": req.Stream, "grammar": req.Grammar,
-		"stop": req.Stop, "temperature": 0.8,
+		"stop": req.Stop, "temperature": 0.8, "top_p": 0.95, "seed": uint32(0xFFFFFFFF), // the server's defaults
 	}
 	if req.Temperature != nil {
 		settings["temperature"] = *req.Temperature
+	}
+	if req.TopP != nil {
+		settings["top_p"] = *req.TopP
+	}
+	if req.Seed != nil {
+		settings["seed"] = *req.Seed
 	}
 	rest := map[string]any{
 		"index": 0, "tokens": []int{}, "id_slot": 0, "stop": true, "model": "tiny.gguf",
@@ -669,6 +679,11 @@ func parseRequest(body map[string]any) (Request, *APIError) {
 	if n, ok := body["temperature"].(json.Number); ok {
 		if f, err := n.Float64(); err == nil {
 			req.Temperature = &f
+		}
+	}
+	if n, ok := body["top_p"].(json.Number); ok {
+		if f, err := n.Float64(); err == nil {
+			req.TopP = &f
 		}
 	}
 	if n, ok := body["seed"].(json.Number); ok {
