@@ -300,7 +300,9 @@ func unitCounts(units int) []int {
 	return append(out, units)
 }
 
-var errNoCallFits = errors.New("gorilla: no call to any tool fits the byte budget")
+// ErrNoCallFits is BuildWith's error with Options.CallsOnly when no call to any tool fits
+// Options.MaxBytes: a grammar without its answer branch would admit nothing.
+var ErrNoCallFits = errors.New("gorilla: no call to any tool fits the byte budget")
 
 // planGrammar chooses the call classes and limits and writes the grammar.
 func (c *Catalog) planGrammar() error {
@@ -349,7 +351,7 @@ func (c *Catalog) planGrammar() error {
 	}
 	c.classes = dropDominated(classes)
 	if o.CallsOnly && len(c.classes) == 0 {
-		return fmt.Errorf("%w: %d bytes", errNoCallFits, budget)
+		return fmt.Errorf("%w: %d bytes", ErrNoCallFits, budget)
 	}
 	c.maxBytes = c.callsLen()
 	if !o.CallsOnly || len(c.classes) == 0 {

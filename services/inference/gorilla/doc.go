@@ -47,6 +47,35 @@
 // introduced by <<error>> instead of <<output>>. Outputs longer than Options.MaxOutputBytes are
 // cut at a UTF-8 boundary and marked.
 //
+// # Conversations
+//
+// Nor has the reference a place for a conversation's earlier turns. They go on lines of their
+// own between the function list (or "### Instruction: " when there is none) and the question's
+// line, which stays as the reference writes it, so the question is found on the line that
+// starts with "<<question>>" (the earlier lines' string literals may hold the marker, never at
+// a line's start):
+//
+//	### Instruction: <<function>>[...]
+//	<<system>>'Answer in one line.'
+//	<<user>>'What is the weather in Paris?'
+//	<<call>>get_weather(city='Paris')
+//	<<output>>'{"temp": 21}'
+//	<<assistant>>'21 °C in Paris.'
+//	<<question>>And in Nice?
+//	### Response:
+//
+// The caller's leading system and developer messages are its instructions, <<system>> lines
+// shown whole. A turn starts at a user message (<<user>>); an assistant's words are an
+// <<assistant>> line, its calls of the caller's functions <<call>> lines written as the model
+// would write them, each followed by the <<output>> line of the tool message that answered it;
+// a system message inside a turn is a <<system>> line of that turn. Every text is a Python
+// string literal, as outputs are; outputs are cut at Options.MaxOutputBytes as this turn's are.
+//
+// When the prompt is too long for the context, Conversation.Variant shows fewer words: first
+// the oldest turns are summarized, oldest first (each text cut to SummaryBytes, calls kept,
+// outputs left out), then the oldest are left out; the instructions always stay. Each variant
+// is no longer than the one before, so the service finds the first that fits by bisection.
+//
 // # Grammar
 //
 // The grammar (llama.cpp GBNF) accepts either a plain answer — any text that does not contain

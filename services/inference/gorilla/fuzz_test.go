@@ -301,7 +301,7 @@ func FuzzGrammar(f *testing.F) {
 		for _, o := range opts[1:] {
 			c, err := BuildWith(tools, o)
 			if err != nil {
-				if o.CallsOnly && o.MaxBytes > 0 && errors.Is(err, errNoCallFits) {
+				if o.CallsOnly && o.MaxBytes > 0 && errors.Is(err, ErrNoCallFits) {
 					continue
 				}
 				t.Fatalf("Build %+v: %v", o, err)

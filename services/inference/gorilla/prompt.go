@@ -1,9 +1,6 @@
 package gorilla
 
 import (
-	"strconv"
-	"unicode/utf8"
-
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 )
 
@@ -45,15 +42,26 @@ func StepsFromRecords(records []*toolmeshv1.ToolCallRecord) []Step {
 // {system}\n### Instruction: <<question>> {query}\n### Response: (the same ending);
 // earlier steps go between the query and "\n### Response: " (see the package documentation).
 func (c *Catalog) Prompt(query string, history []Step) string {
+	return c.ConversationPrompt(Conversation{}, query, history)
+}
+
+// ConversationPrompt is Prompt with a conversation's earlier turns (as conv's variant shows
+// them) on lines of their own before the question's line (see the package documentation).
+// With no turns and no instructions it is Prompt.
+func (c *Catalog) ConversationPrompt(conv Conversation, query string, history []Step) string {
 	b := make([]byte, 0, len(SystemPrompt)+len(c.functions)+len(query)+64)
 	b = append(b, SystemPrompt...)
 	b = append(b, "\n### Instruction: "...)
+	if c.functions != "" {
+		b = append(b, fnDelim...)
+		b = append(b, c.functions...)
+		b = append(b, '\n')
+	}
+	b = c.appendConversation(b, conv)
 	if c.functions == "" {
 		b = append(b, "<<question>> "...)
 	} else {
-		b = append(b, fnDelim...)
-		b = append(b, c.functions...)
-		b = append(b, "\n<<question>>"...)
+		b = append(b, "<<question>>"...)
 	}
 	b = append(b, query...)
 	for _, s := range history {
@@ -66,28 +74,11 @@ func (c *Catalog) Prompt(query string, history []Step) string {
 // appendStep writes "\n<<call>>name(args)\n<<output>>'...'" (or <<error>>).
 func (c *Catalog) appendStep(b []byte, s Step) []byte {
 	b = append(b, "\n<<call>>"...)
-	start := len(b)
-	nb, err := c.appendCall(b, s.ToolID, s.Arguments)
-	if err != nil {
-		// A value with no Python literal (NaN, say): show the call without its arguments.
-		nb = append(append(b[:start], dottedName(s.ToolID)...), "(...)"...)
-		if f := c.byID[s.ToolID]; f != nil {
-			nb = append(append(b[:start], f.name...), "(...)"...)
-		}
-	}
-	b = nb
+	b = c.appendCallOrName(b, s)
 	if s.IsError {
 		b = append(b, "\n<<error>>"...)
 	} else {
 		b = append(b, "\n<<output>>"...)
 	}
-	out := s.Output
-	if max := c.opts.MaxOutputBytes; max > 0 && len(out) > max {
-		cut := max
-		for cut > 0 && !utf8.RuneStart(out[cut]) {
-			cut--
-		}
-		out = out[:cut] + "…[" + strconv.Itoa(len(s.Output)-cut) + " more bytes]"
-	}
-	return appendPyString(b, out)
+	return appendPyString(b, cutText(s.Output, c.opts.MaxOutputBytes))
 }
