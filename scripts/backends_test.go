@@ -53,19 +53,21 @@ func TestFailedInstall(t *testing.T) {
 	cases := []struct {
 		backend  string
 		required string
-		export   string
+		exports  []string // every variable the backend's script exports
 		env      func(t *testing.T) []string
 	}{
-		{"llama", "TOOLMESH_LLAMA_REQUIRED", "TOOLMESH_LLAMA_SERVER", func(t *testing.T) []string {
+		{"llama", "TOOLMESH_LLAMA_REQUIRED", []string{"TOOLMESH_LLAMA_SERVER"}, func(t *testing.T) []string {
 			return []string{"TOOLMESH_DEBIAN_MIRROR=" + closed}
 		}},
-		{"chromium", "TOOLMESH_CHROMIUM_REQUIRED", "TOOLMESH_CHROMIUM", func(t *testing.T) []string {
+		{"chromium", "TOOLMESH_CHROMIUM_REQUIRED", []string{"TOOLMESH_CHROMIUM"}, func(t *testing.T) []string {
 			return []string{"TOOLMESH_DEBIAN_MIRROR=" + closed, "TOOLMESH_DEBIAN_SECURITY_MIRROR=" + closed}
 		}},
-		{"jaeger", "TOOLMESH_JAEGER_REQUIRED", "TOOLMESH_JAEGER", func(t *testing.T) []string {
+		{"jaeger", "TOOLMESH_JAEGER_REQUIRED", []string{"TOOLMESH_JAEGER"}, func(t *testing.T) []string {
 			return []string{"TOOLMESH_SHARED_CACHE=" + t.TempDir(), "GOMODCACHE=" + t.TempDir(), "GOPROXY=off", "GOFLAGS=-modcacherw"}
 		}},
-		{"node", "TOOLMESH_NODE_REQUIRED", "TOOLMESH_NODE", func(t *testing.T) []string {
+		{"node", "TOOLMESH_NODE_REQUIRED", []string{
+			"TOOLMESH_NODE", "TOOLMESH_EVERYTHING", "TOOLMESH_CONFORMANCE", "TOOLMESH_MCP_SDK", "TOOLMESH_OPENAI_SDK",
+		}, func(t *testing.T) []string {
 			return []string{"npm_config_registry=" + closed + "/", "npm_config_fetch_retries=0", "npm_config_fetch_timeout=2000"}
 		}},
 	}
@@ -82,8 +84,10 @@ func TestFailedInstall(t *testing.T) {
 					env = append(env, tc.required+"=1")
 				}
 				code, stdout, stderr := run(t, env, "backends", tc.backend)
-				if strings.Contains(stdout, tc.export) {
-					t.Errorf("a failed install exported %s:\n%s", tc.export, stdout)
+				for _, export := range tc.exports {
+					if strings.Contains(stdout, export+"=") {
+						t.Errorf("a failed install exported %s:\n%s", export, stdout)
+					}
 				}
 				switch {
 				case required && code == 0:

@@ -46,6 +46,10 @@ var (
 		Name: "Node 22 with the MCP TypeScript SDK", Vars: []string{"TOOLMESH_NODE", "TOOLMESH_MCP_SDK"},
 		Required: "TOOLMESH_NODE_REQUIRED", Install: `eval "$(scripts/testdeps)"`,
 	}
+	OpenAISDK = Backend{
+		Name: "Node 22 with the openai npm SDK", Vars: []string{"TOOLMESH_NODE", "TOOLMESH_OPENAI_SDK"},
+		Required: "TOOLMESH_NODE_REQUIRED", Install: `eval "$(scripts/testdeps)"`,
+	}
 	Conformance = Backend{
 		Name: "Node 22 with the MCP conformance suite", Vars: []string{"TOOLMESH_NODE", "TOOLMESH_CONFORMANCE"},
 		Required: "TOOLMESH_NODE_REQUIRED", Install: `eval "$(scripts/testdeps)"`,
