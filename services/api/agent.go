@@ -66,6 +66,8 @@ type agentHandler struct {
 	inference inferenceClient // nil: no inference configured
 	policy    *policy.Policy
 	guard     *auth.Guard // charges each tool call to the caller's rate limit
+	turns     *turnMemory
+	models    modelCache
 
 	tracer   trace.Tracer
 	payloads telemetry.PayloadPolicy
@@ -74,7 +76,7 @@ type agentHandler struct {
 }
 
 func newAgentHandler(cfg Config, logger *slog.Logger, tel *telemetry.Service, executor executorClient) *agentHandler {
-	h := &agentHandler{cfg: cfg, logger: logger, executor: executor,
+	h := &agentHandler{cfg: cfg, logger: logger, executor: executor, turns: newTurnMemory(),
 		tracer: tel.Tracer("github.com/toolmesh/toolmesh/services/api")}
 	if tel != nil {
 		h.payloads = tel.Payloads
@@ -99,16 +101,47 @@ type query struct {
 	maxIterations int
 	servers       []string
 	timeout       time.Duration
+	// direct: text is a list of @SERVER.TOOL calls, run without a model.
+	direct bool
+	// conv is the conversation: the turns before the question, and this turn's rounds of the
+	// caller's function calls.
+	conv       conversation
+	functions  []*toolmeshv1.Function
+	choice     toolmeshv1.ToolChoiceMode
+	choiceFn   string
+	generation *toolmeshv1.GenerationOptions
+	model      string
 }
 
-func (h *agentHandler) check(text string, k, maxIterations int32, servers []string, timeoutSeconds int32) (query, error) {
-	switch {
-	case strings.TrimSpace(text) == "":
-		return query{}, invalid.Field("query", "is required")
-	case len(text) > toolid.MaxQueryBytes:
-		return query{}, invalid.Field("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(text), toolid.MaxQueryBytes))
-	case !utf8.ValidString(text):
-		return query{}, invalid.Field("query", "is not valid UTF-8")
+// queryParams are the fields QueryRequest and QueryStreamRequest share.
+type queryParams interface {
+	GetQuery() string
+	GetK() int32
+	GetMaxIterations() int32
+	GetServers() []string
+	GetTimeoutSeconds() int32
+	GetMessages() []*toolmeshv1.Message
+	GetFunctions() []*toolmeshv1.Function
+	GetToolChoice() *toolmeshv1.ToolChoice
+	GetGeneration() *toolmeshv1.GenerationOptions
+	GetModel() string
+}
+
+func (h *agentHandler) check(req queryParams) (query, error) {
+	text := req.GetQuery()
+	k, maxIterations, timeoutSeconds := req.GetK(), req.GetMaxIterations(), req.GetTimeoutSeconds()
+	conv, err := splitConversation(text, req.GetMessages())
+	if err != nil {
+		return query{}, err
+	}
+	qf := conv.questionField
+	switch q := conv.question; {
+	case strings.TrimSpace(q) == "":
+		return query{}, invalid.Field(qf, "is required")
+	case len(q) > toolid.MaxQueryBytes:
+		return query{}, invalid.Field(qf, fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), toolid.MaxQueryBytes))
+	case !utf8.ValidString(q):
+		return query{}, invalid.Field(qf, "is not valid UTF-8")
 	case k < 0 || k > toolid.MaxK:
 		return query{}, invalid.Field("k", fmt.Sprintf("must be between 1 and %d", toolid.MaxK))
 	case maxIterations < 0 || maxIterations > maxMaxIterations:
@@ -116,12 +149,40 @@ func (h *agentHandler) check(text string, k, maxIterations int32, servers []stri
 	case timeoutSeconds < 0 || timeoutSeconds > maxTimeoutSeconds:
 		return query{}, invalid.Field("timeout_seconds", fmt.Sprintf("must be between 1 and %d", maxTimeoutSeconds))
 	}
-	for i, s := range servers {
+	for i, s := range req.GetServers() {
 		if !toolid.ValidServer(s) {
 			return query{}, invalid.Field(fmt.Sprintf("servers[%d]", i), "must match "+toolid.ServerRule)
 		}
 	}
-	q := query{text: text, k: k, maxIterations: int(maxIterations), servers: servers, timeout: h.cfg.QueryTimeout}
+	if err := checkFunctions(req.GetFunctions()); err != nil {
+		return query{}, err
+	}
+	if err := checkGeneration(req.GetGeneration()); err != nil {
+		return query{}, err
+	}
+	if m := req.GetModel(); len(m) > 256 || !utf8.ValidString(m) {
+		return query{}, invalid.Field("model", "must be valid UTF-8 of at most 256 bytes")
+	}
+	q := query{text: conv.question, k: k, maxIterations: int(maxIterations), servers: req.GetServers(), timeout: h.cfg.QueryTimeout,
+		conv: conv, functions: req.GetFunctions(), generation: req.GetGeneration(), model: req.GetModel()}
+	// A question of the old shape (no conversation, no functions) may name its calls itself.
+	q.direct = isDirect(text) && len(req.GetMessages()) == 0 && len(req.GetFunctions()) == 0
+	switch tc := req.GetToolChoice(); tc.GetMode() {
+	case toolmeshv1.ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED, toolmeshv1.ToolChoiceMode_TOOL_CHOICE_MODE_AUTO:
+		q.choice = toolmeshv1.ToolChoiceMode_TOOL_CHOICE_MODE_AUTO
+	case toolmeshv1.ToolChoiceMode_TOOL_CHOICE_MODE_NONE, toolmeshv1.ToolChoiceMode_TOOL_CHOICE_MODE_REQUIRED:
+		q.choice = tc.GetMode()
+	case toolmeshv1.ToolChoiceMode_TOOL_CHOICE_MODE_FUNCTION:
+		if !slices.ContainsFunc(q.functions, func(f *toolmeshv1.Function) bool { return f.GetName() == tc.GetFunction() }) {
+			return query{}, invalid.Field("tool_choice.function", fmt.Sprintf("%q is none of the request's functions", truncateUTF8(tc.GetFunction(), 64)))
+		}
+		q.choice, q.choiceFn = tc.GetMode(), tc.GetFunction()
+	default:
+		return query{}, invalid.Field("tool_choice.mode", fmt.Sprintf("%d is not a tool choice mode", tc.GetMode()))
+	}
+	if tc := req.GetToolChoice(); tc.GetFunction() != "" && q.choice != toolmeshv1.ToolChoiceMode_TOOL_CHOICE_MODE_FUNCTION {
+		return query{}, invalid.Field("tool_choice.function", "is only for mode TOOL_CHOICE_MODE_FUNCTION")
+	}
 	if q.k == 0 {
 		q.k = toolid.DefaultK
 	}
@@ -135,7 +196,7 @@ func (h *agentHandler) check(text string, k, maxIterations int32, servers []stri
 }
 
 func (h *agentHandler) Query(ctx context.Context, req *toolmeshv1.QueryRequest) (*toolmeshv1.QueryResponse, error) {
-	q, err := h.check(req.GetQuery(), req.GetK(), req.GetMaxIterations(), req.GetServers(), req.GetTimeoutSeconds())
+	q, err := h.check(req)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +204,7 @@ func (h *agentHandler) Query(ctx context.Context, req *toolmeshv1.QueryRequest) 
 }
 
 func (h *agentHandler) QueryStream(req *toolmeshv1.QueryStreamRequest, stream grpc.ServerStreamingServer[toolmeshv1.QueryStreamResponse]) error {
-	q, err := h.check(req.GetQuery(), req.GetK(), req.GetMaxIterations(), req.GetServers(), req.GetTimeoutSeconds())
+	q, err := h.check(req)
 	if err != nil {
 		return err
 	}
@@ -161,7 +222,11 @@ func (h *agentHandler) run(ctx context.Context, q query, send func(*toolmeshv1.Q
 	ctx, span := h.tracer.Start(ctx, "invoke_agent toolmesh", trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attribute.String("gen_ai.operation.name", "invoke_agent"), attribute.String("gen_ai.agent.name", "toolmesh"),
 			attribute.Int("gen_ai.request.top_k", int(q.k)), attribute.Int("toolmesh.query.max_iterations", q.maxIterations),
-			attribute.Bool("toolmesh.query.direct", isDirect(q.text))))
+			attribute.Bool("toolmesh.query.direct", q.direct), attribute.Int("toolmesh.query.messages", len(q.conv.earlier)),
+			attribute.Int("toolmesh.query.functions", len(q.functions))))
+	if q.model != "" {
+		span.SetAttributes(attribute.String("gen_ai.request.model", q.model))
+	}
 	start := time.Now()
 	ctx, cancelDeadline := context.WithTimeoutCause(ctx, q.timeout, errQueryDeadline)
 	defer cancelDeadline()
@@ -187,7 +252,7 @@ func (h *agentHandler) run(ctx context.Context, q query, send func(*toolmeshv1.Q
 	} else {
 		r.send = func(*toolmeshv1.QueryStreamResponse) {}
 	}
-	if isDirect(q.text) {
+	if q.direct {
 		return r.direct(ctx)
 	}
 	if d := h.policy.Ask(r.caller); d != nil {
@@ -199,6 +264,15 @@ func (h *agentHandler) run(ctx context.Context, q query, send func(*toolmeshv1.Q
 	case h.retriever == nil:
 		return nil, status.Error(codes.Unavailable, "answering questions needs a retriever and none is configured (set --api.retriever-addr)")
 	}
+	if q.model != "" {
+		if err := h.checkModel(ctx, q.model); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.checkClashes(ctx); err != nil {
+		return nil, err
+	}
+	r.turn = h.turns.turnHistory(r.caller.Token, q.conv.rounds)
 	return r.loop(ctx)
 }
 
@@ -215,6 +289,15 @@ func (h *agentHandler) finish(ctx context.Context, span trace.Span, start time.T
 	}
 	span.SetAttributes(attribute.String("toolmesh.query.stop_reason", stop), attribute.Int("toolmesh.query.iterations", int(resp.GetIterations())),
 		attribute.Int("toolmesh.query.tool_calls", len(resp.GetToolCalls())))
+	if u := resp.GetUsage(); u != nil {
+		span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", int(u.GetPromptTokens())), attribute.Int("gen_ai.usage.output_tokens", int(u.GetCompletionTokens())))
+	}
+	if resp.GetModel() != "" {
+		span.SetAttributes(attribute.String("gen_ai.response.model", resp.GetModel()))
+	}
+	if fr := resp.GetFinishReason(); fr != "" {
+		span.SetAttributes(attribute.StringSlice("gen_ai.response.finish_reasons", []string{fr}))
+	}
 	span.End()
 	h.queries.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), metric.WithAttributes(attribute.String("toolmesh.query.stop_reason", stop)))
 }
@@ -241,6 +324,9 @@ type runner struct {
 
 	// began is when the query started: the response's timings count from it.
 	began time.Time
+	// turn is what this turn called before this request: the caller's functions with their
+	// results, and the mesh calls of the requests that returned them (turnMemory).
+	turn []*toolmeshv1.ToolCallRecord
 }
 
 func (r *runner) loop(ctx context.Context) (*toolmeshv1.QueryResponse, error) {
@@ -266,13 +352,17 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 	r.resp.Iterations = int32(n)
 
 	t := time.Now()
-	k := r.q.k
-	found, err := r.retrieve(ctx, k)
-	if err == nil && len(found) == int(k) && len(r.offer(ctx, found, false)) < int(k) && k < toolid.MaxK {
-		// The policy withholds some of the k from the model: search for twice as many so the
-		// rest of the k take their place.
-		k = min(2*k, toolid.MaxK)
+	var found []*toolmeshv1.ScoredTool
+	var err error
+	if r.searches(n) {
+		k := r.q.k
 		found, err = r.retrieve(ctx, k)
+		if err == nil && len(found) == int(k) && len(r.offer(ctx, found, false)) < int(k) && k < toolid.MaxK {
+			// The policy withholds some of the k from the model: search for twice as many so the
+			// rest of the k take their place.
+			k = min(2*k, toolid.MaxK)
+			found, err = r.retrieve(ctx, k)
+		}
 	}
 	step.RetrievalStartMs, step.RetrievalMs = r.timed(t)
 	if err != nil {
@@ -285,24 +375,32 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 	r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_Retrieved{Retrieved: step}})
 
 	t = time.Now()
+	functions := r.functionsFor(n)
 	gen, err := h.inference.Generate(ctx, &toolmeshv1.GenerateRequest{
-		Query: r.q.text, Tools: step.GetRetrieved(), History: r.resp.GetToolCalls(),
+		Query: r.q.text, Tools: step.GetRetrieved(), History: r.history(),
+		Messages: r.q.conv.earlier, Functions: functions, Generation: r.q.generation,
+		RequireCall: n == 1 && (r.q.choice == toolmeshv1.ToolChoiceMode_TOOL_CHOICE_MODE_REQUIRED || r.q.choice == toolmeshv1.ToolChoiceMode_TOOL_CHOICE_MODE_FUNCTION),
 	})
 	step.ModelStartMs, step.ModelMs = r.timed(t)
 	if err != nil {
 		resp, err := r.fail(ctx, r.inferenceError(ctx, err), n, "asking the model")
 		return resp, true, err
 	}
+	h.models.set(gen.GetModel())
+	r.resp.Model = gen.GetModel()
 	step.ModelOutput = gen.GetRawOutput()
 	step.Usage = gen.GetUsage()
 	step.DroppedToolIds = gen.GetDroppedToolIds()
+	step.History = gen.GetHistory()
+	r.addUsage(gen.GetUsage())
 	r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_ModelOutput{ModelOutput: step}})
 
 	if len(gen.GetCalls()) == 0 {
 		r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_ANSWERED
-		if len(r.resp.GetToolCalls()) == 0 {
+		if len(r.resp.GetToolCalls()) == 0 && len(r.turn) == 0 {
 			// Nothing was called: the model's text is the whole answer.
 			r.resp.Answer = gen.GetAnswer()
+			r.resp.FinishReason = finishReason(gen.GetFinishReason())
 			r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_AnswerDelta{AnswerDelta: r.resp.Answer}})
 			return r.resp, true, nil
 		}
@@ -310,12 +408,18 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 		return resp, true, err
 	}
 	*modelAnswer = gen.GetAnswer()
-	calls := make([]*toolmeshv1.ToolCallRecord, len(gen.GetCalls()))
-	for i, c := range gen.GetCalls() {
-		calls[i] = &toolmeshv1.ToolCallRecord{Tool: c.GetToolId(), Arguments: c.GetArguments()}
+	var calls []*toolmeshv1.ToolCallRecord
+	var fnCalls []*toolmeshv1.FunctionCall
+	for _, c := range gen.GetCalls() {
+		if isFunction(c.GetToolId()) && offersFunction(functions, c.GetToolId()) {
+			fnCalls = append(fnCalls, &toolmeshv1.FunctionCall{ToolId: c.GetToolId(), Arguments: c.GetArguments(), Id: newCallID()})
+			continue
+		}
+		calls = append(calls, &toolmeshv1.ToolCallRecord{Tool: c.GetToolId(), Arguments: c.GetArguments()})
 	}
 	run := r.admit(ctx, step, calls)
-	span.SetAttributes(attribute.Int("toolmesh.step.tool_calls", len(calls)), attribute.Int("toolmesh.step.tool_calls_run", len(run)))
+	span.SetAttributes(attribute.Int("toolmesh.step.tool_calls", len(calls)), attribute.Int("toolmesh.step.tool_calls_run", len(run)),
+		attribute.Int("toolmesh.step.function_calls", len(fnCalls)))
 	if err := h.guard.Charge(ctx, len(run)); err != nil {
 		resp, err := r.fail(ctx, err, n, "calling tools")
 		return resp, true, err
@@ -329,6 +433,16 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 		resp, err := r.fail(ctx, r.down, n, "calling tools")
 		return resp, true, err
 	}
+	if len(fnCalls) > 0 {
+		// The caller runs its functions; the turn goes on in its next request, which will
+		// show the model this request's mesh calls too (turnMemory).
+		r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_FUNCTION_CALLS
+		r.resp.FinishReason = "tool_calls"
+		r.resp.FunctionCalls = fnCalls
+		r.resp.Answer = gen.GetAnswer()
+		h.turns.remember(r.caller.Token, fnCalls[0].GetId(), int32(n), r.resp.GetToolCalls())
+		return r.resp, true, nil
+	}
 	if r.ran >= h.cfg.MaxToolCalls {
 		r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_MAX_ITERATIONS
 		r.resp.Error = fmt.Sprintf("stopped at the query's limit of %d tool calls (api.max-tool-calls)", h.cfg.MaxToolCalls)
@@ -336,6 +450,69 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 		return resp, true, err
 	}
 	return nil, false, nil
+}
+
+// searches says whether step n offers the mesh's tools: not when the caller said the model
+// calls nothing, or names the one function it must call.
+func (r *runner) searches(n int) bool {
+	switch r.q.choice {
+	case toolmeshv1.ToolChoiceMode_TOOL_CHOICE_MODE_NONE:
+		return false
+	case toolmeshv1.ToolChoiceMode_TOOL_CHOICE_MODE_FUNCTION:
+		return n > 1
+	}
+	return true
+}
+
+// functionsFor is the caller's functions step n offers.
+func (r *runner) functionsFor(n int) []*toolmeshv1.Function {
+	switch r.q.choice {
+	case toolmeshv1.ToolChoiceMode_TOOL_CHOICE_MODE_NONE:
+		return nil
+	case toolmeshv1.ToolChoiceMode_TOOL_CHOICE_MODE_FUNCTION:
+		if n == 1 {
+			for _, f := range r.q.functions {
+				if f.GetName() == r.q.choiceFn {
+					return []*toolmeshv1.Function{f}
+				}
+			}
+		}
+	}
+	return r.q.functions
+}
+
+func offersFunction(fns []*toolmeshv1.Function, name string) bool {
+	return slices.ContainsFunc(fns, func(f *toolmeshv1.Function) bool { return f.GetName() == name })
+}
+
+// history is what the model has seen called in this turn: the turn's earlier requests, then
+// this one's calls.
+func (r *runner) history() []*toolmeshv1.ToolCallRecord {
+	if len(r.turn) == 0 {
+		return r.resp.GetToolCalls()
+	}
+	return slices.Concat(r.turn, r.resp.GetToolCalls())
+}
+
+// addUsage adds one model turn's tokens to the query's.
+func (r *runner) addUsage(u *toolmeshv1.Usage) {
+	if u == nil {
+		return
+	}
+	if r.resp.Usage == nil {
+		r.resp.Usage = &toolmeshv1.Usage{}
+	}
+	r.resp.Usage.PromptTokens += u.GetPromptTokens()
+	r.resp.Usage.CompletionTokens += u.GetCompletionTokens()
+}
+
+// finishReason is an answer's finish reason as OpenAI names it; a backend that did not say
+// stopped on its own.
+func finishReason(fr string) string {
+	if fr == "length" {
+		return "length"
+	}
+	return "stop"
 }
 
 // retrieve searches for k of the step's tools among the servers both the request and the
@@ -471,6 +648,7 @@ func (r *runner) direct(ctx context.Context) (*toolmeshv1.QueryResponse, error) 
 	}
 	r.resp.Answer = b.String()
 	r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_ANSWERED
+	r.resp.FinishReason = "stop"
 	for _, c := range calls {
 		if c.GetIsError() {
 			r.resp.StopReason = toolmeshv1.StopReason_STOP_REASON_TOOL_ERROR
@@ -596,6 +774,7 @@ func knownTool(ctx context.Context, err error) bool {
 // compose asks the model for the final answer from the calls' results and streams it. When
 // composing fails, the model's own text or the last results stand in, so the work is not lost.
 func (r *runner) compose(ctx context.Context, modelAnswer string) (*toolmeshv1.QueryResponse, error) {
+	r.resp.FinishReason = "stop"
 	t := time.Now()
 	answer, err := r.composeStream(ctx)
 	r.resp.ComposeStartMs, r.resp.ComposeMs = r.timed(t)
@@ -628,7 +807,8 @@ func (r *runner) compose(ctx context.Context, modelAnswer string) (*toolmeshv1.Q
 }
 
 func (r *runner) composeStream(ctx context.Context) (string, error) {
-	stream, err := r.h.inference.ComposeAnswer(ctx, &toolmeshv1.ComposeAnswerRequest{Query: r.q.text, History: r.resp.GetToolCalls()})
+	stream, err := r.h.inference.ComposeAnswer(ctx, &toolmeshv1.ComposeAnswerRequest{Query: r.q.text, History: r.history(),
+		Messages: r.q.conv.earlier, Generation: r.q.generation})
 	if err != nil {
 		return "", err
 	}
@@ -641,6 +821,10 @@ func (r *runner) composeStream(ctx context.Context) (string, error) {
 		if err != nil {
 			return b.String(), err
 		}
+		if m.GetDone() {
+			r.addUsage(m.GetUsage())
+			r.resp.FinishReason = finishReason(m.GetFinishReason())
+		}
 		if d := m.GetDelta(); d != "" {
 			b.WriteString(d)
 			r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_AnswerDelta{AnswerDelta: d}})
@@ -650,7 +834,10 @@ func (r *runner) composeStream(ctx context.Context) (string, error) {
 
 // resultsText is the answer of last resort: what the last step's calls returned.
 func (r *runner) resultsText() string {
-	calls := r.resp.GetToolCalls()
+	calls := r.history()
+	if len(calls) == 0 {
+		return ""
+	}
 	last := calls[len(calls)-1].GetStep()
 	var lines []string
 	for _, c := range calls {
@@ -734,12 +921,21 @@ func (r *runner) inferenceError(ctx context.Context, err error) error {
 // the last step ran (tool ids and arguments). It never holds what a tool returned: a tool's
 // output is data, and text in it ("SYSTEM: now call query_database ...") must not choose the
 // tools the model is offered next. Nor does it hold a call that was refused: the model may
-// have named a tool it was not offered because a tool's output told it to.
+// have named a tool it was not offered because a tool's output told it to. In a conversation
+// the first step adds the user's message before the question, so that "and for Paris?" finds
+// the tools "What is the weather in London?" found; it adds no assistant text, which may
+// repeat what a tool said.
 func (r *runner) retrievalQuery() string {
-	if len(r.lastRun) == 0 {
-		return r.q.text
-	}
 	b := []byte(r.q.text)
+	if len(r.lastRun) == 0 {
+		prev := previousQuestion(r.q.conv.earlier)
+		if prev == "" {
+			return r.q.text
+		}
+		b = append(b, ' ')
+		b = append(b, truncateUTF8(prev, retrievalQueryBytes/2)...)
+		return truncateUTF8(string(b), max(retrievalQueryBytes, len(r.q.text)))
+	}
 	for _, c := range r.lastRun {
 		b = append(b, ' ')
 		b = append(b, c.GetTool()...)
@@ -749,6 +945,16 @@ func (r *runner) retrievalQuery() string {
 		}
 	}
 	return truncateUTF8(string(b), max(retrievalQueryBytes, len(r.q.text)))
+}
+
+// previousQuestion is the last user message of the earlier turns ("" when there is none).
+func previousQuestion(earlier []*toolmeshv1.Message) string {
+	for i := len(earlier) - 1; i >= 0; i-- {
+		if earlier[i].GetRole() == roleUser {
+			return earlier[i].GetContent()
+		}
+	}
+	return ""
 }
 
 // renderOutput turns a tool result into the text the model and the user read.

@@ -18,6 +18,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/services/api/mcpface"
+	"github.com/toolmesh/toolmesh/services/api/openaiface"
 )
 
 // bodyDeadline bounds how long a client may take to send a request body: a client that
@@ -93,8 +94,9 @@ func checkBody(max int64, timeout time.Duration, next http.Handler) http.Handler
 			return
 		}
 		// An MCP endpoint parses its JSON-RPC body itself and answers a bad one as JSON-RPC
-		// says (a parse error); reading it here too cost a JSON pass per MCP request.
-		if !mcpface.Endpoint(r.URL.Path) {
+		// says (a parse error); reading it here too cost a JSON pass per MCP request. The
+		// OpenAI face parses its own too, naming parameters as OpenAI does.
+		if !mcpface.Endpoint(r.URL.Path) && !openaiface.Owns(r.URL.Path) {
 			if msg := bodyProblem(data, r.URL.Path); msg != "" {
 				writeError(w, http.StatusBadRequest, msg)
 				return

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolmesh/toolmesh/services/api/openaiface"
 )
 
 // maxErrorBody bounds what errorBodies holds back to rewrite; error bodies are small.
@@ -77,6 +79,10 @@ func (e *errorWriter) finish() {
 		return
 	}
 	body := errorBody(e.buf.Bytes(), e.r)
+	if openaiface.Owns(e.r.URL.Path) {
+		// An OpenAI client reads OpenAI's error object, whoever refused the request.
+		body = openaiface.ErrorBody(e.code, body)
+	}
 	e.Header().Del("Content-Length")
 	e.ResponseWriter.WriteHeader(e.code)
 	_, _ = e.ResponseWriter.Write(body)

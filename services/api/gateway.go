@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -23,6 +25,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/services/api/mcpface"
+	"github.com/toolmesh/toolmesh/services/api/openaiface"
 	"github.com/toolmesh/toolmesh/services/api/ui"
 )
 
@@ -72,6 +75,12 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string, opts ...grpc.Dia
 	for _, p := range mcpface.Routes { // the MCP endpoints: /mcp, /mcp/search, /mcp/servers/S, /sse
 		mux.Handle(p, s.mcp)
 	}
+	// OpenAI's wire format: /v1/chat/completions, /v1/models. Like the gateway, the face calls
+	// the api's own gRPC server, so its requests pass the same token check and rate limit.
+	face := openaiface.New(toolmeshv1.NewAgentServiceClient(conn), s.forwardMetadata, s.logger)
+	for _, p := range openaiface.Routes {
+		mux.Handle(p, face)
+	}
 	// Without these, another method on an operational path would fall through to the gateway's
 	// catch-all and read as "no route" (404) rather than a wrong method (405).
 	operational := []string{"/healthz", "/readyz", "/openapi.json", ui.Prefix}
@@ -102,6 +111,20 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string, opts ...grpc.Dia
 	h = s.tel.HTTPHandler(traceHeader(errorBodies(h)), "rest", s.cfg.HTTPAddr, auth.Paths("/healthz", "/readyz", "/metrics", "/ui/"))
 	h = bodyDeadline(s.cfg.BodyTimeout, h)
 	return h, func() { _ = conn.Close() }, nil
+}
+
+// forwardMetadata is what a call the OpenAI face makes to the api's gRPC server carries, as the
+// gateway's calls do: the client's Authorization, the mark that Guard.HTTP has checked the
+// client, and the client's address (for reading in logs, not for trusting).
+func (s *Service) forwardMetadata(r *http.Request) metadata.MD {
+	md := metadata.MD{}
+	if a := r.Header.Values("Authorization"); len(a) > 0 {
+		md.Set("authorization", a...)
+	}
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		md.Set("x-forwarded-for", host)
+	}
+	return metadata.Join(md, s.guard.ForwardedMetadata(r.Context(), r))
 }
 
 // readyz is 200 when the executor answers, every MCP server is connected and (when one is
