@@ -142,7 +142,7 @@ func post(t *testing.T, url, body string) (*http.Response, []byte) {
 func answered(answer string) *toolmeshv1.QueryResponse {
 	return &toolmeshv1.QueryResponse{Answer: answer, StopReason: toolmeshv1.StopReason_STOP_REASON_ANSWERED, FinishReason: "stop",
 		Iterations: 2, TraceId: "0af7651916cd43dd8448eb211c80319c", Model: "gorilla-openfunctions-v2",
-		Usage: &toolmeshv1.Usage{PromptTokens: 120, CompletionTokens: 7},
+		Usage:     &toolmeshv1.Usage{PromptTokens: 120, CompletionTokens: 7},
 		ToolCalls: []*toolmeshv1.ToolCallRecord{{Tool: "calculator.add", Arguments: mustStruct(map[string]any{"a": 2, "b": 3}), Output: "5", Step: 1}},
 		Steps: []*toolmeshv1.Step{{Number: 1, ModelOutput: "<<function>>calculator.add(a=2, b=3)",
 			Retrieved: []*toolmeshv1.ScoredTool{{Tool: &toolmeshv1.Tool{Id: "calculator.add", Description: "long"}, Score: 1}}}},
