@@ -23,11 +23,11 @@ func newCatalogs(max int) *catalogs {
 	return &catalogs{max: max, byKey: make(map[string]*gorilla.Catalog, max)}
 }
 
-// build returns the catalog of tools sized to maxBytes (0: not sized), from the cache when the
-// same definitions were built at that size before. Tools without a definition hash are built
-// every time: nothing says two of them are the same.
-func (c *catalogs) build(tools []*toolmeshv1.Tool, maxBytes int) (*gorilla.Catalog, error) {
-	key, ok := catalogKey(tools, maxBytes)
+// build returns the catalog of tools sized to maxBytes (0: not sized), without the grammar's
+// answer branch when callsOnly, from the cache when the same definitions were built so before.
+// Tools without a definition hash are built every time: nothing says two of them are the same.
+func (c *catalogs) build(tools []*toolmeshv1.Tool, maxBytes int, callsOnly bool) (*gorilla.Catalog, error) {
+	key, ok := catalogKey(tools, maxBytes, callsOnly)
 	if ok {
 		c.mu.Lock()
 		cat := c.byKey[key]
@@ -36,15 +36,9 @@ func (c *catalogs) build(tools []*toolmeshv1.Tool, maxBytes int) (*gorilla.Catal
 			return cat, nil
 		}
 	}
-	var cat *gorilla.Catalog
-	var err error
-	if maxBytes > 0 {
-		opts := gorilla.DefaultOptions
-		opts.MaxBytes = maxBytes
-		cat, err = gorilla.BuildWith(tools, opts)
-	} else {
-		cat, err = gorilla.Build(tools)
-	}
+	opts := gorilla.DefaultOptions
+	opts.MaxBytes, opts.CallsOnly = maxBytes, callsOnly
+	cat, err := gorilla.BuildWith(tools, opts)
 	if err != nil || !ok {
 		return cat, err
 	}
@@ -61,9 +55,12 @@ func (c *catalogs) build(tools []*toolmeshv1.Tool, maxBytes int) (*gorilla.Catal
 	return cat, nil
 }
 
-func catalogKey(tools []*toolmeshv1.Tool, maxBytes int) (string, bool) {
+func catalogKey(tools []*toolmeshv1.Tool, maxBytes int, callsOnly bool) (string, bool) {
 	var b strings.Builder
 	b.WriteString(strconv.Itoa(maxBytes))
+	if callsOnly {
+		b.WriteString("calls")
+	}
 	for _, t := range tools {
 		if t.GetHash() == "" {
 			return "", false

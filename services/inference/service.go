@@ -23,14 +23,15 @@ type completer interface {
 	Health(ctx context.Context) error
 	Props(ctx context.Context) (*llama.Props, error)
 	CountTokens(ctx context.Context, text string) (int, error)
+	TokenizePieces(ctx context.Context, text string) ([]llama.Token, error)
 	Complete(ctx context.Context, req llama.CompletionRequest) (*llama.Completion, error)
 	CompleteStream(ctx context.Context, req llama.CompletionRequest, fn func(llama.Chunk) error) (*llama.Completion, error)
 }
 
 // chatBackend is an OpenAI-compatible chat server with tools.
 type chatBackend interface {
-	Generate(ctx context.Context, query string, tools []*toolmeshv1.Tool, history []*toolmeshv1.ToolCallRecord, maxTokens int) (*chat.Result, error)
-	Compose(ctx context.Context, query string, history []*toolmeshv1.ToolCallRecord, maxTokens int, fn func(delta string) error) (*chat.ComposeResult, error)
+	Generate(ctx context.Context, req chat.Request) (*chat.Result, error)
+	Compose(ctx context.Context, req chat.ComposeRequest, fn func(delta string) error) (*chat.ComposeResult, error)
 }
 
 // Service is the inference target.

@@ -118,14 +118,53 @@ func completionRequest(req llama.CompletionRequest) func() []attribute.KeyValue 
 	return func() []attribute.KeyValue {
 		a := []attribute.KeyValue{attribute.Int("gen_ai.request.max_tokens", req.NPredict),
 			attribute.Bool("toolmesh.llm.grammar", req.Grammar != ""), attribute.Int("toolmesh.llm.grammar_bytes", len(req.Grammar))}
-		if t := req.Sampling.Temperature; t != nil {
-			a = append(a, attribute.Float64("gen_ai.request.temperature", *t))
-		}
-		if len(req.Stop) > 0 {
-			a = append(a, attribute.StringSlice("gen_ai.request.stop_sequences", req.Stop))
-		}
-		return a
+		return append(a, samplingAttrs(req.Temperature, req.TopP, req.Seed, req.Stop)...)
 	}
+}
+
+// samplingAttrs are the GenAI attributes of the sampling options that are set.
+func samplingAttrs(temperature, topP *float64, seed *int64, stop []string) []attribute.KeyValue {
+	var a []attribute.KeyValue
+	if temperature != nil {
+		a = append(a, attribute.Float64("gen_ai.request.temperature", *temperature))
+	}
+	if topP != nil {
+		a = append(a, attribute.Float64("gen_ai.request.top_p", *topP))
+	}
+	if seed != nil {
+		a = append(a, attribute.Int64("gen_ai.request.seed", *seed))
+	}
+	if len(stop) > 0 {
+		a = append(a, attribute.StringSlice("gen_ai.request.stop_sequences", stop))
+	}
+	return a
+}
+
+// generationAttrs are the GenAI attributes of a request's generation options that are set.
+func generationAttrs(gen *toolmeshv1.GenerationOptions) []attribute.KeyValue {
+	if gen == nil {
+		return nil
+	}
+	a := samplingAttrs(gen.Temperature, gen.TopP, gen.Seed, gen.GetStop())
+	if gen.GetMaxTokens() > 0 {
+		a = append(a, attribute.Int("gen_ai.request.max_tokens", int(gen.GetMaxTokens())))
+	}
+	return a
+}
+
+// recordOutcome puts on the RPC's span what the caller asked for and how the answer ended:
+// the model call's own span says what llama-server was sent and why it stopped, which differs
+// where the service bounds the answer itself (a Gorilla answer cut at a stop string or
+// max_tokens after the grammar-bound call). The conversation's fit goes there too.
+func recordOutcome(ctx context.Context, gen *toolmeshv1.GenerationOptions, finish string, fit *toolmeshv1.HistoryFit) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(generationAttrs(gen)...)
+	span.SetAttributes(attribute.StringSlice("gen_ai.response.finish_reasons", []string{finish}),
+		attribute.Int("toolmesh.history.turns", int(fit.GetTurns())), attribute.Int("toolmesh.history.summarized", int(fit.GetSummarized())),
+		attribute.Int("toolmesh.history.dropped", int(fit.GetDropped())))
 }
 
 func (t tracedLLM) Complete(ctx context.Context, req llama.CompletionRequest) (*llama.Completion, error) {
@@ -147,7 +186,8 @@ func (t tracedLLM) endCompletion(ctx context.Context, c *call, comp *llama.Compl
 		c.end(ctx, 0, 0, "", llmStatus(err))
 		return
 	}
-	c.end(ctx, comp.TokensEvaluated, comp.TokensPredicted, comp.StopType, nil,
+	c.end(ctx, comp.TokensEvaluated, comp.TokensPredicted, finishReason(comp), nil,
+		attribute.String("toolmesh.llm.stop_type", comp.StopType),
 		attribute.Int("toolmesh.llm.tokens_cached", comp.TokensCached),
 		attribute.Float64("toolmesh.llm.prompt_ms", comp.Timings.PromptMS),
 		attribute.Float64("toolmesh.llm.predicted_ms", comp.Timings.PredictedMS),
@@ -160,28 +200,31 @@ type tracedChat struct {
 	g *genAI
 }
 
-func (t tracedChat) Generate(ctx context.Context, query string, tools []*toolmeshv1.Tool, history []*toolmeshv1.ToolCallRecord, maxTokens int) (*chat.Result, error) {
+func (t tracedChat) Generate(ctx context.Context, req chat.Request) (*chat.Result, error) {
 	ctx, c := t.g.start(ctx, false, func() []attribute.KeyValue {
-		return []attribute.KeyValue{attribute.Int("gen_ai.request.max_tokens", maxTokens), attribute.Int("toolmesh.llm.tools", len(tools))}
+		return append(generationAttrs(req.Generation), attribute.Int("toolmesh.llm.max_tokens", req.MaxTokens),
+			attribute.Int("toolmesh.llm.tools", len(req.Tools)), attribute.Int("toolmesh.llm.functions", len(req.Functions)),
+			attribute.Int("toolmesh.llm.messages", len(req.Messages)), attribute.Bool("toolmesh.llm.require_call", req.RequireCall))
 	})
-	res, err := t.chatBackend.Generate(ctx, query, tools, history, maxTokens)
+	res, err := t.chatBackend.Generate(ctx, req)
 	if err != nil {
 		c.end(ctx, 0, 0, "", backendStatus(err))
 		return res, err
 	}
-	c.end(ctx, res.PromptTokens, res.CompletionTokens, "", nil)
+	c.end(ctx, res.PromptTokens, res.CompletionTokens, res.FinishReason, nil)
 	return res, nil
 }
 
-func (t tracedChat) Compose(ctx context.Context, query string, history []*toolmeshv1.ToolCallRecord, maxTokens int, fn func(delta string) error) (*chat.ComposeResult, error) {
+func (t tracedChat) Compose(ctx context.Context, req chat.ComposeRequest, fn func(delta string) error) (*chat.ComposeResult, error) {
 	ctx, c := t.g.start(ctx, true, func() []attribute.KeyValue {
-		return []attribute.KeyValue{attribute.Int("gen_ai.request.max_tokens", maxTokens)}
+		return append(generationAttrs(req.Generation), attribute.Int("toolmesh.llm.max_tokens", req.MaxTokens),
+			attribute.Int("toolmesh.llm.messages", len(req.Messages)))
 	})
-	res, err := t.chatBackend.Compose(ctx, query, history, maxTokens, fn)
+	res, err := t.chatBackend.Compose(ctx, req, fn)
 	if err != nil {
 		c.end(ctx, 0, 0, "", backendStatus(err))
 		return res, err
 	}
-	c.end(ctx, res.PromptTokens, res.CompletionTokens, "", nil)
+	c.end(ctx, res.PromptTokens, res.CompletionTokens, res.FinishReason, nil)
 	return res, nil
 }

@@ -3,8 +3,10 @@
 // template and --jinja, vLLM, Ollama, or any OpenAI-compatible server). Where package llama
 // drives Gorilla OpenFunctions v2 through its own prompt and a grammar, this backend leaves
 // the prompt format to the server's chat template and reads the calls from the answer's
-// tool_calls. Compose streams the final answer from the calls' results (a streamed chat
-// completion without tools, stream_options.include_usage set).
+// tool_calls. The conversation's earlier turns are sent as they are, the caller's own functions
+// are tools beside the mesh's, and the caller's sampling options are the request's. Compose
+// streams the final answer from the calls' results (a streamed chat completion without tools,
+// stream_options.include_usage set).
 //
 // Tool ids (SERVER.TOOL) are not valid OpenAI function names; toolname.Names maps them to names
 // that are (SERVER__TOOL) and back exactly. Failures come back as *Error, whose Code is the gRPC
@@ -172,16 +174,49 @@ type Result struct {
 	PromptTokens, CompletionTokens int
 }
 
+// Request is what Generate asks the model.
+type Request struct {
+	// Query is the user's current question.
+	Query string
+	// Messages are the conversation's earlier turns (OpenAI's messages, oldest first), sent as
+	// they are before the question; "developer" is sent as "system", which most servers' chat
+	// templates know and many do not know "developer".
+	Messages []*toolmeshv1.Message
+	// Tools are the mesh's tools, best first; Functions the caller's own, offered beside them
+	// under their own names.
+	Tools     []*toolmeshv1.Tool
+	Functions []*toolmeshv1.Function
+	// History holds this turn's calls so far, the caller's functions' included, sent after the
+	// question.
+	History []*toolmeshv1.ToolCallRecord
+	// RequireCall makes the model call something: tool_choice "required", or the one tool or
+	// function offered, by name.
+	RequireCall bool
+	// MaxTokens bounds the answer (0: Config.MaxTokens); Generation's max_tokens, when set,
+	// bounds it too.
+	MaxTokens  int
+	Generation *toolmeshv1.GenerationOptions
+}
+
 // Request body types (exported shape is the OpenAI one).
 type (
 	chatRequest struct {
 		Model       string    `json:"model"`
 		Messages    []message `json:"messages"`
 		Tools       []toolDef `json:"tools,omitempty"`
-		ToolChoice  string    `json:"tool_choice,omitempty"`
+		ToolChoice  any       `json:"tool_choice,omitempty"` // "auto", "required" or a namedChoice
 		MaxTokens   int       `json:"max_tokens,omitempty"`
 		Temperature *float64  `json:"temperature,omitempty"`
+		TopP        *float64  `json:"top_p,omitempty"`
+		Seed        *int64    `json:"seed,omitempty"`
+		Stop        []string  `json:"stop,omitempty"`
 		Stream      bool      `json:"stream"`
+	}
+	namedChoice struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
 	}
 	message struct {
 		Role       string     `json:"role"`
@@ -210,13 +245,30 @@ type (
 )
 
 // BuildRequest is the JSON body Generate posts, and the names it used for the tools.
-func (c *Client) BuildRequest(query string, tools []*toolmeshv1.Tool, history []*toolmeshv1.ToolCallRecord, maxTokens int) ([]byte, *toolname.Names, error) {
-	if maxTokens <= 0 {
-		maxTokens = c.cfg.MaxTokens
-	}
+func (c *Client) BuildRequest(r Request) ([]byte, *toolname.Names, error) {
+	// The caller's functions are named first, so they keep their names: a mesh tool whose name
+	// would clash with one gets a hashed one (the api refuses such a clash before it gets here).
 	names := toolname.New()
-	req := chatRequest{Model: c.cfg.Model, MaxTokens: maxTokens, Temperature: c.cfg.Temperature}
-	for i, t := range tools {
+	req := c.sampled(r.MaxTokens, r.Generation)
+	for i, f := range r.Functions {
+		if !toolname.Valid(f.GetName()) {
+			return nil, nil, fmt.Errorf("chat: functions[%d]: %q is not a function name", i, f.GetName())
+		}
+		if names.Name(f.GetName()) != "" {
+			return nil, nil, fmt.Errorf("chat: functions[%d]: %q is offered twice", i, f.GetName())
+		}
+		params := map[string]any{"type": "object", "properties": map[string]any{}}
+		if p := f.GetParameters(); p != nil && len(p.GetFields()) > 0 {
+			params = p.AsMap()
+		}
+		req.Tools = append(req.Tools, toolDef{Type: "function",
+			Function: functionDef{Name: names.Add(f.GetName()), Description: f.GetDescription(), Parameters: params}})
+	}
+	msgs, err := conversationMessages(r.Messages, names)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, t := range r.Tools {
 		if t.GetId() == "" {
 			return nil, nil, fmt.Errorf("chat: tools[%d]: no id", i)
 		}
@@ -234,15 +286,23 @@ func (c *Client) BuildRequest(query string, tools []*toolmeshv1.Tool, history []
 		req.Tools = append(req.Tools, toolDef{Type: "function",
 			Function: functionDef{Name: names.Add(t.GetId()), Description: desc, Parameters: params}})
 	}
-	if len(req.Tools) > 0 {
+	switch {
+	case len(req.Tools) == 0:
+	case r.RequireCall && len(req.Tools) == 1:
+		choice := namedChoice{Type: "function"}
+		choice.Function.Name = req.Tools[0].Function.Name
+		req.ToolChoice = choice
+	case r.RequireCall:
+		req.ToolChoice = "required"
+	default:
 		req.ToolChoice = "auto"
 	}
-	req.Messages = append(req.Messages, message{Role: "user", Content: &query})
-	msgs, err := historyMessages(history, names)
+	req.Messages = append(msgs, message{Role: "user", Content: &r.Query})
+	hist, err := historyMessages(r.History, names, callIDs(r.Messages, r.History))
 	if err != nil {
 		return nil, nil, err
 	}
-	req.Messages = append(req.Messages, msgs...)
+	req.Messages = append(req.Messages, hist...)
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("chat: encoding the request: %w", err)
@@ -250,12 +310,83 @@ func (c *Client) BuildRequest(query string, tools []*toolmeshv1.Tool, history []
 	return body, names, nil
 }
 
+// sampled is a request with the sampling options set: the caller's where given, else the
+// configured ones. maxTokens and gen's max_tokens both bound the answer.
+func (c *Client) sampled(maxTokens int, gen *toolmeshv1.GenerationOptions) chatRequest {
+	switch g := int(gen.GetMaxTokens()); {
+	case g > 0 && (maxTokens <= 0 || g < maxTokens):
+		maxTokens = g
+	case maxTokens <= 0:
+		maxTokens = c.cfg.MaxTokens
+	}
+	req := chatRequest{Model: c.cfg.Model, MaxTokens: maxTokens, Temperature: c.cfg.Temperature}
+	if gen != nil {
+		req.TopP, req.Seed, req.Stop = gen.TopP, gen.Seed, gen.Stop
+		if gen.Temperature != nil {
+			req.Temperature = gen.Temperature
+		}
+	}
+	return req
+}
+
+// conversationMessages turns the conversation's earlier turns into chat messages as they are,
+// "developer" sent as "system"; the functions an assistant called are named through names.
+func conversationMessages(msgs []*toolmeshv1.Message, names *toolname.Names) ([]message, error) {
+	out := make([]message, 0, len(msgs))
+	for i, m := range msgs {
+		content := m.GetContent()
+		msg := message{Role: m.GetRole(), Content: &content, ToolCallID: m.GetToolCallId()}
+		switch m.GetRole() {
+		case "developer":
+			msg.Role = "system"
+		case "system", "user", "tool":
+		case "assistant":
+			for j, fc := range m.GetToolCalls() {
+				args := []byte("{}")
+				if a := fc.GetArguments(); a != nil {
+					var err error
+					if args, err = json.Marshal(a.AsMap()); err != nil {
+						return nil, fmt.Errorf("chat: messages[%d].tool_calls[%d]: arguments: %w", i, j, err)
+					}
+				}
+				msg.ToolCalls = append(msg.ToolCalls, toolCall{ID: fc.GetId(), Type: "function",
+					Function: functionCall{Name: names.Add(fc.GetToolId()), Arguments: string(args)}})
+			}
+			if content == "" && len(msg.ToolCalls) > 0 {
+				msg.Content = nil // OpenAI's own shape of a message that only calls
+			}
+		default:
+			return nil, fmt.Errorf("chat: messages[%d]: unknown role %q", i, m.GetRole())
+		}
+		out = append(out, msg)
+	}
+	return out, nil
+}
+
+// callIDs are the call ids the caller gave: the ids its conversation's calls and this turn's
+// calls of its functions go by.
+func callIDs(msgs []*toolmeshv1.Message, history []*toolmeshv1.ToolCallRecord) map[string]bool {
+	ids := map[string]bool{}
+	for _, m := range msgs {
+		for _, fc := range m.GetToolCalls() {
+			ids[fc.GetId()] = true
+		}
+		ids[m.GetToolCallId()] = true
+	}
+	for _, r := range history {
+		ids[r.GetCallId()] = true
+	}
+	return ids
+}
+
 // historyMessages turns executed calls into chat messages: for each step, one assistant
-// message with the step's calls as tool_calls (ids call_1, call_2... in record order), then one
-// "tool" message per call with its output and the matching tool_call_id. Records with the
-// same non-zero Step that follow each other are one step (parallel calls); an error output is
-// prefixed "Error: ". Tools that are no longer offered are named through names all the same.
-func historyMessages(history []*toolmeshv1.ToolCallRecord, names *toolname.Names) ([]message, error) {
+// message with the step's calls as tool_calls, then one "tool" message per call with its output
+// and the matching tool_call_id. A call of the caller's function goes by the id the caller gave
+// it (call_id); the others get call_1, call_2... in record order, skipping every id in taken.
+// Records with the same non-zero Step that follow each other are one step (parallel calls;
+// negative steps are earlier requests of the same turn); an error output is prefixed "Error: ".
+// Tools that are no longer offered are named through names all the same.
+func historyMessages(history []*toolmeshv1.ToolCallRecord, names *toolname.Names, taken map[string]bool) ([]message, error) {
 	var out []message
 	var calls []toolCall
 	var results []message
@@ -267,7 +398,7 @@ func historyMessages(history []*toolmeshv1.ToolCallRecord, names *toolname.Names
 		calls, results = nil, nil
 	}
 	n := 0
-	prevStep := int32(-1)
+	prevStep := int32(0)
 	for i, r := range history {
 		if r == nil {
 			continue
@@ -286,8 +417,13 @@ func historyMessages(history []*toolmeshv1.ToolCallRecord, names *toolname.Names
 				return nil, fmt.Errorf("chat: history[%d]: arguments: %w", i, err)
 			}
 		}
-		n++
-		id := fmt.Sprintf("call_%d", n)
+		id := r.GetCallId()
+		for id == "" {
+			n++
+			if c := fmt.Sprintf("call_%d", n); !taken[c] {
+				id = c
+			}
+		}
 		calls = append(calls, toolCall{ID: id, Type: "function",
 			Function: functionCall{Name: names.Add(r.GetTool()), Arguments: string(args)}})
 		content := r.GetOutput()
@@ -300,10 +436,9 @@ func historyMessages(history []*toolmeshv1.ToolCallRecord, names *toolname.Names
 	return out, nil
 }
 
-// Generate asks the model for tool calls or an answer to query, offering tools (best first)
-// after the earlier steps in history. maxTokens 0 means Config.MaxTokens.
-func (c *Client) Generate(ctx context.Context, query string, tools []*toolmeshv1.Tool, history []*toolmeshv1.ToolCallRecord, maxTokens int) (*Result, error) {
-	body, names, err := c.BuildRequest(query, tools, history, maxTokens)
+// Generate asks the model for tool calls or an answer to the request's question.
+func (c *Client) Generate(ctx context.Context, r Request) (*Result, error) {
+	body, names, err := c.BuildRequest(r)
 	if err != nil {
 		return nil, &Error{Op: "chat", Code: codes.InvalidArgument, Message: err.Error()}
 	}

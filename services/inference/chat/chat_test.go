@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/toolname"
 	"github.com/toolmesh/toolmesh/services/inference/chat/chattest"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
@@ -73,18 +74,41 @@ func history(t testing.TB) []*toolmeshv1.ToolCallRecord {
 
 func TestRequestGolden(t *testing.T) {
 	c, _ := newTestClient(t, "http://127.0.0.1:1", Config{Model: "qwen2.5-7b-instruct", Temperature: new(0.0), MaxTokens: 300})
-	body, names, err := c.BuildRequest("What is the weather in Paris?", weatherTools(t), history(t), 0)
+	body, names, err := c.BuildRequest(Request{Query: "What is the weather in Paris?", Tools: weatherTools(t), History: history(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkGolden(t, "request.golden.json", body)
+	if id, _ := names.ID("gone__tool"); id != "gone.tool" {
+		t.Errorf("history-only tool not mapped back: %q", id)
+	}
+	if c.Endpoint() != "http://127.0.0.1:1/v1/chat/completions" {
+		t.Errorf("endpoint %s", c.Endpoint())
+	}
+
+	// No tools: neither tools nor tool_choice are sent (OpenAI refuses tool_choice without tools).
+	body, _, err = c.BuildRequest(Request{Query: "hi", MaxTokens: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(body); got != `{"model":"qwen2.5-7b-instruct","messages":[{"role":"user","content":"hi"}],"max_tokens":7,"temperature":0,"stream":false}` {
+		t.Errorf("no-tools body = %s", got)
+	}
+	if _, _, err := c.BuildRequest(Request{Query: "q", Tools: []*toolmeshv1.Tool{{Id: "a.b"}, {Id: "a.b"}}}); err == nil {
+		t.Error("a tool offered twice was accepted")
+	}
+}
+
+// checkGolden compares a request body, indented, with testdata/name (-update rewrites it).
+func checkGolden(t *testing.T, name string, body []byte) {
+	t.Helper()
 	var pretty bytes.Buffer
 	if err := json.Indent(&pretty, body, "", "  "); err != nil {
 		t.Fatal(err)
 	}
 	pretty.WriteByte('\n')
-	golden := filepath.Join("testdata", "request.golden.json")
+	golden := filepath.Join("testdata", name)
 	if *update {
-		_ = os.MkdirAll("testdata", 0o755)
 		if err := os.WriteFile(golden, pretty.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -95,24 +119,6 @@ func TestRequestGolden(t *testing.T) {
 	}
 	if !bytes.Equal(pretty.Bytes(), want) {
 		t.Errorf("request body differs from %s (-update rewrites it):\n%s", golden, pretty.Bytes())
-	}
-	if id, _ := names.ID("gone__tool"); id != "gone.tool" {
-		t.Errorf("history-only tool not mapped back: %q", id)
-	}
-	if c.Endpoint() != "http://127.0.0.1:1/v1/chat/completions" {
-		t.Errorf("endpoint %s", c.Endpoint())
-	}
-
-	// No tools: neither tools nor tool_choice are sent (OpenAI refuses tool_choice without tools).
-	body, _, err = c.BuildRequest("hi", nil, nil, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := string(body); got != `{"model":"qwen2.5-7b-instruct","messages":[{"role":"user","content":"hi"}],"max_tokens":7,"temperature":0,"stream":false}` {
-		t.Errorf("no-tools body = %s", got)
-	}
-	if _, _, err := c.BuildRequest("q", []*toolmeshv1.Tool{{Id: "a.b"}, {Id: "a.b"}}, nil, 0); err == nil {
-		t.Error("a tool offered twice was accepted")
 	}
 }
 
@@ -133,7 +139,7 @@ func TestEndpointFromBaseURL(t *testing.T) {
 
 func TestHistoryMessages(t *testing.T) {
 	names := toolname.New("weather.get_forecast", "files.read-file")
-	msgs, err := historyMessages(history(t), names)
+	msgs, err := historyMessages(history(t), names, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +170,7 @@ func TestHistoryMessages(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("messages:\n got %v\nwant %v", got, want)
 	}
-	if _, err := historyMessages([]*toolmeshv1.ToolCallRecord{{Output: "x"}}, names); err == nil {
+	if _, err := historyMessages([]*toolmeshv1.ToolCallRecord{{Output: "x"}}, names, nil); err == nil {
 		t.Error("a record without a tool was accepted")
 	}
 }
@@ -181,7 +187,7 @@ func TestGenerateAgainstDouble(t *testing.T) {
 	c, _ := newTestClient(t, d.URL, Config{})
 	ctx := t.Context()
 
-	res, err := c.Generate(ctx, "Weather in Paris?", weatherTools(t), history(t), 0)
+	res, err := c.Generate(ctx, Request{Query: "Weather in Paris?", Tools: weatherTools(t), History: history(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +209,7 @@ func TestGenerateAgainstDouble(t *testing.T) {
 		t.Errorf("arguments do not convert to structpb: %v", err)
 	}
 
-	res, err = c.Generate(ctx, "Weather in Paris?", weatherTools(t), nil, 64)
+	res, err = c.Generate(ctx, Request{Query: "Weather in Paris?", Tools: weatherTools(t), MaxTokens: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +254,7 @@ func TestArguments(t *testing.T) {
 			d := chattest.NewDouble(t, chattest.Reply{FinishReason: tc.finish,
 				ToolCalls: []chattest.ToolCall{{ID: "call_x", Name: call, Arguments: tc.args}}})
 			c, _ := newTestClient(t, d.URL, Config{})
-			res, err := c.Generate(t.Context(), "q", weatherTools(t), nil, 0)
+			res, err := c.Generate(t.Context(), Request{Query: "q", Tools: weatherTools(t)})
 			if tc.errHas == nil {
 				if err != nil {
 					t.Fatal(err)
@@ -274,7 +280,7 @@ func TestArguments(t *testing.T) {
 	// Arguments given as an object (some servers) are read too.
 	d := chattest.NewDouble(t, chattest.Reply{Raw: `{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"weather__get_forecast","arguments":{"city":"Rome"}}}]},"finish_reason":"tool_calls"}]}`})
 	c, _ := newTestClient(t, d.URL, Config{})
-	res, err := c.Generate(t.Context(), "q", weatherTools(t), nil, 0)
+	res, err := c.Generate(t.Context(), Request{Query: "q", Tools: weatherTools(t)})
 	if err != nil || res.Calls[0].Arguments["city"] != "Rome" {
 		t.Errorf("object arguments: %+v, %v", res, err)
 	}
@@ -305,7 +311,7 @@ func TestErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := chattest.NewDouble(t, tc.reply)
 			c, _ := newTestClient(t, d.URL, Config{})
-			_, err := c.Generate(t.Context(), "q", weatherTools(t), nil, 0)
+			_, err := c.Generate(t.Context(), Request{Query: "q", Tools: weatherTools(t)})
 			var e *Error
 			if !errors.As(err, &e) {
 				t.Fatalf("error %v is not *Error", err)
@@ -315,6 +321,10 @@ func TestErrors(t *testing.T) {
 			}
 			if tc.sentinel != nil && !errors.Is(err, tc.sentinel) {
 				t.Errorf("%v does not match %v", err, tc.sentinel)
+			}
+			// A context overflow is told from a rate limit (both RESOURCE_EXHAUSTED) by its reason.
+			if tooLong := errreason.Of(err) == errreason.ContextTooLong; tooLong != (tc.sentinel == llama.ErrContextExceeded) {
+				t.Errorf("reason %q: want %s exactly for a context overflow", errreason.Of(err), errreason.ContextTooLong)
 			}
 			if !strings.Contains(err.Error(), tc.has) {
 				t.Errorf("error %q does not quote %q", err, tc.has)
@@ -327,7 +337,7 @@ func TestErrors(t *testing.T) {
 		addr := l.Addr().String()
 		l.Close()
 		c, _ := newTestClient(t, "http://"+addr, Config{})
-		_, err := c.Generate(t.Context(), "q", nil, nil, 0)
+		_, err := c.Generate(t.Context(), Request{Query: "q"})
 		if Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "unreachable") {
 			t.Errorf("got %v (%v)", err, Code(err))
 		}
@@ -335,7 +345,7 @@ func TestErrors(t *testing.T) {
 	t.Run("timeout", func(t *testing.T) {
 		d := chattest.NewDouble(t, chattest.Reply{Delay: 5 * time.Second})
 		c, _ := newTestClient(t, d.URL, Config{Timeout: 100 * time.Millisecond})
-		_, err := c.Generate(t.Context(), "q", nil, nil, 0)
+		_, err := c.Generate(t.Context(), Request{Query: "q"})
 		if Code(err) != codes.DeadlineExceeded || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "timed out after 100ms") {
 			t.Errorf("got %v (%v)", err, Code(err))
 		}
@@ -345,13 +355,13 @@ func TestErrors(t *testing.T) {
 		c, _ := newTestClient(t, d.URL, Config{})
 		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer cancel()
-		_, err := c.Generate(ctx, "q", nil, nil, 0)
+		_, err := c.Generate(ctx, Request{Query: "q"})
 		if Code(err) != codes.DeadlineExceeded {
 			t.Errorf("caller deadline: got %v (%v)", err, Code(err))
 		}
 		ctx2, cancel2 := context.WithCancel(t.Context())
 		time.AfterFunc(50*time.Millisecond, cancel2)
-		_, err = c.Generate(ctx2, "q", nil, nil, 0)
+		_, err = c.Generate(ctx2, Request{Query: "q"})
 		if Code(err) != codes.Canceled || !errors.Is(err, context.Canceled) {
 			t.Errorf("cancel: got %v (%v)", err, Code(err))
 		}
@@ -376,24 +386,24 @@ func TestKeyNeverInErrors(t *testing.T) {
 	d.APIKey = key
 	// Right key: works.
 	c, logs := newTestClient(t, d.URL, Config{APIKey: key})
-	if _, err := c.Generate(t.Context(), "q", nil, nil, 0); err != nil {
+	if _, err := c.Generate(t.Context(), Request{Query: "q"}); err != nil {
 		t.Fatal(err)
 	}
 	// A server that echoes the key back in its error.
 	d.Script(chattest.Reply{Status: 400, Body: chattest.APIErrorBody("bad header Authorization: Bearer "+key, "invalid_request_error", nil)})
-	_, err := c.Generate(t.Context(), "q", nil, nil, 0)
+	_, err := c.Generate(t.Context(), Request{Query: "q"})
 	if err == nil || strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "[redacted]") {
 		t.Errorf("echoed key: %v", err)
 	}
 	// Wrong key: 401 Unauthenticated, and neither key appears.
 	c2, logs2 := newTestClient(t, d.URL, Config{APIKey: "sk-wrong-987654"})
-	_, err = c2.Generate(t.Context(), "q", nil, nil, 0)
+	_, err = c2.Generate(t.Context(), Request{Query: "q"})
 	if Code(err) != codes.Unauthenticated || strings.Contains(err.Error(), "sk-wrong") || !strings.Contains(err.Error(), "Invalid API Key") {
 		t.Errorf("wrong key: %v (%v)", err, Code(err))
 	}
 	// Unreachable server whose URL carries the key: the transport error is redacted too.
 	c3, logs3 := newTestClient(t, "http://127.0.0.1:1/"+key, Config{APIKey: key})
-	_, err = c3.Generate(t.Context(), "q", nil, nil, 0)
+	_, err = c3.Generate(t.Context(), Request{Query: "q"})
 	if err == nil || strings.Contains(err.Error(), key) {
 		t.Errorf("unreachable: %v", err)
 	}

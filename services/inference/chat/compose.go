@@ -38,16 +38,34 @@ type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }
 
-// BuildComposeRequest is the JSON body Compose posts: a streamed chat completion with no tools
-// whose one user message holds the instruction, the question and each call of history with
-// its arguments and result. One user message, rather than tool-call history, because a server
-// whose chat template has no tool support may refuse tool messages or fail to render them,
-// and some templates refuse a system message or two user turns in a row.
-func (c *Client) BuildComposeRequest(query string, history []*toolmeshv1.ToolCallRecord, maxTokens int) ([]byte, error) {
-	if maxTokens <= 0 {
-		maxTokens = c.cfg.MaxTokens
+// ComposeRequest is what Compose asks the model.
+type ComposeRequest struct {
+	// Query is the user's current question.
+	Query string
+	// Messages are the conversation's earlier turns, sent as they are before the question (as
+	// Request's are).
+	Messages []*toolmeshv1.Message
+	// History holds the calls made for the question, with their results.
+	History []*toolmeshv1.ToolCallRecord
+	// MaxTokens bounds the answer (0: Config.MaxTokens); Generation's max_tokens, when set,
+	// bounds it too.
+	MaxTokens  int
+	Generation *toolmeshv1.GenerationOptions
+}
+
+// BuildComposeRequest is the JSON body Compose posts: a streamed chat completion with no tools:
+// the conversation's earlier turns as they are, then one user message holding the instruction,
+// the question and each call of history with its arguments and result. One user message,
+// rather than tool-call history, because a server whose chat template has no tool support may
+// refuse tool messages or fail to render them, and some templates refuse a system message or
+// two user turns in a row. (Earlier turns with calls of the caller's functions are sent as they
+// are: the server took them in Generate.)
+func (c *Client) BuildComposeRequest(r ComposeRequest) ([]byte, error) {
+	msg, err := composeMessage(r.Query, r.History)
+	if err != nil {
+		return nil, err
 	}
-	msg, err := composeMessage(query, history)
+	msgs, err := conversationMessages(r.Messages, toolname.New())
 	if err != nil {
 		return nil, err
 	}
@@ -55,11 +73,12 @@ func (c *Client) BuildComposeRequest(query string, history []*toolmeshv1.ToolCal
 		chatRequest
 		StreamOptions streamOptions `json:"stream_options"`
 	}{
-		chatRequest: chatRequest{Model: c.cfg.Model, MaxTokens: maxTokens, Temperature: c.cfg.Temperature, Stream: true,
-			Messages: []message{{Role: "user", Content: &msg}}},
+		chatRequest: c.sampled(r.MaxTokens, r.Generation),
 		// Without it OpenAI sends no usage in a stream (llama-server b11669 neither).
 		StreamOptions: streamOptions{IncludeUsage: true},
 	}
+	req.Stream = true
+	req.Messages = append(msgs, message{Role: "user", Content: &msg})
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("chat: encoding the request: %w", err)
@@ -106,12 +125,12 @@ func composeMessage(query string, history []*toolmeshv1.ToolCallRecord) (string,
 	return b.String(), nil
 }
 
-// Compose streams the model's answer to query from the calls in history: fn gets each piece
-// of content as it arrives (never empty). An error from fn stops the request and is returned
-// as is. Cancelling ctx (the caller went away) closes the connection, which stops the
-// server's generation. maxTokens 0 means Config.MaxTokens.
-func (c *Client) Compose(ctx context.Context, query string, history []*toolmeshv1.ToolCallRecord, maxTokens int, fn func(delta string) error) (*ComposeResult, error) {
-	body, err := c.BuildComposeRequest(query, history, maxTokens)
+// Compose streams the model's answer to the question from the calls in its history: fn gets
+// each piece of content as it arrives (never empty). An error from fn stops the request and is
+// returned as is. Cancelling ctx (the caller went away) closes the connection, which stops the
+// server's generation.
+func (c *Client) Compose(ctx context.Context, r ComposeRequest, fn func(delta string) error) (*ComposeResult, error) {
+	body, err := c.BuildComposeRequest(r)
 	if err != nil {
 		return nil, &Error{Op: "chat", Code: codes.InvalidArgument, Message: err.Error()}
 	}

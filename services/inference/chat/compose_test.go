@@ -20,7 +20,7 @@ import (
 
 func TestComposeRequest(t *testing.T) {
 	c, _ := newTestClient(t, "http://127.0.0.1:1", Config{Model: "m", Temperature: new(0.0), MaxTokens: 300})
-	body, err := c.BuildComposeRequest("What is the weather in Paris?", history(t), 0)
+	body, err := c.BuildComposeRequest(ComposeRequest{Query: "What is the weather in Paris?", History: history(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestComposeRequest(t *testing.T) {
 		t.Errorf("message:\n got %q\nwant %q", got.Messages[0].Content, want)
 	}
 
-	body, err = c.BuildComposeRequest("hi", nil, 7)
+	body, err = c.BuildComposeRequest(ComposeRequest{Query: "hi", MaxTokens: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestCompose(t *testing.T) {
 			d := chattest.NewDouble(t, tc.reply)
 			c, _ := newTestClient(t, d.URL, Config{Timeout: 5 * time.Second})
 			var deltas []string
-			res, err := c.Compose(t.Context(), "q", history(t), 0, func(s string) error {
+			res, err := c.Compose(t.Context(), ComposeRequest{Query: "q", History: history(t)}, func(s string) error {
 				deltas = append(deltas, s)
 				return nil
 			})
@@ -199,7 +199,7 @@ func TestComposeEnds(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			n := 0
-			_, err := c.Compose(ctx, "q", nil, 0, func(string) error {
+			_, err := c.Compose(ctx, ComposeRequest{Query: "q"}, func(string) error {
 				n++
 				if tc.stop != nil {
 					return tc.stop(cancel, n)
@@ -223,7 +223,7 @@ func TestComposeKeyRedacted(t *testing.T) {
 	d := chattest.NewDouble(t, chattest.Reply{StreamError: chattest.APIErrorBody("bad header Bearer "+key, "invalid_request_error", nil)})
 	d.APIKey = key
 	c, logs := newTestClient(t, d.URL, Config{APIKey: key})
-	_, err := c.Compose(t.Context(), "q", nil, 0, func(string) error { return nil })
+	_, err := c.Compose(t.Context(), ComposeRequest{Query: "q"}, func(string) error { return nil })
 	if err == nil || strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "[redacted]") {
 		t.Errorf("echoed key: %v", err)
 	}

@@ -30,7 +30,7 @@ func TestRealServer(t *testing.T) {
 	c, _ := newTestClient(t, srv.URL, Config{Timeout: 30 * time.Second, Temperature: new(0.0)})
 	ctx := t.Context()
 
-	plain, err := c.Generate(ctx, "Say hello.", nil, nil, 8)
+	plain, err := c.Generate(ctx, Request{Query: "Say hello.", MaxTokens: 8})
 	if err != nil {
 		t.Fatalf("plain chat completion: %v", err)
 	}
@@ -40,7 +40,7 @@ func TestRealServer(t *testing.T) {
 		t.Errorf("plain = %+v", plain)
 	}
 
-	withTools, err := c.Generate(ctx, "Say hello.", weatherTools(t), history(t), 8)
+	withTools, err := c.Generate(ctx, Request{Query: "Say hello.", Tools: weatherTools(t), History: history(t), MaxTokens: 8})
 	if err != nil {
 		t.Fatalf("with tools and history: %v", err)
 	}
@@ -51,7 +51,7 @@ func TestRealServer(t *testing.T) {
 		plain.PromptTokens, plain.FinishReason, withTools.PromptTokens, len(withTools.Calls), withTools.FinishReason)
 
 	// A prompt over the 1024-token context: the server's 400 exceed_context_size_error.
-	_, err = c.Generate(ctx, strings.Repeat("word ", 1500), nil, nil, 8)
+	_, err = c.Generate(ctx, Request{Query: strings.Repeat("word ", 1500), MaxTokens: 8})
 	if Code(err) != codes.ResourceExhausted || !errors.Is(err, llama.ErrContextExceeded) {
 		t.Errorf("over the context: %v (%v)", err, Code(err))
 	}
@@ -63,7 +63,7 @@ func TestRealServer(t *testing.T) {
 func TestRealServerNoJinja(t *testing.T) {
 	srv := llamatest.StartServer(t, llamatest.ServerOptions{CtxSize: 1024, Args: []string{"--no-jinja"}})
 	c, _ := newTestClient(t, srv.URL, Config{Timeout: 30 * time.Second})
-	res, err := c.Generate(t.Context(), "Say hello.", weatherTools(t), nil, 4)
+	res, err := c.Generate(t.Context(), Request{Query: "Say hello.", Tools: weatherTools(t), MaxTokens: 4})
 	if err == nil {
 		// The installed server is pinned (scripts/llamaserver), so this is a change of version:
 		// the refusal this test covers no longer happens and the hint would go untested.
@@ -73,7 +73,7 @@ func TestRealServerNoJinja(t *testing.T) {
 		t.Errorf("tools refused without --jinja: %v (%v), want InvalidArgument quoting the server", err, Code(err))
 	}
 	t.Logf("refused as expected: %v", err)
-	if _, err := c.Generate(t.Context(), "Say hello.", nil, nil, 4); err != nil {
+	if _, err := c.Generate(t.Context(), Request{Query: "Say hello.", MaxTokens: 4}); err != nil {
 		t.Errorf("plain chat without --jinja: %v", err)
 	}
 }
@@ -85,7 +85,7 @@ func TestRealServerCompose(t *testing.T) {
 	srv := llamatest.StartServer(t, llamatest.ServerOptions{CtxSize: 1024})
 	c, _ := newTestClient(t, srv.URL, Config{Timeout: 30 * time.Second, Temperature: new(0.0)})
 	var deltas []string
-	res, err := c.Compose(t.Context(), "What is the weather in Paris?", history(t), 8, func(s string) error {
+	res, err := c.Compose(t.Context(), ComposeRequest{Query: "What is the weather in Paris?", History: history(t), MaxTokens: 8}, func(s string) error {
 		deltas = append(deltas, s)
 		return nil
 	})
@@ -99,18 +99,18 @@ func TestRealServerCompose(t *testing.T) {
 	t.Logf("compose: %d deltas, %+v", len(deltas), res)
 
 	// Over the context: refused with 400 before the stream starts.
-	_, err = c.Compose(t.Context(), strings.Repeat("word ", 1500), nil, 8, func(string) error { return nil })
+	_, err = c.Compose(t.Context(), ComposeRequest{Query: strings.Repeat("word ", 1500), MaxTokens: 8}, func(string) error { return nil })
 	if Code(err) != codes.ResourceExhausted || !errors.Is(err, llama.ErrContextExceeded) {
 		t.Errorf("over the context: %v (%v)", err, Code(err))
 	}
 
 	// A caller that goes away mid-answer stops it; the server serves the next one.
 	ctx, cancel := context.WithCancel(t.Context())
-	_, err = c.Compose(ctx, "Say a lot.", nil, 2000, func(string) error { cancel(); return nil })
+	_, err = c.Compose(ctx, ComposeRequest{Query: "Say a lot.", MaxTokens: 2000}, func(string) error { cancel(); return nil })
 	if Code(err) != codes.Canceled {
 		t.Errorf("canceled compose: %v (%v)", err, Code(err))
 	}
-	if _, err := c.Compose(t.Context(), "Again.", nil, 4, func(string) error { return nil }); err != nil {
+	if _, err := c.Compose(t.Context(), ComposeRequest{Query: "Again.", MaxTokens: 4}, func(string) error { return nil }); err != nil {
 		t.Errorf("compose after a cancel: %v", err)
 	}
 }
@@ -128,10 +128,10 @@ func TestRealServerAfterAStream(t *testing.T) {
 	defer cancel()
 	long := strings.Repeat("word ", 1500)
 	for i := range 50 {
-		if _, err := c.Compose(ctx, "What is the weather in Paris?", history(t), 4, func(string) error { return nil }); err != nil {
+		if _, err := c.Compose(ctx, ComposeRequest{Query: "What is the weather in Paris?", History: history(t), MaxTokens: 4}, func(string) error { return nil }); err != nil {
 			t.Fatalf("round %d: compose: %v", i, err)
 		}
-		if _, err := c.Compose(ctx, long, nil, 4, func(string) error { return nil }); Code(err) != codes.ResourceExhausted {
+		if _, err := c.Compose(ctx, ComposeRequest{Query: long, MaxTokens: 4}, func(string) error { return nil }); Code(err) != codes.ResourceExhausted {
 			t.Fatalf("round %d: a prompt over the context right after a streamed answer: %v (%v), want RESOURCE_EXHAUSTED", i, err, Code(err))
 		}
 	}
