@@ -55,19 +55,7 @@ func TestPromptConversationGolden(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const query = "And in Nice?"
 			got := mustBuild(t, tc.tools).ConversationPrompt(conv.Variant(tc.variant), query, tc.history)
-			path := filepath.Join("testdata", tc.name+".prompt.golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != string(want) {
-				t.Errorf("conversation prompt changed (run with -update if intended)\n got: %q\nwant: %q", got, want)
-			}
+			checkGolden(t, tc.name+".prompt.golden", got)
 			if m := questionLine.FindAllStringSubmatch(got, -1); len(m) != 1 || m[0][1] != query {
 				t.Errorf("question lines %q, want one holding %q", m, query)
 			}

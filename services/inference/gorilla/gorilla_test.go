@@ -108,7 +108,16 @@ func TestPromptHistory(t *testing.T) {
 		{ToolID: "github.create-issue", Arguments: map[string]any{"class": true, "meta": map[string]any{"tags": []any{"a"}, "owner": "me"}}, Output: "boom", IsError: true},
 		{ToolID: "other.server-tool", Arguments: map[string]any{"q": "it's"}, Output: strings.Repeat("é", 3000)},
 	})
-	path := filepath.Join("testdata", "history.prompt.golden")
+	checkGolden(t, "history.prompt.golden", got)
+	if strings.Count(got, "\n### Response: ") != 1 {
+		t.Errorf("an output broke the template: %q", got)
+	}
+}
+
+// checkGolden compares a prompt of our own format with testdata/name (-update rewrites it).
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
 	if *update {
 		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
@@ -119,10 +128,7 @@ func TestPromptHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got != string(want) {
-		t.Errorf("history prompt changed (run with -update if intended)\n got: %q\nwant: %q", got, want)
-	}
-	if strings.Count(got, "\n### Response: ") != 1 {
-		t.Errorf("an output broke the template: %q", got)
+		t.Errorf("prompt differs from %s (run with -update if intended)\n got: %q\nwant: %q", path, got, want)
 	}
 }
 
