@@ -31,7 +31,9 @@ type scriptedModel struct {
 	scripts map[string]script
 }
 
-var questionInPrompt = regexp.MustCompile(`<<question>> ?([^\n]*)`)
+// questionInPrompt finds the question's line, not a <<question>> quoted inside an earlier
+// turn's message (those lines start with <<user>>, <<assistant>>...).
+var questionInPrompt = regexp.MustCompile(`(?m)(?:^|### Instruction: )<<question>> ?([^\n]*)`)
 
 func (m *scriptedModel) set(question string, s script) {
 	m.mu.Lock()
@@ -50,7 +52,8 @@ func (m *scriptedModel) reply(req llamatest.Request) (llamatest.Reply, bool) {
 	if s == nil {
 		return llamatest.Reply{}, false
 	}
-	text := s(req.Prompt, strings.Count(req.Prompt, "<<call>>"), req.Grammar == "")
+	// The calls of this turn come after the question; earlier turns' calls come before it.
+	text := s(req.Prompt, strings.Count(afterQuestion(req.Prompt), "<<call>>"), req.Grammar == "")
 	if text == "HANG" {
 		return llamatest.Reply{Hang: true}, true
 	}
