@@ -209,10 +209,10 @@ func (s *Service) generateChat(ctx context.Context, req *toolmeshv1.GenerateRequ
 func (s *Service) GetModelStatus(ctx context.Context, _ *toolmeshv1.GetModelStatusRequest) (*toolmeshv1.GetModelStatusResponse, error) {
 	if s.chat != nil {
 		// OpenAI-compatible servers have no common health route; the first call tells.
-		return &toolmeshv1.GetModelStatusResponse{Ready: true, BackendUrl: s.cfg.ChatURL, Model: s.cfg.ChatModel,
+		return &toolmeshv1.GetModelStatusResponse{Ready: true, BackendUrl: s.cfg.ChatURL, Model: s.cfg.ChatModel, Backend: "openai",
 			Message: "openai backend: not probed"}, nil
 	}
-	out := &toolmeshv1.GetModelStatusResponse{BackendUrl: s.cfg.LLM.URL, Model: s.cfg.LLM.Model}
+	out := &toolmeshv1.GetModelStatusResponse{BackendUrl: s.cfg.LLM.URL, Model: s.cfg.LLM.Model, Backend: "llama.cpp"}
 	if err := s.llm.Health(ctx); err != nil {
 		out.Message, out.Fix = err.Error(), s.backend.fix()
 		if s.backend.why != "" {

@@ -185,8 +185,8 @@ func TestGenerateOnRealServer(t *testing.T) {
 		}
 	}
 	st, err := s.GetModelStatus(context.Background(), &toolmeshv1.GetModelStatusRequest{})
-	if err != nil || !st.GetReady() || st.GetContextSize() != 4096 {
-		t.Errorf("model status = %v, %v; want ready with context 4096", st, err)
+	if err != nil || !st.GetReady() || st.GetContextSize() != 4096 || st.GetBackend() != "llama.cpp" {
+		t.Errorf("model status = %v, %v; want llama.cpp ready with context 4096", st, err)
 	}
 }
 
@@ -209,5 +209,8 @@ func TestGenerateOpenAIBackend(t *testing.T) {
 	if len(resp.GetCalls()) != 1 || resp.GetCalls()[0].GetToolId() != "calculator.add" ||
 		fmt.Sprint(resp.GetCalls()[0].GetArguments().AsMap()) != "map[a:2 b:3]" {
 		t.Errorf("calls = %v, want calculator.add(a=2, b=3)", resp.GetCalls())
+	}
+	if st, err := s.GetModelStatus(context.Background(), &toolmeshv1.GetModelStatusRequest{}); err != nil || st.GetBackend() != "openai" || st.GetModel() != "some-model" {
+		t.Errorf("model status = %v, %v; want the openai backend's some-model", st, err)
 	}
 }
