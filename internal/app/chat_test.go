@@ -6,8 +6,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/toolmesh/toolmesh/internal/eventually"
+	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // chatCompletion is a chat.completion as its JSON reads, with toolmesh's extension.
@@ -387,4 +394,167 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestChatTrace: one chat completion is one trace, from the REST request through the loop,
+// the model's turns and the tool call, with the GenAI attributes of the request and response on
+// the request's span.
+func TestChatTrace(t *testing.T) {
+	d := llamatest.NewDouble(t, llamatest.DoubleOptions{})
+	m := &mesh{model: &scriptedModel{scripts: map[string]script{}}, double: d}
+	d.ScriptFunc(m.model.reply)
+	chatScripts(m)
+	spans := tracetest.NewInMemoryExporter()
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+	a, _, err := launch(t, meshArgs("--llm-url="+d.URL), nil, func(c *Config) { c.Telemetry.SpanExporter = spans }, allTargets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := endpoint(a, "REST")
+	eventually.True(t, 30*time.Second, "the mesh is ready", func() bool { code, _ := do(t, "", http.MethodGet, base+"/readyz", ""); return code == 200 })
+	model := modelName(t, base)
+
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(mustJSON(t, map[string]any{
+		"model": model, "temperature": 0.5, "messages": []any{map[string]any{"role": "user", "content": "What is 2 plus 3?"}}})))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c chatCompletion
+	err = json.NewDecoder(resp.Body).Decode(&c)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%d: %v", resp.StatusCode, err)
+	}
+	traceID := resp.Header.Get("X-Trace-Id")
+	if traceID == "" || traceID != c.Toolmesh.TraceID {
+		t.Fatalf("X-Trace-Id %q, extension's trace_id %q", traceID, c.Toolmesh.TraceID)
+	}
+	want := []string{"invoke_agent toolmesh", "execute_tool calculator.add", "chat " + model}
+	var names []string
+	eventually.True(t, 10*time.Second, "the request's spans are exported", func() bool {
+		names = names[:0]
+		for _, s := range spans.GetSpans() {
+			if s.SpanContext.TraceID().String() == traceID {
+				names = append(names, s.Name)
+			}
+		}
+		for _, w := range want {
+			if !slices.Contains(names, w) {
+				return false
+			}
+		}
+		return true
+	})
+	var root *tracetest.SpanStub
+	for _, s := range spans.GetSpans() {
+		if s.SpanContext.TraceID().String() == traceID && !s.Parent.IsValid() {
+			if root != nil {
+				t.Fatalf("two root spans in the trace: %q and %q", root.Name, s.Name)
+			}
+			root = &s
+		}
+	}
+	if root == nil {
+		t.Fatalf("no root span among %v", names)
+	}
+	attrs := map[string]string{}
+	for _, kv := range root.Attributes {
+		attrs[string(kv.Key)] = kv.Value.Emit()
+	}
+	for k, v := range map[string]string{"gen_ai.operation.name": "chat", "gen_ai.request.model": model, "gen_ai.response.id": c.ID,
+		"gen_ai.request.temperature": "0.5", "gen_ai.response.model": model, "gen_ai.response.finish_reasons": `["stop"]`,
+		"gen_ai.usage.input_tokens": fmt.Sprint(c.Usage.PromptTokens), "gen_ai.usage.output_tokens": fmt.Sprint(c.Usage.CompletionTokens)} {
+		if attrs[k] != v {
+			t.Errorf("root span %q: %s = %q, want %q", root.Name, k, attrs[k], v)
+		}
+	}
+}
+
+// TestQueryConversation: the native POST /v1/query takes the earlier turns and the caller's
+// functions too, and stops with the function calls for the caller to run.
+func TestQueryConversation(t *testing.T) {
+	m := startMesh(t)
+	chatScripts(m)
+	r := query(t, m.base, `{"query":"Now multiply that by 4.","messages":[{"role":"user","content":"What is 2 plus 3?"},{"role":"assistant","content":"2 plus 3 is 5."}]}`)
+	if r.Answer != "That times 4 is 20." || r.StopReason != "STOP_REASON_ANSWERED" {
+		t.Errorf("answer %q stop %s", r.Answer, r.StopReason)
+	}
+	code, b := post(t, m.base+"/v1/query", `{"query":"What is the weather in Paris?","functions":[{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}]}`)
+	var fr struct {
+		StopReason    string `json:"stop_reason"`
+		FinishReason  string `json:"finish_reason"`
+		FunctionCalls []struct {
+			ToolID    string         `json:"tool_id"`
+			Arguments map[string]any `json:"arguments"`
+			ID        string         `json:"id"`
+		} `json:"function_calls"`
+	}
+	if code != 200 || json.Unmarshal(b, &fr) != nil || fr.StopReason != "STOP_REASON_FUNCTION_CALLS" || fr.FinishReason != "tool_calls" ||
+		len(fr.FunctionCalls) != 1 || fr.FunctionCalls[0].ToolID != "get_weather" || fr.FunctionCalls[0].Arguments["city"] != "Paris" {
+		t.Fatalf("%d %s", code, b)
+	}
+	id := fr.FunctionCalls[0].ID
+	r = query(t, m.base, `{"messages":[{"role":"user","content":"What is the weather in Paris?"},
+		{"role":"assistant","tool_calls":[{"id":"`+id+`","tool_id":"get_weather","arguments":{"city":"Paris"}}]},
+		{"role":"tool","tool_call_id":"`+id+`","content":"cloudy"}],"functions":[{"name":"get_weather"}]}`)
+	if r.Answer != "In Paris it is cloudy." {
+		t.Errorf("after the result: %q", r.Answer)
+	}
+}
+
+// TestChatBadConversation: a conversation of a shape OpenAI refuses is refused with a 400 that
+// names the message and field, before anything runs: no model turn, no tool call.
+func TestChatBadConversation(t *testing.T) {
+	m := startMesh(t)
+	chatScripts(m)
+	model := modelName(t, m.base)
+	before := len(m.double.Requests())
+	user := map[string]any{"role": "user", "content": "What is 2 plus 3?"}
+	call := func(id string) map[string]any {
+		return map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{"id": id, "type": "function",
+			"function": map[string]any{"name": "get_weather", "arguments": `{"city":"Paris"}`}}}}
+	}
+	result := func(id string) map[string]any { return map[string]any{"role": "tool", "tool_call_id": id, "content": "sunny"} }
+	cases := []struct {
+		name  string
+		msgs  []any
+		param string
+	}{
+		{"a tool message without its call", []any{user, result("call_x")}, "messages[1].tool_call_id"},
+		{"a call without its result", []any{user, call("call_a"), user}, "messages[1].tool_calls"},
+		{"a result for another call", []any{user, call("call_a"), result("call_b")}, "messages[2].tool_call_id"},
+		{"no user message", []any{map[string]any{"role": "system", "content": "hi"}}, "messages"},
+		{"ends with the assistant's words", []any{user, map[string]any{"role": "assistant", "content": "5"}}, "messages[1].role"},
+		{"an empty user message", []any{map[string]any{"role": "user", "content": ""}}, "messages[0].content"},
+		{"an unknown role", []any{map[string]any{"role": "narrator", "content": "Once"}, user}, "messages[0].role"},
+		{"an oversized message", []any{map[string]any{"role": "user", "content": strings.Repeat("x", 65<<10)}}, "messages[0].content"},
+		{"oversized history", func() []any {
+			var out []any
+			for range 9 {
+				out = append(out, map[string]any{"role": "user", "content": strings.Repeat("y", 60<<10)})
+			}
+			return out
+		}(), "messages"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, b := post(t, m.base+"/v1/chat/completions", mustJSON(t, map[string]any{"model": model, "messages": tc.msgs,
+				"tools": []any{map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}}}}))
+			var e struct {
+				Error struct {
+					Message string  `json:"message"`
+					Type    string  `json:"type"`
+					Param   *string `json:"param"`
+				} `json:"error"`
+			}
+			if code != 400 || json.Unmarshal(b, &e) != nil || e.Error.Param == nil || *e.Error.Param != tc.param || e.Error.Type != "invalid_request_error" {
+				t.Errorf("%d %.300s, want 400 naming %s", code, b, tc.param)
+			}
+		})
+	}
+	if n := len(m.double.Requests()) - before; n != 0 {
+		t.Errorf("the refused requests reached the model %d times", n)
+	}
 }
