@@ -516,7 +516,9 @@ func TestChatBadConversation(t *testing.T) {
 		return map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{"id": id, "type": "function",
 			"function": map[string]any{"name": "get_weather", "arguments": `{"city":"Paris"}`}}}}
 	}
-	result := func(id string) map[string]any { return map[string]any{"role": "tool", "tool_call_id": id, "content": "sunny"} }
+	result := func(id string) map[string]any {
+		return map[string]any{"role": "tool", "tool_call_id": id, "content": "sunny"}
+	}
 	cases := []struct {
 		name  string
 		msgs  []any
