@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/toolmesh/toolmesh/internal/testbackend"
+	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // sdkToken is the API key the SDK tests give the mesh (an API token is an OpenAI API key).
@@ -338,4 +340,68 @@ func TestChatOpenAIGoSDK(t *testing.T) {
 	exhaust(t, m.base)
 	_, err = client.Chat.Completions.New(ctx, ask)
 	checkGoError("rate limit", err, 429, "")
+}
+
+// TestChatRealLlamaServer runs chat completions through the whole mesh against a real
+// llama-server (the tiny random-weight model: real protocol, real grammar-constrained decoding,
+// meaningless text), from openai-go: a two-turn conversation with sampling options, a stop
+// string and a token bound, not streamed and streamed. It checks what a random model cannot
+// change: the wire format, the bounds, the usage, the trace, the end of the stream.
+func TestChatRealLlamaServer(t *testing.T) {
+	srv := llamatest.StartServer(t, llamatest.ServerOptions{CtxSize: 4096})
+	base := startApp(t, "", meshArgs("--llm-url="+srv.URL, "--api.query-timeout=60s"), allTargets...)
+	model := modelName(t, base)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	client := openai.NewClient(option.WithBaseURL(base+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	params := openai.ChatCompletionNewParams{Model: model,
+		Messages: []openai.ChatCompletionMessageParamUnion{
+			openai.SystemMessage("Answer briefly."), openai.UserMessage("What is 2 plus 3?"),
+			openai.AssistantMessage("5."), openai.UserMessage("And 4 plus 4?")},
+		Temperature: openai.Float(0.7), TopP: openai.Float(0.9), Seed: openai.Int(42),
+		MaxCompletionTokens: openai.Int(12), Stop: openai.ChatCompletionNewParamsStopUnion{OfStringArray: []string{"\n\n"}}}
+	opts := []option.RequestOption{option.WithJSONSet("toolmesh", map[string]any{"max_iterations": 2})}
+
+	resp, err := client.Chat.Completions.New(ctx, params, opts...)
+	if err != nil {
+		t.Fatalf("completion: %v", err)
+	}
+	t.Logf("completion: %s", resp.RawJSON())
+	ch := resp.Choices[0]
+	if resp.Model != model || resp.Usage.PromptTokens == 0 || resp.Usage.TotalTokens != resp.Usage.PromptTokens+resp.Usage.CompletionTokens ||
+		!slices.Contains([]string{"stop", "length", "tool_calls"}, string(ch.FinishReason)) || strings.Contains(ch.Message.Content, "\n\n") {
+		t.Errorf("completion %s", resp.RawJSON())
+	}
+	var ext struct {
+		TraceID string `json:"trace_id"`
+		Steps   []struct {
+			History struct {
+				Turns int `json:"turns"`
+			} `json:"history"`
+		} `json:"steps"`
+	}
+	if err := json.Unmarshal([]byte(resp.JSON.ExtraFields["toolmesh"].Raw()), &ext); err != nil || ext.TraceID == "" || len(ext.Steps) == 0 || ext.Steps[0].History.Turns != 1 {
+		t.Errorf("extension %s: %v", resp.JSON.ExtraFields["toolmesh"].Raw(), err)
+	}
+	if ch.FinishReason == "stop" && ch.Message.Content == "" && len(ch.Message.ToolCalls) == 0 {
+		t.Errorf("an empty answer that says it stopped: %s", resp.RawJSON())
+	}
+
+	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	stream := client.Chat.Completions.NewStreaming(ctx, params, opts...)
+	var acc openai.ChatCompletionAccumulator
+	chunks := 0
+	for stream.Next() {
+		chunks++
+		if !acc.AddChunk(stream.Current()) {
+			t.Fatalf("the accumulator refused chunk %d: %s", chunks, stream.Current().RawJSON())
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	if len(acc.Choices) != 1 || acc.Usage.PromptTokens == 0 || acc.Model != model ||
+		!slices.Contains([]string{"stop", "length", "tool_calls"}, string(acc.Choices[0].FinishReason)) {
+		t.Errorf("streamed completion after %d chunks: %+v", chunks, acc.ChatCompletion)
+	}
 }
