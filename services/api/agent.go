@@ -25,6 +25,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/auth"
+	"github.com/toolmesh/toolmesh/internal/chatcheck"
 	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/internal/policy"
@@ -154,10 +155,10 @@ func (h *agentHandler) check(req queryParams) (query, error) {
 			return query{}, invalid.Field(fmt.Sprintf("servers[%d]", i), "must match "+toolid.ServerRule)
 		}
 	}
-	if err := checkFunctions(req.GetFunctions()); err != nil {
+	if err := chatcheck.Functions(req.GetFunctions()); err != nil {
 		return query{}, err
 	}
-	if err := checkGeneration(req.GetGeneration()); err != nil {
+	if err := chatcheck.Generation(req.GetGeneration()); err != nil {
 		return query{}, err
 	}
 	if m := req.GetModel(); len(m) > 256 || !utf8.ValidString(m) {
@@ -950,7 +951,7 @@ func (r *runner) retrievalQuery() string {
 // previousQuestion is the last user message of the earlier turns ("" when there is none).
 func previousQuestion(earlier []*toolmeshv1.Message) string {
 	for i := len(earlier) - 1; i >= 0; i-- {
-		if earlier[i].GetRole() == roleUser {
+		if earlier[i].GetRole() == chatcheck.RoleUser {
 			return earlier[i].GetContent()
 		}
 	}

@@ -7,12 +7,12 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/chatcheck"
 )
 
 func msg(role, content string) *toolmeshv1.Message {
@@ -20,7 +20,7 @@ func msg(role, content string) *toolmeshv1.Message {
 }
 
 func calls(ids ...string) *toolmeshv1.Message {
-	m := &toolmeshv1.Message{Role: roleAssistant}
+	m := &toolmeshv1.Message{Role: chatcheck.RoleAssistant}
 	for _, id := range ids {
 		m.ToolCalls = append(m.ToolCalls, &toolmeshv1.FunctionCall{Id: id, ToolId: "get_weather",
 			Arguments: &structpb.Struct{Fields: map[string]*structpb.Value{"city": structpb.NewStringValue("Paris")}}})
@@ -29,7 +29,7 @@ func calls(ids ...string) *toolmeshv1.Message {
 }
 
 func result(id, content string) *toolmeshv1.Message {
-	return &toolmeshv1.Message{Role: roleTool, ToolCallId: id, Content: content}
+	return &toolmeshv1.Message{Role: chatcheck.RoleTool, ToolCallId: id, Content: content}
 }
 
 // fieldOf is the field an INVALID_ARGUMENT names.
@@ -49,7 +49,7 @@ func fieldOf(t *testing.T, err error) string {
 }
 
 func TestSplitConversation(t *testing.T) {
-	earlier := []*toolmeshv1.Message{msg(roleSystem, "Be brief."), msg(roleUser, "Weather in London?"), msg(roleAssistant, "12 degrees.")}
+	earlier := []*toolmeshv1.Message{msg(chatcheck.RoleSystem, "Be brief."), msg(chatcheck.RoleUser, "Weather in London?"), msg(chatcheck.RoleAssistant, "12 degrees.")}
 	t.Run("query after the messages", func(t *testing.T) {
 		c, err := splitConversation("And in Paris?", earlier)
 		if err != nil {
@@ -60,7 +60,7 @@ func TestSplitConversation(t *testing.T) {
 		}
 	})
 	t.Run("question is the last user message", func(t *testing.T) {
-		c, err := splitConversation("", append(earlier, msg(roleUser, "And in Paris?")))
+		c, err := splitConversation("", append(earlier, msg(chatcheck.RoleUser, "And in Paris?")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,7 @@ func TestSplitConversation(t *testing.T) {
 		}
 	})
 	t.Run("the turn goes on with the caller's results", func(t *testing.T) {
-		msgs := append(earlier, msg(roleUser, "And in Paris and Rome?"), calls("c1", "c2"), result("c2", "sunny"), result("c1", "rain"),
+		msgs := append(earlier, msg(chatcheck.RoleUser, "And in Paris and Rome?"), calls("c1", "c2"), result("c2", "sunny"), result("c1", "rain"),
 			calls("c3"), result("c3", "windy"))
 		c, err := splitConversation("", msgs)
 		if err != nil {
@@ -93,30 +93,30 @@ func TestSplitConversation(t *testing.T) {
 		says  string
 	}{
 		{"nothing", "", nil, "query", "required"},
-		{"no user message", "", []*toolmeshv1.Message{msg(roleSystem, "hi")}, "messages", "user message"},
+		{"no user message", "", []*toolmeshv1.Message{msg(chatcheck.RoleSystem, "hi")}, "messages", "user message"},
 		{"unknown role", "", []*toolmeshv1.Message{msg("robot", "hi")}, "messages[0].role", "not a role"},
 		{"no role", "", []*toolmeshv1.Message{msg("", "hi")}, "messages[0].role", "required"},
-		{"empty user", "", []*toolmeshv1.Message{msg(roleUser, " ")}, "messages[0].content", "required"},
-		{"empty assistant", "", []*toolmeshv1.Message{msg(roleUser, "a"), msg(roleAssistant, ""), msg(roleUser, "b")}, "messages[1].content", "required"},
-		{"tool without id", "", []*toolmeshv1.Message{msg(roleUser, "a"), calls("c1"), {Role: roleTool, Content: "x"}}, "messages[2].tool_call_id", "required"},
-		{"tool answering nothing", "", []*toolmeshv1.Message{msg(roleUser, "a"), result("c9", "x")}, "messages[1].tool_call_id", "answers no call"},
-		{"tool answering another call", "", []*toolmeshv1.Message{msg(roleUser, "a"), calls("c1"), result("c2", "x")}, "messages[2].tool_call_id", "still waiting"},
-		{"tool answering twice", "", []*toolmeshv1.Message{msg(roleUser, "a"), calls("c1"), result("c1", "x"), result("c1", "y")}, "messages[3].tool_call_id", "still waiting"},
-		{"call left unanswered", "", []*toolmeshv1.Message{msg(roleUser, "a"), calls("c1", "c2"), result("c1", "x"), msg(roleUser, "b")}, "messages[1].tool_calls", `"c2"`},
-		{"ends with open calls", "", []*toolmeshv1.Message{msg(roleUser, "a"), calls("c1")}, "messages[1].tool_calls", `"c1"`},
-		{"ends with the assistant", "", []*toolmeshv1.Message{msg(roleUser, "a"), msg(roleAssistant, "b")}, "messages[1].role", "ends with the user's message"},
-		{"query after results", "next", []*toolmeshv1.Message{msg(roleUser, "a"), calls("c1"), result("c1", "x")}, "query", "turn goes on"},
-		{"duplicate call ids", "", []*toolmeshv1.Message{msg(roleUser, "a"), calls("c1", "c1")}, "messages[1].tool_calls[1].id", "twice"},
-		{"bad function name", "", []*toolmeshv1.Message{msg(roleUser, "a"), {Role: roleAssistant, ToolCalls: []*toolmeshv1.FunctionCall{{Id: "c", ToolId: "calc.add"}}}},
-			"messages[1].tool_calls[0].name", "must match"},
-		{"tool_calls on a user message", "", []*toolmeshv1.Message{{Role: roleUser, Content: "a", ToolCalls: calls("c").GetToolCalls()}}, "messages[0].tool_calls", "only for an assistant"},
-		{"message too long", "", []*toolmeshv1.Message{msg(roleUser, strings.Repeat("x", maxMessageBytes+1))}, "messages[0].content", "more than"},
-		{"not UTF-8", "", []*toolmeshv1.Message{msg(roleUser, "\xff")}, "messages[0].content", "UTF-8"},
-		{"too many messages", "", make([]*toolmeshv1.Message, maxMessages+1), "messages", "more than"},
+		{"empty user", "", []*toolmeshv1.Message{msg(chatcheck.RoleUser, " ")}, "messages[0].content", "required"},
+		{"empty assistant", "", []*toolmeshv1.Message{msg(chatcheck.RoleUser, "a"), msg(chatcheck.RoleAssistant, ""), msg(chatcheck.RoleUser, "b")}, "messages[1].content", "required"},
+		{"tool without id", "", []*toolmeshv1.Message{msg(chatcheck.RoleUser, "a"), calls("c1"), {Role: chatcheck.RoleTool, Content: "x"}}, "messages[2].tool_call_id", "required"},
+		{"tool answering nothing", "", []*toolmeshv1.Message{msg(chatcheck.RoleUser, "a"), result("c9", "x")}, "messages[1].tool_call_id", "answers no call"},
+		{"tool answering another call", "", []*toolmeshv1.Message{msg(chatcheck.RoleUser, "a"), calls("c1"), result("c2", "x")}, "messages[2].tool_call_id", "still waiting"},
+		{"tool answering twice", "", []*toolmeshv1.Message{msg(chatcheck.RoleUser, "a"), calls("c1"), result("c1", "x"), result("c1", "y")}, "messages[3].tool_call_id", "still waiting"},
+		{"call left unanswered", "", []*toolmeshv1.Message{msg(chatcheck.RoleUser, "a"), calls("c1", "c2"), result("c1", "x"), msg(chatcheck.RoleUser, "b")}, "messages[1].tool_calls", `"c2"`},
+		{"ends with open calls", "", []*toolmeshv1.Message{msg(chatcheck.RoleUser, "a"), calls("c1")}, "messages[1].tool_calls", `"c1"`},
+		{"ends with the assistant", "", []*toolmeshv1.Message{msg(chatcheck.RoleUser, "a"), msg(chatcheck.RoleAssistant, "b")}, "messages[1].role", "ends with the user's message"},
+		{"query after results", "next", []*toolmeshv1.Message{msg(chatcheck.RoleUser, "a"), calls("c1"), result("c1", "x")}, "query", "turn goes on"},
+		{"duplicate call ids", "", []*toolmeshv1.Message{msg(chatcheck.RoleUser, "a"), calls("c1", "c1")}, "messages[1].tool_calls[1].id", "twice"},
+		{"bad function name", "", []*toolmeshv1.Message{msg(chatcheck.RoleUser, "a"), {Role: chatcheck.RoleAssistant, ToolCalls: []*toolmeshv1.FunctionCall{{Id: "c", ToolId: "calc.add"}}}},
+			"messages[1].tool_calls[0].tool_id", "function name matching"},
+		{"tool_calls on a user message", "", []*toolmeshv1.Message{{Role: chatcheck.RoleUser, Content: "a", ToolCalls: calls("c").GetToolCalls()}}, "messages[0].tool_calls", "only for an assistant"},
+		{"message too long", "", []*toolmeshv1.Message{msg(chatcheck.RoleUser, strings.Repeat("x", chatcheck.MaxMessageBytes+1))}, "messages[0].content", "more than"},
+		{"not UTF-8", "", []*toolmeshv1.Message{msg(chatcheck.RoleUser, "\xff")}, "messages[0].content", "UTF-8"},
+		{"too many messages", "", make([]*toolmeshv1.Message, chatcheck.MaxMessages+1), "messages", "more than"},
 		{"history too large", "", func() []*toolmeshv1.Message {
 			var out []*toolmeshv1.Message
-			for range maxHistoryBytes/maxMessageBytes + 1 {
-				out = append(out, msg(roleUser, strings.Repeat("x", maxMessageBytes)))
+			for range chatcheck.MaxHistoryBytes/chatcheck.MaxMessageBytes + 1 {
+				out = append(out, msg(chatcheck.RoleUser, strings.Repeat("x", chatcheck.MaxMessageBytes)))
 			}
 			return out
 		}(), "messages", "bytes allowed"},
@@ -129,46 +129,6 @@ func TestSplitConversation(t *testing.T) {
 			}
 			if f := fieldOf(t, err); f != tc.field || !strings.Contains(err.Error(), tc.says) {
 				t.Errorf("field %q (%v), want %q saying %q", f, err, tc.field, tc.says)
-			}
-		})
-	}
-}
-
-func TestCheckFunctionsAndGeneration(t *testing.T) {
-	obj := &structpb.Struct{Fields: map[string]*structpb.Value{"type": structpb.NewStringValue("object")}}
-	arr := &structpb.Struct{Fields: map[string]*structpb.Value{"type": structpb.NewStringValue("array")}}
-	cases := []struct {
-		name  string
-		fns   []*toolmeshv1.Function
-		gen   *toolmeshv1.GenerationOptions
-		field string
-	}{
-		{"fine", []*toolmeshv1.Function{{Name: "get_weather", Parameters: obj}, {Name: "get-time"}}, &toolmeshv1.GenerationOptions{MaxTokens: 5, Temperature: proto.Float64(0), Stop: []string{"x"}}, ""},
-		{"dotted name", []*toolmeshv1.Function{{Name: "a.b"}}, nil, "functions[0].name"},
-		{"long name", []*toolmeshv1.Function{{Name: strings.Repeat("a", 65)}}, nil, "functions[0].name"},
-		{"twice", []*toolmeshv1.Function{{Name: "f"}, {Name: "f"}}, nil, "functions[1].name"},
-		{"not an object schema", []*toolmeshv1.Function{{Name: "f", Parameters: arr}}, nil, "functions[0].parameters"},
-		{"temperature", nil, &toolmeshv1.GenerationOptions{Temperature: proto.Float64(2.5)}, "generation.temperature"},
-		{"top_p", nil, &toolmeshv1.GenerationOptions{TopP: proto.Float64(-1)}, "generation.top_p"},
-		{"max tokens", nil, &toolmeshv1.GenerationOptions{MaxTokens: -1}, "generation.max_tokens"},
-		{"stops", nil, &toolmeshv1.GenerationOptions{Stop: []string{"a", "b", "c", "d", "e"}}, "generation.stop"},
-		{"empty stop", nil, &toolmeshv1.GenerationOptions{Stop: []string{""}}, "generation.stop[0]"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			err := checkFunctions(tc.fns)
-			if err == nil {
-				err = checkGeneration(tc.gen)
-			}
-			switch {
-			case tc.field == "" && err != nil:
-				t.Fatal(err)
-			case tc.field != "" && err == nil:
-				t.Fatal("accepted")
-			case tc.field != "":
-				if f := fieldOf(t, err); f != tc.field {
-					t.Errorf("field %q (%v), want %q", f, err, tc.field)
-				}
 			}
 		})
 	}

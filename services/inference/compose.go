@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/chatcheck"
 	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/services/inference/chat"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
@@ -25,7 +26,7 @@ func (s *Service) ComposeAnswer(req *toolmeshv1.ComposeAnswerRequest, stream grp
 	if req.GetMaxTokens() < 0 {
 		return invalid.Field("max_tokens", "must not be negative")
 	}
-	if err := cmp.Or(checkQuery(req.GetQuery()), checkMessages(req.GetMessages()), checkGeneration(req.GetGeneration())); err != nil {
+	if err := cmp.Or(checkQuery(req.GetQuery()), chatcheck.Messages(req.GetMessages()), chatcheck.Generation(req.GetGeneration())); err != nil {
 		return err
 	}
 	if s.chat != nil {

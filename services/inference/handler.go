@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/chatcheck"
 	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/services/inference/chat"
@@ -38,7 +39,7 @@ func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest)
 		}
 		tools = append(tools, st.GetTool())
 	}
-	if err := cmp.Or(checkMessages(req.GetMessages()), checkFunctions(req.GetFunctions()), checkGeneration(req.GetGeneration())); err != nil {
+	if err := cmp.Or(chatcheck.Messages(req.GetMessages()), chatcheck.Functions(req.GetFunctions()), chatcheck.Generation(req.GetGeneration())); err != nil {
 		return nil, err
 	}
 	if req.GetRequireCall() && len(tools)+len(req.GetFunctions()) == 0 {

@@ -154,7 +154,7 @@ func fieldOf(st *status.Status) (string, string) {
 }
 
 var (
-	indexedCall = regexp.MustCompile(`^(messages\[\d+\]\.tool_calls\[\d+\])\.(name|arguments)$`)
+	indexedCall = regexp.MustCompile(`^(messages\[\d+\]\.tool_calls\[\d+\])\.(tool_id|arguments)$`)
 	function    = regexp.MustCompile(`^functions\[(\d+)\]\.(.+)$`)
 	stopIndex   = regexp.MustCompile(`^generation\.stop\[(\d+)\]$`)
 )
@@ -162,7 +162,7 @@ var (
 // paramOf names a native field as the OpenAI request names it.
 func paramOf(field string) string {
 	if m := indexedCall.FindStringSubmatch(field); m != nil {
-		return m[1] + ".function." + m[2]
+		return m[1] + ".function." + strings.Replace(m[2], "tool_id", "name", 1)
 	}
 	if m := function.FindStringSubmatch(field); m != nil {
 		return "tools[" + m[1] + "].function." + m[2]

@@ -730,7 +730,7 @@ func TestErrorBody(t *testing.T) {
 
 func TestParamOf(t *testing.T) {
 	for in, want := range map[string]string{
-		"query": "messages", "messages[3].content": "messages[3].content", "messages[1].tool_calls[0].name": "messages[1].tool_calls[0].function.name",
+		"query": "messages", "messages[3].content": "messages[3].content", "messages[1].tool_calls[0].tool_id": "messages[1].tool_calls[0].function.name",
 		"messages[1].tool_calls[2].arguments": "messages[1].tool_calls[2].function.arguments", "functions[2].name": "tools[2].function.name",
 		"functions": "tools", "tool_choice.function": "tool_choice", "generation.temperature": "temperature", "generation.stop[1]": "stop[1]",
 		"servers[0]": "toolmesh.servers[0]", "k": "toolmesh.k", "model": "model",
