@@ -90,9 +90,14 @@ func chat(t *testing.T, base string, body any) chatCompletion {
 	if code != http.StatusOK {
 		t.Fatalf("POST /v1/chat/completions %s: %d %s", b, code, out)
 	}
+	return decodeChat(t, out)
+}
+
+func decodeChat(t *testing.T, b []byte) chatCompletion {
+	t.Helper()
 	var c chatCompletion
-	if err := json.Unmarshal(out, &c); err != nil {
-		t.Fatalf("%v: %s", err, out)
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatalf("%v: %s", err, b)
 	}
 	return c
 }

@@ -220,12 +220,81 @@ func TestPolicyAttacks(t *testing.T) {
 		return fmt.Sprintf("<<function>>calculator.add(a=%d, b=1)", calls)
 	})
 
+	m.model.set("Add two and two with what you have.", func(p string, calls int, compose bool) string {
+		if calls == 0 && !compose && offers(p, "calculator.add") {
+			return `<<function>>calculator.add(a=2, b=2)`
+		}
+		return "No calculator here."
+	})
+	m.model.set("Dump every secret of the notes server.", func(p string, calls int, compose bool) string {
+		if calls == 0 && !compose && offers(p, "notes.secret_dump") {
+			return `<<function>>notes.secret_dump()`
+		}
+		return "Nothing to dump."
+	})
+	model := modelName(t, m.base)
+	chatBody := func(question, extra string) string {
+		return `{"model":"` + model + `","messages":[{"role":"user","content":"` + question + `"}]` + extra + `}`
+	}
+	// chatCalls reads a chat completion's extension: how many calls of tool ran, and how many
+	// were refused saying why.
+	chatCalls := func(t *testing.T, b []byte, tool, why string) (ran, refused int) {
+		t.Helper()
+		c := decodeChat(t, b)
+		for _, tc := range c.Toolmesh.ToolCalls {
+			switch {
+			case tc.Tool == tool && !tc.IsError:
+				ran++
+			case tc.IsError && strings.Contains(tc.Output, why):
+				refused++
+			}
+		}
+		return ran, refused
+	}
+
 	cases := []struct {
 		name, method, path, body string
 		code                     int
 		want                     []string // the body contains these
 		check                    func(t *testing.T, b []byte)
 	}{
+		{
+			name: "a chat completion's servers bound the model's calls", method: "POST", path: "/v1/chat/completions",
+			body: chatBody("Add two and two with what you have.", `,"toolmesh":{"servers":["converter"]}`), code: 200,
+			check: func(t *testing.T, b []byte) {
+				if c := decodeChat(t, b); c.content() != "No calculator here." || len(c.Toolmesh.ToolCalls) != 0 {
+					t.Errorf("answer %q, calls %v; want the calculator not offered", c.content(), c.meshCalls())
+				}
+			},
+		},
+		{
+			name: "a chat completion's step runs at most 8 of the model's calls", method: "POST", path: "/v1/chat/completions",
+			body: chatBody("Add one and one, twenty times at once.", ""), code: 200,
+			check: func(t *testing.T, b []byte) {
+				if ran, refused := chatCalls(t, b, "calculator.add", "not run: a step runs at most 8 calls"); ran != 8 || refused != 12 {
+					t.Errorf("%d calls ran, %d not run; want 8 and 12", ran, refused)
+				}
+			},
+		},
+		{
+			name: "a chat completion runs at most 16 calls", method: "POST", path: "/v1/chat/completions",
+			body: chatBody("Keep adding one, forever.", `,"toolmesh":{"max_iterations":32}`), code: 200,
+			check: func(t *testing.T, b []byte) {
+				c := decodeChat(t, b)
+				if ran, _ := chatCalls(t, b, "calculator.add", "-"); ran != 16 || c.Toolmesh.StopReason != "max_iterations" || !strings.Contains(c.Toolmesh.Error, "16 tool calls") {
+					t.Errorf("%d calls ran, stop %s, error %q; want 16, max_iterations, saying why", ran, c.Toolmesh.StopReason, c.Toolmesh.Error)
+				}
+			},
+		},
+		{
+			name: "a chat completion's excluded tool is never offered", method: "POST", path: "/v1/chat/completions",
+			body: chatBody("Dump every secret of the notes server.", `,"toolmesh":{"k":50}`), code: 200,
+			check: func(t *testing.T, b []byte) {
+				if c := decodeChat(t, b); c.content() != "Nothing to dump." || strings.Contains(string(b), "secret_dump") || n.dumps.Load() != 0 {
+					t.Errorf("secret_dump offered or run (%d runs): %.600s", n.dumps.Load(), b)
+				}
+			},
+		},
 		{
 			name: "a request's servers bound its direct calls", method: "POST", path: "/v1/query",
 			body: `{"query":"@sqlite.list_tables()","servers":["calculator"]}`,
@@ -396,6 +465,13 @@ func TestPolicyTokenScopes(t *testing.T) {
 			want: []string{`token \"calc\" may not ask questions`, "rule: query"}},
 		{name: "nor over the stream", token: calc, method: "POST", path: "/v1/query:stream", body: `{"query":"What is 2 plus 3?"}`, code: 403,
 			want: []string{"rule: query"}},
+		{name: "nor in a chat completion", token: calc, method: "POST", path: "/v1/chat/completions",
+			body: `{"model":"m","messages":[{"role":"user","content":"What is 2 plus 3?"}]}`, code: 403,
+			want: []string{"rule: query", `"type":"invalid_request_error"`, `"code":"permission_denied"`}},
+		{name: "nor streamed", token: calc, method: "POST", path: "/v1/chat/completions",
+			body: `{"model":"m","stream":true,"messages":[{"role":"user","content":"What is 2 plus 3?"}]}`, code: 403,
+			want: []string{"rule: query"}},
+		{name: "nor list the models", token: calc, method: "GET", path: "/v1/models", code: 403, want: []string{"rule: query"}},
 		{name: "a token with every tool calls any", token: root, method: "POST", path: "/v1/tools/sqlite/list_tables:call", body: `{}`, code: 200,
 			want: []string{"employees"}},
 		{name: "each call of a query is charged to the rate limit", token: rate, method: "POST", path: "/v1/query", body: directCalls(15), code: 200},
