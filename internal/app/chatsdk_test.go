@@ -232,6 +232,15 @@ func TestChatOpenAINodeSDK(t *testing.T) {
 	exhaust(t, m.base)
 	limited := runJS(t, sdk, m.base, sdkToken, ask(user("What is 2 plus 3?")))
 	checkJSError(t, "rate limit", limited[0], "RateLimitError", 429, "")
+
+	// A mesh whose model does not answer: the SDK's server error, with what to do in its message.
+	down := startApp(t, sdkToken, meshArgs(), allTargets...)
+	failed := runJS(t, sdk, down, sdkToken, map[string]any{"op": "create",
+		"params": map[string]any{"model": modelNameAs(t, down, sdkToken), "messages": []any{user("What is 2 plus 3?")}}})
+	checkJSError(t, "model down", failed[0], "InternalServerError", 503, "")
+	if !strings.Contains(failed[0].Error.Message, "llama-server") {
+		t.Errorf("model down: %q does not say what to start", failed[0].Error.Message)
+	}
 }
 
 func checkJSError(t *testing.T, what string, s jsStep, class string, status int, param string) {
