@@ -462,34 +462,34 @@ func TestConsole(t *testing.T) {
 	t.Run("playground shows the retrieval, the call and the answer in order", func(t *testing.T) {
 		p := openPage(t, browser, ui+"#/playground")
 		p.do(chromedp.SendKeys(chromedp.ID("question"), "What is 2 plus 3?"), chromedp.Click(chromedp.ID("ask")))
-		p.wait("the query to finish", `!!document.querySelector('#timeline > li[data-kind="done"]')`)
-		kinds := eval[[]string](p, `[...document.querySelectorAll('#timeline > li')].map(li => li.dataset.kind)`)
-		if want := []string{"retrieved", "model_output", "call", "retrieved", "model_output", "answer", "done"}; !slices.Equal(kinds, want) {
+		p.wait("the query to finish", `!!document.querySelector('.turn .timeline > li[data-kind="done"]')`)
+		kinds := eval[[]string](p, `[...document.querySelectorAll('.turn .timeline > li')].map(li => li.dataset.kind)`)
+		if want := []string{"retrieved", "model_output", "call", "retrieved", "model_output", "done"}; !slices.Equal(kinds, want) {
 			t.Errorf("timeline: %v, want %v", kinds, want)
 		}
-		retrieved := eval[string](p, `document.querySelector('#timeline > li[data-kind="retrieved"]').textContent`)
+		retrieved := eval[string](p, `document.querySelector('.turn .timeline > li[data-kind="retrieved"]').textContent`)
 		if !regexp.MustCompile(`calculator\.add score \d+\.\d\d`).MatchString(retrieved) {
 			t.Errorf("step 1 retrieved: %q; want calculator.add with its score", retrieved)
 		}
-		if out := eval[string](p, `document.querySelector('#timeline .model-output').textContent`); out != "<<function>>calculator.add(a=2, b=3)" {
+		if out := eval[string](p, `document.querySelector('.turn .model-output').textContent`); out != "<<function>>calculator.add(a=2, b=3)" {
 			t.Errorf("model output: %q", out)
 		}
-		call := eval[string](p, `(li => li.querySelector('h2').textContent + ' | ' + JSON.stringify(JSON.parse(li.querySelector('.call-args').textContent)) +
-			' | ' + li.querySelector('.call-status').textContent + ' | ' + li.querySelector('.call-output').textContent)(document.querySelector('#timeline > li[data-kind="call"]'))`)
+		call := eval[string](p, `(li => li.querySelector('h3').textContent + ' | ' + JSON.stringify(JSON.parse(li.querySelector('.call-args').textContent)) +
+			' | ' + li.querySelector('.call-status').textContent + ' | ' + li.querySelector('.call-output').textContent)(document.querySelector('.turn .timeline > li[data-kind="call"]'))`)
 		if !regexp.MustCompile(`^Step 1: call calculator\.add \| \{"a":2,"b":3\} \| done in \d+\.\d{1,2} m?s \| 5$`).MatchString(call) {
 			t.Errorf("call: %q; want the tool, its arguments, its duration and its result", call)
 		}
-		if answer := eval[string](p, `document.querySelector('#timeline .answer-text').textContent`); answer != "2 plus 3 is 5." {
+		if answer := eval[string](p, `document.querySelector('.turn .reply .answer-text').textContent`); answer != "2 plus 3 is 5." {
 			t.Errorf("answer: %q", answer)
 		}
-		link := eval[string](p, `document.querySelector('#timeline > li[data-kind="done"] a.trace-link').href`)
+		link := eval[string](p, `document.querySelector('.turn .timeline > li[data-kind="done"] a.trace-link').href`)
 		if !regexp.MustCompile(`^` + regexp.QuoteMeta(jaeger) + `/trace/[0-9a-f]{32}$`).MatchString(link) {
 			t.Errorf("trace link %q, want %s/trace/TRACE_ID", link, jaeger)
 		}
-		checkWaterfall(t, p, []string{"retrieval Step 1: retrieval", "model Step 1: model", "call Step 1: calculator.add",
+		checkWaterfall(t, p, lastTurn, []string{"retrieval Step 1: retrieval", "model Step 1: model", "call Step 1: calculator.add",
 			"retrieval Step 2: retrieval", "model Step 2: model", "compose Composing the answer"})
 		callTook := eval[string](p, `document.querySelector('.waterfall tr[data-kind="call"] td:nth-of-type(2)').textContent`)
-		if status := eval[string](p, `document.querySelector('#timeline .call-status').textContent`); status != "done in "+callTook {
+		if status := eval[string](p, `document.querySelector('.turn .call-status').textContent`); status != "done in "+callTook {
 			t.Errorf("the waterfall says the call took %q, the timeline %q", callTook, status)
 		}
 		p.checkAccessible()
@@ -535,14 +535,18 @@ func TestConsole(t *testing.T) {
 		before := m.double.Canceled()
 		p := openPage(t, browser, ui+"#/playground")
 		p.do(chromedp.SendKeys(chromedp.ID("question"), "Take your time with 2 plus 3."), chromedp.Click(chromedp.ID("ask")))
-		p.wait("the retrieval before the model answers", `!!document.querySelector('#timeline > li[data-kind="retrieved"]')`)
+		p.wait("the retrieval before the model answers", `!!document.querySelector('.turn .timeline > li[data-kind="retrieved"]')`)
 		eventually.True(t, 5*time.Second, "the model request to start", func() bool { return m.double.Processing() > 0 })
 		p.screenshot("playground-waiting")
 		p.do(chromedp.Click(chromedp.ID("stop")))
 		eventually.True(t, 5*time.Second, "the model request to be canceled after stop", func() bool { return m.double.Canceled() > before })
-		p.wait("the stopped note", `!!document.querySelector('#timeline > li[data-kind="stopped"]')`)
+		p.wait("the stopped note", `!!document.querySelector('.turn[data-state="stopped"] .reply .outcome[data-kind="stopped"]')`)
 		if ok := eval[bool](p, `!document.getElementById('ask').disabled && document.getElementById('stop').disabled`); !ok {
 			t.Errorf("after stop: want Ask enabled and Stop disabled")
+		}
+		// The stopped question is back in the box, to ask again.
+		if q := eval[string](p, `document.getElementById('question').value`); q != "Take your time with 2 plus 3." {
+			t.Errorf("after stop the question box holds %q", q)
 		}
 		p.screenshot("playground-stopped")
 	})
@@ -567,12 +571,228 @@ func TestConsole(t *testing.T) {
 		}
 		p.do(chromedp.KeyEvent(`@calculator.add({"a":2,"b":3})`),
 			chromedp.KeyEvent(kb.Enter, chromedp.KeyModifiers(chromedp.ModifierCtrl)))
-		p.wait("the direct call's answer", `document.querySelector('#timeline .answer-text')?.textContent === '5'`)
+		p.wait("the direct call's answer", `document.querySelector('.turn .answer-text')?.textContent === '5'`)
 		if visible := eval[bool](p, `(() => { document.getElementById('ask').focus(); const s = getComputedStyle(document.activeElement); return s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) >= 2; })()`); !visible {
 			t.Errorf("a focused button shows no focus outline")
 		}
 		p.screenshot("keyboard-direct-call")
 	})
+}
+
+// lastTurn is the playground's newest turn, as a CSS selector.
+const lastTurn = "#conversation > li:last-child"
+
+// turnN is the playground's nth turn (from 1), as a CSS selector.
+func turnN(n int) string { return fmt.Sprintf("#conversation > li:nth-child(%d)", n) }
+
+// TestConsoleChat holds a conversation in the playground: a system message, three questions
+// each answered with a tool and in the context of the earlier ones (the prompts at the
+// llama-server double show them), a turn that fails part way and one the api refuses (shown,
+// and not sent as context), New chat, and a conversation too long for the model's context.
+func TestConsoleChat(t *testing.T) {
+	browser := startBrowser(t)
+	m := startMesh(t)
+	var mu sync.Mutex
+	prompts := map[string][]string{} // the prompts of each question's first model turn
+	record := func(q string, s script) {
+		m.model.set(q, func(p string, calls int, compose bool) string {
+			if calls == 0 && !compose {
+				mu.Lock()
+				prompts[q] = append(prompts[q], p)
+				mu.Unlock()
+			}
+			return s(p, calls, compose)
+		})
+	}
+	promptOf := func(q string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(prompts[q]) == 0 {
+			t.Fatalf("the model was never asked %q", q)
+		}
+		return prompts[q][len(prompts[q])-1]
+	}
+	// oneCall scripts a question answered with one call and an answer composed from its result.
+	oneCall := func(call, answer string) script {
+		return func(p string, calls int, compose bool) string {
+			switch {
+			case compose:
+				return answer + " " + outputOf(p) + "."
+			case calls == 0:
+				return "<<function>>" + call
+			}
+			return "The result is " + outputOf(p)
+		}
+	}
+	record("What is 2 plus 3?", addTwoAndThree)
+	record("Now multiply it by 2.", oneCall("calculator.multiply(a=5, b=2)", "Doubled, that is"))
+	record("Subtract 1 from that.", oneCall("calculator.subtract(a=10, b=1)", "Minus 1, that is"))
+	// The answer breaks off part way: the turn fails with the calls it made and half an answer.
+	record("Add 2 and 3, please.", oneCall("calculator.add(a=2, b=3)", "BREAK:The sum of 2 and 3 is"))
+
+	p := openPage(t, browser, m.base+"/ui/#/playground")
+	p.wait("the playground", `!document.getElementById('page-playground').hidden`)
+	if ok := eval[bool](p, `document.getElementById('conversation').hidden && !document.getElementById('chat-empty').hidden && document.getElementById('new-chat').disabled`); !ok {
+		t.Errorf("a new playground: want no conversation shown, the introduction, New chat disabled")
+	}
+	const system = "Answer in one short sentence."
+	p.do(chromedp.Click(chromedp.CSS(`#ask-options summary`)), chromedp.SendKeys(chromedp.ID("system-message"), system))
+
+	ask := func(q string, want int) {
+		t.Helper()
+		p.do(chromedp.SetValue(chromedp.ID("question"), q), chromedp.Click(chromedp.ID("ask")))
+		p.wait(fmt.Sprintf("turn %d to end", want), fmt.Sprintf(`document.querySelectorAll('#conversation > li').length === %d &&
+			document.querySelector('%s').dataset.state !== 'running' && !document.getElementById('ask').disabled`, want, lastTurn))
+	}
+	text := func(sel string) string {
+		t.Helper()
+		return eval[string](p, `(e => e ? e.textContent : '(none)')(document.querySelector('`+sel+`'))`)
+	}
+	turnState := func(n int) string { return eval[string](p, `document.querySelector('`+turnN(n)+`').dataset.state`) }
+	// answered asks q as turn n, checks its answer and returns the prompt of its first model turn.
+	answered := func(q string, n int, answer string) string {
+		t.Helper()
+		ask(q, n)
+		if got := text(turnN(n) + " .answer-text"); got != answer || turnState(n) != "answered" {
+			t.Fatalf("turn %d: %q (%s), want %q", n, got, turnState(n), answer)
+		}
+		return promptOf(q)
+	}
+	callsOf := func(n int) []string {
+		return eval[[]string](p, `[...document.querySelectorAll('`+turnN(n)+` .timeline > li[data-kind="call"] h3')].map(h => h.textContent)`)
+	}
+
+	// Turn 1: the system message goes first, and there is no earlier turn.
+	p1 := answered("What is 2 plus 3?", 1, "2 plus 3 is 5.")
+	if !strings.Contains(p1, "<<system>>'"+system+"'\n<<question>>What is 2 plus 3?") || strings.Contains(p1, "<<user>>") {
+		t.Errorf("turn 1's prompt: want the system message and no earlier turn:\n%s", p1)
+	}
+	if q := eval[string](p, `document.getElementById('question').value`); q != "" {
+		t.Errorf("after an answer the question box holds %q, want it empty", q)
+	}
+
+	// Turn 2 is asked with turn 1 before it; turn 1's steps fold away.
+	p2 := answered("Now multiply it by 2.", 2, "Doubled, that is 10.")
+	if want := "<<system>>'" + system + "'\n<<user>>'What is 2 plus 3?'\n<<assistant>>'2 plus 3 is 5.'\n<<question>>Now multiply it by 2."; !strings.Contains(p2, want) {
+		t.Errorf("turn 2's prompt: want\n%s\nin\n%s", want, p2)
+	}
+	if got := text(turnN(2) + ` .timeline > li[data-kind="model_output"] .step-history`); got != "1 earlier turn given, all whole." {
+		t.Errorf("turn 2's first step says %q about the earlier turns", got)
+	}
+	if open := eval[[]bool](p, `[...document.querySelectorAll('#conversation .turn-steps')].map(d => d.open)`); !slices.Equal(open, []bool{false, true}) {
+		t.Errorf("turns' steps open: %v, want the older folded and the newest open", open)
+	}
+	if got := text(turnN(1) + " .turn-steps > summary"); !regexp.MustCompile(`^Steps, tool calls and timing: 2 steps · 1 tool call \(calculator\.add\) · \d+\.\d\d? m?s$`).MatchString(got) {
+		t.Errorf("turn 1 folded reads %q; want its steps, its call and its time", got)
+	}
+
+	// Turn 3 fails part way: its half answer and the error are shown, and it is not sent on.
+	ask("Add 2 and 3, please.", 3)
+	if got := text(turnN(3) + " .answer-text"); got != "The sum " || turnState(3) != "failed" {
+		t.Errorf("turn 3: %q (%s), want the half answer, failed", got, turnState(3))
+	}
+	if got := text(turnN(3) + ` .reply .outcome[data-kind="error"]`); !strings.Contains(got, "composing the answer failed part way") {
+		t.Errorf("turn 3's error reads %q", got)
+	}
+	if got := text(turnN(3) + " .reply .not-sent"); !strings.HasPrefix(got, "Not sent with later questions") {
+		t.Errorf("turn 3 says %q about being sent on", got)
+	}
+	if q := eval[string](p, `document.getElementById('question').value`); q != "Add 2 and 3, please." {
+		t.Errorf("after a failed turn the question box holds %q, want the question back", q)
+	}
+
+	// Turn 4 has turns 1 and 2 before it, not the failed one.
+	p4 := answered("Subtract 1 from that.", 4, "Minus 1, that is 9.")
+	if want := "<<system>>'" + system + "'\n<<user>>'What is 2 plus 3?'\n<<assistant>>'2 plus 3 is 5.'\n<<user>>'Now multiply it by 2.'\n" +
+		"<<assistant>>'Doubled, that is 10.'\n<<question>>Subtract 1 from that."; !strings.Contains(p4, want) || strings.Contains(p4, "Add 2 and 3") {
+		t.Errorf("turn 4's prompt: want\n%s\nin\n%s\nand not the failed turn", want, p4)
+	}
+	// Each turn shows its own calls and waterfall.
+	for n, call := range map[int]string{1: "calculator.add", 2: "calculator.multiply", 3: "calculator.add", 4: "calculator.subtract"} {
+		if got := callsOf(n); !slices.Equal(got, []string{"Step 1: call " + call}) {
+			t.Errorf("turn %d shows calls %q, want %s only", n, got, call)
+		}
+	}
+	for n, call := range map[int]string{1: "calculator.add", 2: "calculator.multiply", 4: "calculator.subtract"} {
+		checkWaterfall(t, p, turnN(n), []string{"retrieval Step 1: retrieval", "model Step 1: model", "call Step 1: " + call,
+			"retrieval Step 2: retrieval", "model Step 2: model", "compose Composing the answer"})
+	}
+	// Each answered turn has its own trace.
+	traces := eval[[]string](p, `[...document.querySelectorAll('#conversation .reply .turn-trace code')].map(c => c.textContent)`)
+	if len(traces) != 4 || len(slices.Compact(slices.Sorted(slices.Values(traces)))) != 4 {
+		t.Errorf("traces beside the answers: %q, want one of its own each", traces)
+	}
+
+	// Turn 5 is refused by the api (HTTP 400): the turn says why.
+	ask(strings.Repeat("x", 9000), 5)
+	if got := text(turnN(5) + ` .reply .outcome[data-kind="error"]`); turnState(5) != "failed" || !strings.Contains(got, "query: is 9000 bytes") {
+		t.Errorf("turn 5 (too long): %s %q, want failed with the api's reason", turnState(5), got)
+	}
+	p.do(chromedp.Evaluate[chromedp.Void](`document.getElementById('question').value = ''`))
+	p.checkAccessible()
+	p.do(chromedp.Evaluate[chromedp.Void](`document.querySelector('` + turnN(1) + ` .turn-steps').open = false; window.scrollTo(0, 0)`))
+	p.screenshot("chat")
+
+	// New chat clears the conversation and keeps the system message.
+	p.do(chromedp.Click(chromedp.ID("new-chat")))
+	p.wait("an empty chat", `document.querySelectorAll('#conversation > li').length === 0 && document.getElementById('conversation').hidden &&
+		!document.getElementById('chat-empty').hidden && document.getElementById('new-chat').disabled && document.activeElement.id === 'question'`)
+	if kept := eval[string](p, `document.getElementById('system-message').value`); kept != system {
+		t.Errorf("New chat left the system message %q, want it kept", kept)
+	}
+	if pr := answered("What is 2 plus 3?", 1, "2 plus 3 is 5."); strings.Contains(pr, "<<user>>") || !strings.Contains(pr, "<<system>>") {
+		t.Errorf("after New chat the prompt holds earlier turns or lost the system message:\n%s", pr)
+	}
+	p.screenshot("new-chat")
+
+	// A conversation longer than the model's context: the oldest turns are shortened or left
+	// out, and the turn says so under its answer.
+	p.do(chromedp.Click(chromedp.ID("new-chat")), chromedp.Evaluate[chromedp.Void](`document.getElementById('system-message').value = ''`))
+	long := strings.Repeat("The weather was discussed at length, with many words about clouds. ", 22)
+	for i := range 3 {
+		q := strings.TrimSpace(fmt.Sprintf("Turn %d: %s", i, long)) // the page trims what it sends
+		record(q, func(string, int, bool) string { return "Noted." })
+		answered(q, i+1, "Noted.")
+	}
+	if hidden := eval[bool](p, `document.querySelector('`+turnN(1)+` .history-note').hidden`); !hidden {
+		t.Errorf("the first turn, with no earlier turn, has a note on fitting them: %q", text(turnN(1)+" .history-note"))
+	}
+	answered("What is 2 plus 3?", 4, "2 plus 3 is 5.")
+	note := text(lastTurn + " .history-note")
+	if !regexp.MustCompile(`^(\d+ older turns? shortened(, \d+ left out)?|\d+ older turns? left out) to fit the model's context\.$`).MatchString(note) ||
+		eval[bool](p, `document.querySelector('`+lastTurn+` .history-note').hidden`) {
+		t.Errorf("the turn after three long ones says %q; want how many older turns were shortened or left out", note)
+	}
+	// The note tells of the step that saw the least, in that step's numbers.
+	steps := eval[[]string](p, `[...document.querySelectorAll('`+lastTurn+` .step-history')].map(e => e.textContent)`)
+	var cut []string
+	for _, what := range []string{"shortened", "left out"} {
+		if m := regexp.MustCompile(`(\d+) (?:older turns? )?` + what).FindStringSubmatch(note); m != nil {
+			cut = append(cut, m[1]+" "+what)
+		}
+	}
+	if want := "3 earlier turns given: " + strings.Join(cut, ", ") + " to fit the context."; !slices.Contains(steps, want) {
+		t.Errorf("the note %q is none of the steps' fits %q (want %q)", note, steps, want)
+	}
+	t.Logf("history note: %s; steps: %q", note, steps)
+	p.checkAccessible()
+	p.do(chromedp.ScrollIntoView(chromedp.CSS(lastTurn)))
+	p.screenshot("chat-history-fit")
+
+	// New chat while a question runs stops it, and nothing of it comes back.
+	m.model.set("Take your time with 2 plus 3.", func(string, int, bool) string { return "HANG" })
+	before := m.double.Canceled()
+	p.do(chromedp.SetValue(chromedp.ID("question"), "Take your time with 2 plus 3."), chromedp.Click(chromedp.ID("ask")))
+	p.wait("the retrieval before the model answers", `!!document.querySelector('`+lastTurn+` .timeline > li[data-kind="retrieved"]')`)
+	eventually.True(t, 5*time.Second, "the model request to start", func() bool { return m.double.Processing() > 0 })
+	p.do(chromedp.Click(chromedp.ID("new-chat")))
+	eventually.True(t, 5*time.Second, "the model request to be canceled after New chat", func() bool { return m.double.Canceled() > before })
+	p.wait("Ask again", `!document.getElementById('ask').disabled && document.getElementById('stop').disabled`)
+	got := eval[string](p, `document.querySelectorAll('#conversation > li').length + ' turns | status "' + document.getElementById('run-status').textContent +
+		'" | question "' + document.getElementById('question').value + '"'`)
+	if got != `0 turns | status "" | question ""` {
+		t.Errorf("after New chat stopped a question: %s; want an empty chat", got)
+	}
 }
 
 func TestConsoleAsksForToken(t *testing.T) {
@@ -669,13 +889,13 @@ func TestConsoleAsksForToken(t *testing.T) {
 		t.Errorf("the fix's commands set as code: %q, want %q", got, commands)
 	}
 	p.do(chromedp.Navigate(base+"/ui/#/playground"), chromedp.SendKeys(chromedp.ID("question"), "What is 2 plus 3?"), chromedp.Click(chromedp.ID("ask")))
-	p.wait("the 503 explained", `!!document.querySelector('#timeline > li[data-kind="unavailable"] .fix')`)
-	said := eval[string](p, `(li => li.querySelector('h2').textContent + ' | ' + li.querySelector('.fix').textContent + ' | ' +
-		[...li.querySelectorAll(':scope > :not(details)')].map(e => e.textContent).join(' '))(document.querySelector('#timeline > li[data-kind="unavailable"]'))`)
+	p.wait("the 503 explained", `!!document.querySelector('.turn .outcome[data-kind="unavailable"] .fix')`)
+	said := eval[string](p, `(li => li.querySelector('h3').textContent + ' | ' + li.querySelector('.fix').textContent + ' | ' +
+		[...li.querySelectorAll(':scope > :not(details)')].map(e => e.textContent).join(' '))(document.querySelector('.turn .outcome[data-kind="unavailable"]'))`)
 	if !strings.HasPrefix(said, "Not answered: no model answers questions yet | To fix: "+fix+" | ") || strings.Contains(said, "`") {
 		t.Errorf("the 503 reads %q; want one sentence with the command, no backticks", said)
 	}
-	if n := eval[int](p, `document.querySelectorAll('#timeline li[data-kind="unavailable"] code').length`); n < 1 {
+	if n := eval[int](p, `document.querySelectorAll('.turn .outcome[data-kind="unavailable"] code').length`); n < 1 {
 		t.Errorf("the command is not set as code")
 	}
 	if status := eval[string](p, `document.getElementById('run-status').textContent`); status != "Query not answered." {
@@ -684,8 +904,8 @@ func TestConsoleAsksForToken(t *testing.T) {
 	p.checkAccessible()
 	p.screenshot("no-model-question")
 	// The api's own words are one click away, their commands as code too.
-	p.do(chromedp.Click(chromedp.CSS(`#timeline li[data-kind="unavailable"] summary`)))
-	if msg := eval[string](p, `document.querySelector('#timeline .api-message').textContent`); !strings.Contains(msg, "no model to answer with") || strings.Contains(msg, "`") {
+	p.do(chromedp.Click(chromedp.CSS(`.turn .outcome[data-kind="unavailable"] summary`)))
+	if msg := eval[string](p, `document.querySelector('.turn .api-message').textContent`); !strings.Contains(msg, "no model to answer with") || strings.Contains(msg, "`") {
 		t.Errorf("the api's message reads %q", msg)
 	}
 	p.screenshot("no-model-question-details")
@@ -762,14 +982,14 @@ func TestConsoleTraceLinkOpensJaeger(t *testing.T) {
 	m.model.set("What is 2 plus 3?", addTwoAndThree)
 	p := openPage(t, browser, m.base+"/ui/#/playground")
 	p.do(chromedp.SendKeys(chromedp.ID("question"), "What is 2 plus 3?"), chromedp.Click(chromedp.ID("ask")))
-	p.wait("the query to finish", `!!document.querySelector('#timeline > li[data-kind="done"] a.trace-link')`)
-	link := eval[string](p, `document.querySelector('#timeline > li[data-kind="done"] a.trace-link').href`)
+	p.wait("the query to finish", `!!document.querySelector('.turn .timeline > li[data-kind="done"] a.trace-link')`)
+	link := eval[string](p, `document.querySelector('.turn .timeline > li[data-kind="done"] a.trace-link').href`)
 	id, ok := strings.CutPrefix(link, j.QueryURL+"/trace/")
 	if !ok || len(id) != 32 {
 		t.Fatalf("trace link %q, want %s/trace/TRACE_ID", link, j.QueryURL)
 	}
-	if top := eval[string](p, `document.querySelector('#run-trace a.trace-link').href`); top != link {
-		t.Errorf("the link above the timeline %q, the one in the answer %q", top, link)
+	if top := eval[string](p, `document.querySelector('.turn .reply .turn-trace a.trace-link').href`); top != link {
+		t.Errorf("the link beside the answer %q, the one under the steps %q", top, link)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -892,16 +1112,17 @@ type timedResponse struct {
 	} `json:"tool_calls"`
 }
 
-// checkWaterfall checks the last answered question's waterfall: its rows (kind and label) in
-// order of their start, each with a start and a duration, and its bars inside the time axis,
-// each starting where its row says.
-func checkWaterfall(t *testing.T, p *page, want []string) {
+// checkWaterfall checks the waterfall of the turn that turn (a CSS selector) names: its rows
+// (kind and label) in order of their start, each with a start and a duration, and its bars
+// inside the time axis, each starting where its row says. A folded turn is opened to measure.
+func checkWaterfall(t *testing.T, p *page, turn string, want []string) {
 	t.Helper()
 	type row struct {
 		Kind, Label, Start, Took string
 		Left, Width, Track       float64
 	}
-	rows := eval[[]row](p, `[...document.querySelectorAll('#timeline .waterfall tbody tr')].map(tr => {
+	p.do(chromedp.Evaluate[chromedp.Void](`document.querySelector('` + turn + ` .turn-steps').open = true`))
+	rows := eval[[]row](p, `[...document.querySelectorAll('`+turn+` .waterfall tbody tr')].map(tr => {
 		const bar = tr.querySelector('.bar').getBoundingClientRect(), track = tr.querySelector('.track').getBoundingClientRect();
 		return {Kind: tr.dataset.kind, Label: tr.querySelector('th').textContent, Start: tr.cells[1].textContent, Took: tr.cells[2].textContent,
 			Left: bar.left - track.left, Width: bar.width, Track: track.width};
@@ -914,7 +1135,7 @@ func checkWaterfall(t *testing.T, p *page, want []string) {
 		t.Errorf("waterfall rows:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	duration := regexp.MustCompile(`^\d+\.\d\d? (ms|s)$`)
-	caption := eval[string](p, `document.querySelector('#timeline .waterfall caption').textContent`)
+	caption := eval[string](p, `document.querySelector('`+turn+` .waterfall caption').textContent`)
 	if !regexp.MustCompile(`^Where the time went: \d+\.\d\d? (ms|s) in all$`).MatchString(caption) {
 		t.Errorf("waterfall caption %q", caption)
 	}

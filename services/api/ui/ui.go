@@ -1,5 +1,6 @@
 // Package ui is the api's web console, served at /ui: a servers page, a tool catalog with
-// search and a call form, and a playground that shows a question being answered step by step.
+// search and a call form, and a playground: a chat whose every answer shows its steps, tool
+// calls and a waterfall of where the time went.
 //
 // It is plain HTML, CSS and JavaScript in static/, embedded in the binary as written: nothing is
 // generated, there is no build step, and the page talks to the same REST API as any other

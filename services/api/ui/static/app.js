@@ -857,7 +857,9 @@ function callFailure(status, body, trace) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Playground: ask a question and render /v1/query:stream's events as they arrive.
+// Playground: a chat. Each question is a turn, asked of /v1/query:stream with the earlier turns
+// as `messages`; a turn shows its answer as it streams and, folded under it, the steps, tool
+// calls and waterfall of how it was answered.
 
 // GRPC_UNAVAILABLE is the gRPC code of an error the REST api answers with 503.
 const GRPC_UNAVAILABLE = 14;
@@ -867,14 +869,28 @@ const STOPS = {
   STOP_REASON_MAX_ITERATIONS: 'stopped at the step limit',
   STOP_REASON_DEADLINE: 'ran out of time',
   STOP_REASON_ERROR: 'failed',
+  STOP_REASON_TOOL_ERROR: 'the tool reported an error',
+  STOP_REASON_FUNCTION_CALLS: 'stopped for function calls',
 };
+
+// The stop reasons of a turn with an answer to go on from: it is sent with later questions.
+const ANSWERED = new Set(['STOP_REASON_ANSWERED', 'STOP_REASON_MAX_ITERATIONS']);
+
+// The api takes at most 256 messages and 512 KiB of them in one request: the console sends the
+// newest turns within a little less, and says so when it leaves older ones out.
+const MAX_CONTEXT_TURNS = 120;
+const MAX_CONTEXT_BYTES = 480 << 10;
+
+let turnIDs = 0; // numbers the turns' element ids, unique across new chats
 
 const playgroundView = {
   controller: null,
+  turns: [], // the conversation, oldest first
 
   setUp() {
     $('ask-form').addEventListener('submit', (e) => { e.preventDefault(); this.ask(); });
     $('stop').addEventListener('click', () => this.stop());
+    $('new-chat').addEventListener('click', () => this.newChat());
     $('question').addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); this.ask(); }
     });
@@ -893,6 +909,50 @@ const playgroundView = {
     if (this.controller) this.controller.abort();
   },
 
+  // newChat forgets the conversation; the system message and the options stay. A question
+  // still running is stopped: its answer would belong to no conversation.
+  newChat() {
+    this.stop();
+    this.turns = [];
+    $('conversation').replaceChildren();
+    this.showTurns();
+    $('run-status').textContent = '';
+    $('question').focus();
+    announce('New chat: the conversation was cleared.');
+  },
+
+  showTurns() {
+    const any = this.turns.length > 0;
+    $('conversation').hidden = !any;
+    $('chat-empty').hidden = any;
+    $('new-chat').disabled = !any;
+  },
+
+  // context is what goes before a new question: the system message, then the question and
+  // answer of each earlier turn, the newest that fit in one request. Only answered turns go
+  // in: a turn that failed or was stopped is shown but not sent, since it has no answer (or
+  // half of one) and its question alone would put two user messages in a row, which the model
+  // reads as a question still open and answers again along with the new one. The failed
+  // question is put back in the box instead, to ask again if it still matters.
+  context() {
+    const system = $('system-message').value.trim();
+    let bytes = new TextEncoder().encode(system).length;
+    const turns = [];
+    let left = 0;
+    for (const t of this.turns.filter((t) => t.ok).reverse()) {
+      const size = new TextEncoder().encode(t.question + t.answerText).length;
+      if (left || turns.length === MAX_CONTEXT_TURNS || bytes + size > MAX_CONTEXT_BYTES) {
+        left++;
+        continue;
+      }
+      bytes += size;
+      turns.unshift(t);
+    }
+    const messages = system ? [{ role: 'system', content: system }] : [];
+    for (const t of turns) messages.push({ role: 'user', content: t.question }, { role: 'assistant', content: t.answerText });
+    return { messages, left };
+  },
+
   async ask() {
     if (this.controller) return;
     const status = $('run-status');
@@ -909,14 +969,24 @@ const playgroundView = {
       const n = Number(v);
       if (!Number.isInteger(n) || n < Number($(id).min) || n > Number($(id).max)) {
         status.textContent = `${$(id).labels[0].textContent} must be a whole number from ${$(id).min} to ${$(id).max}.`;
+        $('ask-options').open = true;
         $(id).focus();
         return;
       }
       body[key] = n;
     }
+    // A direct call (@SERVER.TOOL) runs no model, so it needs no context; with messages the
+    // api would take it for a question to the model. Its result is context for later turns.
+    const sent = q.startsWith('@') ? { messages: [], left: 0 } : this.context();
+    if (sent.messages.length) body.messages = sent.messages;
 
-    const timeline = new Timeline($('timeline'));
-    $('run-trace').replaceChildren();
+    for (const t of this.turns) t.fold();
+    const turn = new Turn(this.turns.length + 1, q, sent);
+    this.turns.push(turn);
+    $('conversation').append(turn.li);
+    this.showTurns();
+    turn.li.scrollIntoView({ block: 'nearest' });
+    $('question').value = '';
     this.controller = new AbortController();
     $('ask').disabled = true;
     $('stop').disabled = false;
@@ -927,12 +997,13 @@ const playgroundView = {
       const resp = await api(API + 'query:stream', {
         method: 'POST', body: JSON.stringify(body), signal: this.controller.signal,
       });
-      timeline.trace = resp.headers.get('X-Trace-Id') || '';
-      if (timeline.trace) $('run-trace').replaceChildren(traceLink(timeline.trace));
+      turn.setTrace(resp.headers.get('X-Trace-Id') || '');
       if (!resp.ok) {
+        // A stream refused before it began says why as {"error": {...}}, like an error in it.
         const b = await readJSON(resp);
-        if (resp.status === 503) timeline.unavailable(b.message || 'HTTP 503');
-        else timeline.error(b.message || `HTTP ${resp.status}`);
+        const message = b.message || (b.error && b.error.message);
+        if (resp.status === 503) turn.unavailable(message || 'HTTP 503');
+        else turn.error(message || `HTTP ${resp.status}`);
         return;
       }
       // The body is newline-delimited JSON, one event a line; a read may end mid-line.
@@ -947,42 +1018,89 @@ const playgroundView = {
         while ((nl = buf.indexOf('\n')) >= 0) {
           const line = buf.slice(0, nl).trim();
           buf = buf.slice(nl + 1);
-          if (line) timeline.line(line);
+          if (line) turn.line(line);
         }
       }
       buf += decoder.decode();
-      if (buf.trim()) timeline.line(buf.trim());
-      if (!timeline.finished) timeline.error('The stream ended before the query was done.');
+      if (buf.trim()) turn.line(buf.trim());
+      if (!turn.finished) turn.error('The stream ended before the query was done.');
     } catch (err) {
-      if (err.name === 'AbortError') timeline.stopped();
-      else timeline.error(err.message);
+      if (err.name === 'AbortError') turn.stopped();
+      else turn.error(err.message);
     } finally {
       this.controller = null;
       $('ask').disabled = false;
       $('stop').disabled = true;
-      status.textContent = timeline.summary();
-      announce(timeline.summary());
-      if (document.activeElement === document.body || document.activeElement === $('stop')) $('question').focus();
+      turn.settle();
+      // A turn of a chat since cleared (New chat stopped it) has nothing more to say.
+      if (this.turns.includes(turn)) {
+        if (!turn.ok && !$('question').value) $('question').value = q;
+        status.textContent = turn.summary();
+        announce(turn.ok ? `${turn.summary()} ${turn.answerText.slice(0, 300)}` : turn.summary());
+        if (document.activeElement === document.body || document.activeElement === $('stop')) $('question').focus();
+      }
     }
   },
 };
 
-// Timeline renders one query's events in arrival order, as an ordered list.
-class Timeline {
-  constructor(list) {
-    this.list = list;
+// Turn is one question of the conversation: the user's words, the answer as it streams (or what
+// went wrong), and, folded under them, /v1/query:stream's events in arrival order, ending with
+// the waterfall.
+class Turn {
+  constructor(number, question, sent) {
+    this.question = question;
     this.calls = new Map();
-    this.answer = null;
+    this.answer = null; // the answer's paragraph, from the first delta on
+    this.answerText = '';
     this.finished = false;
+    this.ok = false; // answered: sent with later questions
     this.outcome = '';
     this.trace = '';
-    list.replaceChildren();
+    this.steps = 0;
+    this.tools = [];
+    this.fit = { turns: 0, summarized: 0, dropped: 0 };
+    this.left = sent.left;
+    this.duration = 0;
+
+    const id = `turn-${++turnIDs}`;
+    this.traceLine = el('span', { class: 'turn-trace meta' });
+    this.body = el('div', { class: 'reply-body' });
+    this.note = el('p', { class: 'history-note meta', hidden: true });
+    this.list = el('ol', { class: 'timeline', 'aria-label': `How question ${number} was answered` });
+    this.stepsText = el('span', { class: 'steps-summary' }, 'running…');
+    this.details = el('details', { class: 'turn-steps', open: true },
+      el('summary', {}, 'Steps, tool calls and timing: ', this.stepsText), this.list);
+    this.li = el('li', { class: 'turn', id, 'data-state': 'running', 'aria-labelledby': id + '-title' },
+      el('h2', { id: id + '-title', class: 'visually-hidden' }, `Question ${number}`),
+      el('div', { class: 'msg user' }, el('p', { class: 'who' }, 'You'), el('p', { class: 'user-text' }, question)),
+      el('div', { class: 'msg reply' }, el('p', { class: 'who' }, 'toolmesh ', this.traceLine), this.body, this.note),
+      this.details);
+    this.showFit();
+  }
+
+  // fold closes the turn's steps: an older turn shows its question and answer, and its steps
+  // and waterfall one click away.
+  fold() {
+    this.details.open = false;
+  }
+
+  setTrace(id) {
+    this.trace = id;
+    this.traceLine.replaceChildren(id ? traceLink(id) : '');
   }
 
   add(kind, title, ...body) {
-    const li = el('li', { 'data-kind': kind }, el('h2', {}, title), ...body);
+    const li = el('li', { 'data-kind': kind }, el('h3', {}, title), ...body);
     this.list.append(li);
     return li;
+  }
+
+  // report shows how the turn ended when that is not simply its answer: in the reply, never
+  // folded away.
+  report(kind, ...body) {
+    const box = el('div', { class: 'outcome', 'data-kind': kind }, ...body);
+    this.body.append(box);
+    return box;
   }
 
   line(text) {
@@ -1009,6 +1127,7 @@ class Timeline {
   }
 
   retrieved(step) {
+    this.steps = Math.max(this.steps, step.number || 0);
     const tools = step.retrieved || [];
     const dropped = step.dropped_tool_ids || [];
     this.add('retrieved', `Step ${step.number}: ${tools.length} ${tools.length === 1 ? 'tool' : 'tools'} retrieved in ${ms(step.retrieval_ms)}`,
@@ -1021,9 +1140,12 @@ class Timeline {
 
   modelOutput(step) {
     const u = step.usage;
+    const h = step.history;
+    this.addFit(h);
     this.add('model_output', `Step ${step.number}: the model's output, in ${ms(step.model_ms)}`,
       el('pre', { class: 'model-output' }, step.model_output || '(empty)'),
-      u ? el('p', { class: 'meta' }, `${u.prompt_tokens} prompt tokens, ${u.completion_tokens} completion tokens`) : null);
+      u ? el('p', { class: 'meta' }, `${u.prompt_tokens} prompt tokens, ${u.completion_tokens} completion tokens`) : null,
+      h && h.turns ? el('p', { class: 'meta step-history' }, historyText(h)) : null);
   }
 
   call(rec, finished) {
@@ -1034,6 +1156,7 @@ class Timeline {
         el('p', { class: 'call-status' }, el('span', { class: 'badge warn' }, 'running…')));
       li.dataset.index = rec.index;
       this.calls.set(rec.index, li);
+      this.tools.push(rec.tool);
     }
     if (!finished) return;
     const status = li.querySelector('.call-status');
@@ -1045,23 +1168,28 @@ class Timeline {
 
   delta(text) {
     if (!this.answer) {
-      const p = el('p', { class: 'answer-text' });
-      this.add('answer', 'Answer', p);
-      this.answer = p;
+      this.answer = el('p', { class: 'answer-text' });
+      this.body.prepend(this.answer);
     }
     this.answer.append(text);
+    this.answerText += text;
   }
 
   done(r) {
     this.finished = true;
     if (!this.answer && r.answer) this.delta(r.answer);
     this.outcome = STOPS[r.stop_reason] || r.stop_reason || 'done';
+    this.ok = ANSWERED.has(r.stop_reason) && this.answerText.trim() !== '';
+    this.duration = Number(r.duration_ms) || 0;
+    for (const s of r.steps || []) this.addFit(s.history);
+    // An answered turn's error is a remark (a limit cut the work short), a failed one's the cause.
+    if (r.error) this.report(this.ok ? 'remark' : 'error', el('p', { class: this.ok ? 'meta' : 'error' }, codeText(r.error)));
     const trace = r.trace_id || this.trace;
+    if (trace && !this.trace) this.setTrace(trace);
     const steps = r.iterations === 1 ? '1 step' : `${r.iterations} steps`;
     const calls = (r.tool_calls || []).length;
     this.add('done', `Done: ${this.outcome}`,
       el('p', {}, `${steps}, ${calls} tool ${calls === 1 ? 'call' : 'calls'}`, r.duration_ms ? ` in ${ms(r.duration_ms)}.` : '.'),
-      r.error ? el('p', { class: 'error' }, r.error) : null,
       waterfall(r),
       trace ? el('p', { class: 'meta' }, traceLink(trace)) : null);
   }
@@ -1069,7 +1197,7 @@ class Timeline {
   error(message) {
     this.finished = true;
     this.outcome = 'failed';
-    this.add('error', 'Error', el('p', { class: 'error' }, codeText(message)));
+    this.report('error', el('p', { class: 'error' }, codeText(message)));
   }
 
   // unavailable explains a 503: the mesh cannot answer questions now. When the model is what
@@ -1079,30 +1207,82 @@ class Timeline {
   unavailable(message) {
     this.finished = true;
     this.outcome = 'not answered';
-    const li = this.add('unavailable', 'Not answered: the mesh cannot answer now',
+    const box = this.report('unavailable', el('h3', {}, 'Not answered: the mesh cannot answer now'),
       el('details', {}, el('summary', {}, 'What the api said'), el('p', { class: 'api-message' }, codeText(message))));
     mesh.refresh().then((state) => {
       const m = state && state.inference;
       if (!state || (m && m.ready)) {
-        li.querySelector('details').open = true;
+        box.querySelector('details').open = true;
         return;
       }
-      li.querySelector('h2').textContent = 'Not answered: no model answers questions yet';
+      box.querySelector('h3').textContent = 'Not answered: no model answers questions yet';
       const fix = !m ? 'No inference service is configured.' : m.fix ? ['To fix: ', codeText(m.fix)] : codeText(String(m.error || '').split(';')[0]);
-      li.querySelector('details').before(el('p', { class: 'fix' }, fix),
-        el('p', { class: 'meta' }, 'Tool search and direct calls work without a model: try ', el('code', {}, '@SERVER.TOOL({...})'), ', as the hint above shows.'));
+      box.querySelector('details').before(el('p', { class: 'fix' }, fix),
+        el('p', { class: 'meta' }, 'Tool search and direct calls work without a model: try ', el('code', {}, '@SERVER.TOOL({...})'), ', as the hint below shows.'));
     });
   }
 
   stopped() {
     this.finished = true;
     this.outcome = 'stopped';
-    this.add('stopped', 'Stopped', el('p', {}, 'You stopped the question; the api cancels the rest of its work.'));
+    this.report('stopped', el('p', {}, 'Stopped: you stopped the question; the api cancels the rest of its work.'));
+  }
+
+  // settle marks the turn's end: its state, the folded summary of its steps, and whether it
+  // goes with later questions.
+  settle() {
+    this.li.dataset.state = this.ok ? 'answered' : this.outcome === 'stopped' ? 'stopped' : 'failed';
+    if (!this.ok) this.body.append(el('p', { class: 'meta not-sent' }, 'Not sent with later questions: this turn has no answer to go on from.'));
+    const parts = [];
+    if (this.steps) parts.push(this.steps === 1 ? '1 step' : `${this.steps} steps`);
+    const n = this.calls.size;
+    if (this.steps || n) parts.push(`${n} tool ${n === 1 ? 'call' : 'calls'}` + (n ? ` (${[...new Set(this.tools)].join(', ')})` : ''));
+    if (this.duration) parts.push(ms(this.duration));
+    if (!this.ok) parts.push(this.outcome);
+    this.stepsText.textContent = parts.join(' · ');
+    // Refused before its first step, the turn has no steps to show.
+    this.details.hidden = this.list.children.length === 0;
+  }
+
+  // addFit keeps the step's history fit when it saw less of the conversation than the steps
+  // before it: the turn's note tells of its most crowded prompt.
+  addFit(h) {
+    if (!h) return;
+    const f = { turns: Number(h.turns) || 0, summarized: Number(h.summarized) || 0, dropped: Number(h.dropped) || 0 };
+    if (f.dropped < this.fit.dropped || (f.dropped === this.fit.dropped && f.summarized <= this.fit.summarized)) return;
+    this.fit = f;
+    this.showFit();
+  }
+
+  // showFit says, under the answer, when the model saw less than the whole conversation.
+  showFit() {
+    const f = this.fit;
+    const parts = [];
+    const older = (n) => `${n} older ${n === 1 ? 'turn' : 'turns'}`;
+    if (f.summarized) parts.push(`${older(f.summarized)} shortened`);
+    if (f.dropped) parts.push(`${parts.length ? f.dropped : older(f.dropped)} left out`);
+    const text = [];
+    if (parts.length) text.push(`${parts.join(', ')} to fit the model's context.`);
+    if (this.left) {
+      text.push(`${this.left === 1 ? 'The oldest answered turn was' : `The ${this.left} oldest answered turns were`} not sent: ` +
+        `a request holds at most ${MAX_CONTEXT_TURNS} turns and ${MAX_CONTEXT_BYTES >> 10} KiB of them.`);
+    }
+    this.note.textContent = text.join(' ');
+    this.note.hidden = text.length === 0;
   }
 
   summary() {
     return this.outcome ? `Query ${this.outcome}.` : '';
   }
+}
+
+// historyText says how a step's prompt held the earlier turns.
+function historyText(h) {
+  const turns = Number(h.turns) || 0;
+  const cut = [];
+  if (h.summarized) cut.push(`${h.summarized} shortened`);
+  if (h.dropped) cut.push(`${h.dropped} left out`);
+  return `${turns} earlier ${turns === 1 ? 'turn' : 'turns'} given` + (cut.length ? `: ${cut.join(', ')} to fit the context.` : ', all whole.');
 }
 
 // waterfall draws where a query's time went, from its response alone: each step's retrieval
