@@ -565,3 +565,22 @@ func TestChatBadConversation(t *testing.T) {
 		t.Errorf("the refused requests reached the model %d times", n)
 	}
 }
+
+// TestContextTooLong: a question that does not fit the model's context even with every earlier
+// turn and tool left out is the request's fault, on both faces: a 400 (OpenAI's
+// context_length_exceeded), never a 429 that would have a client retry it.
+func TestContextTooLong(t *testing.T) {
+	d := llamatest.NewDouble(t, llamatest.DoubleOptions{CtxSize: 256})
+	d.SetDefault(llamatest.Reply{Pieces: []string{"never asked"}})
+	base := startApp(t, "", meshArgs("--llm-url="+d.URL), allTargets...)
+	question := strings.Repeat("Please add these numbers for me. ", 200)
+	code, b := post(t, base+"/v1/query", mustJSON(t, map[string]any{"query": question}))
+	if code != 400 || !strings.Contains(string(b), "CONTEXT_TOO_LONG") {
+		t.Errorf("/v1/query: %d %.400s; want 400 CONTEXT_TOO_LONG", code, b)
+	}
+	code, b = post(t, base+"/v1/chat/completions", mustJSON(t, map[string]any{"model": modelName(t, base),
+		"messages": []any{map[string]any{"role": "user", "content": question}}}))
+	if code != 400 || !strings.Contains(string(b), `"code":"context_length_exceeded"`) {
+		t.Errorf("/v1/chat/completions: %d %.400s; want 400 context_length_exceeded", code, b)
+	}
+}

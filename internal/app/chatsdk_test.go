@@ -210,13 +210,36 @@ func TestChatOpenAINodeSDK(t *testing.T) {
 		t.Errorf("models %s, model %s", steps[5].Result, steps[6].Result)
 	}
 
-	// The caller runs its function and goes on with the result.
-	done := runJS(t, sdk, m.base, sdkToken, ask(user("What is the weather in Paris?"),
-		map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{"id": calls[0].ID, "type": "function",
-			"function": map[string]any{"name": "get_weather", "arguments": calls[0].Function.Arguments}}}},
-		map[string]any{"role": "tool", "tool_call_id": calls[0].ID, "content": "rainy"}))
+	// The caller runs its function and goes on with the result, sending the assistant's message
+	// back as the SDK gave it (messages.push(completion.choices[0].message)), once from the
+	// stream helper's final completion and once from a plain one.
+	var streamedMsg struct {
+		Choices []struct {
+			Message json.RawMessage `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(steps[4].Result, &streamedMsg); err != nil {
+		t.Fatal(err)
+	}
+	plain := runJS(t, sdk, m.base, sdkToken, map[string]any{"op": "create", "params": map[string]any{"model": model,
+		"messages": []any{user("What is the weather in Paris?")}, "tools": []any{weather}}})
+	var plainMsg struct {
+		Choices []struct {
+			Message json.RawMessage `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(plain[0].Result, &plainMsg); err != nil {
+		t.Fatal(err)
+	}
+	plainCall := plain[0].completion(t).Choices[0].Message.ToolCalls[0]
+	done := runJS(t, sdk, m.base, sdkToken,
+		ask(user("What is the weather in Paris?"), streamedMsg.Choices[0].Message, map[string]any{"role": "tool", "tool_call_id": calls[0].ID, "content": "rainy"}),
+		ask(user("What is the weather in Paris?"), plainMsg.Choices[0].Message, map[string]any{"role": "tool", "tool_call_id": plainCall.ID, "content": "hail"}))
 	if got := done[0].completion(t).text(); got != "In Paris it is rainy." {
-		t.Errorf("after the function's result: %q", got)
+		t.Errorf("after the function's result (the stream's message sent back): %q", got)
+	}
+	if got := done[1].completion(t).text(); got != "In Paris it is hail." {
+		t.Errorf("after the function's result (the completion's message sent back): %q", got)
 	}
 
 	// Each failure raises the SDK's own class.

@@ -49,7 +49,7 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string, opts ...grpc.Dia
 		runtime.SetQueryParameterParser(&strictQuery{}),
 		runtime.WithMetadata(s.guard.ForwardedMetadata),
 		runtime.WithOutgoingHeaderMatcher(auth.OutgoingHeaderMatcher),
-		runtime.WithErrorHandler(auth.GatewayErrorHandler(withTraceID(tooLargeAsBadGateway(runtime.DefaultHTTPErrorHandler)))),
+		runtime.WithErrorHandler(auth.GatewayErrorHandler(withTraceID(exhaustedStatus(runtime.DefaultHTTPErrorHandler)))),
 	)
 	if err := toolmeshv1.RegisterToolServiceHandlerClient(ctx, gw, toolmeshv1.NewToolServiceClient(conn)); err != nil {
 		_ = conn.Close()
@@ -304,13 +304,17 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 		"message": fmt.Sprintf("Method Not Allowed: %s is not a method of %s (GET is)", r.Method, r.URL.Path), "details": []any{}})
 }
 
-// tooLargeAsBadGateway answers an oversized tool result with 502: over gRPC it is
-// RESOURCE_EXHAUSTED like a rate limit, but the gateway's 429 would tell a client to wait and
-// retry, and a retry gets the same oversized answer.
-func tooLargeAsBadGateway(next runtime.ErrorHandlerFunc) runtime.ErrorHandlerFunc {
+// exhaustedStatus answers the RESOURCE_EXHAUSTED that are no rate limit with a status that
+// does not tell a client to wait and retry, as the gateway's 429 would: a retry gets the same
+// answer. An oversized tool result is the server's fault (502); a conversation that does not
+// fit the model's context is the request's (400).
+func exhaustedStatus(next runtime.ErrorHandlerFunc) runtime.ErrorHandlerFunc {
 	return func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-		if errreason.Of(err) == errreason.ToolResultTooLarge {
+		switch errreason.Of(err) {
+		case errreason.ToolResultTooLarge:
 			w = fixedStatus{ResponseWriter: w, code: http.StatusBadGateway}
+		case errreason.ContextTooLong:
+			w = fixedStatus{ResponseWriter: w, code: http.StatusBadRequest}
 		}
 		next(ctx, mux, m, w, r, err)
 	}

@@ -113,9 +113,13 @@ func fromStatus(w http.ResponseWriter, err error, header metadata.MD) (int, apiE
 		case errreason.ToolResultTooLarge:
 			httpStatus = http.StatusBadGateway
 		default:
-			httpStatus = http.StatusTooManyRequests
+			// A rate limit says when to come back; any other bound this request needs more
+			// of than it may have (no call fits max_tokens, say) would be the same on a retry,
+			// and a 429 would make the SDKs retry it.
+			httpStatus = http.StatusBadRequest
 			if ra := header.Get("retry-after"); len(ra) > 0 {
 				if _, err := strconv.Atoi(ra[0]); err == nil {
+					httpStatus = http.StatusTooManyRequests
 					w.Header().Set("Retry-After", ra[0])
 				}
 			}
@@ -175,7 +179,7 @@ func paramOf(field string) string {
 		return "messages"
 	case "functions":
 		return "tools"
-	case "tool_choice.function", "tool_choice.mode":
+	case "tool_choice.function", "tool_choice.mode", "require_call":
 		return "tool_choice"
 	case "k", "max_iterations", "timeout_seconds":
 		return "toolmesh." + field

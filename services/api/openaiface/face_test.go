@@ -307,7 +307,8 @@ func TestChatBadInput(t *testing.T) {
 			"messages[1].tool_calls[0].function.arguments", "invalid_value"},
 		{"call without id", `{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","tool_calls":[{"type":"function","function":{"name":"f","arguments":"{}"}}]}]}`,
 			"messages[1].tool_calls[0].id", "missing_required_parameter"},
-		{"custom tool", `{"model":"m",` + user + `,"tools":[{"type":"custom","custom":{"name":"x"}}]}`, "tools", "invalid_value"},
+		{"custom tool", `{"model":"m",` + user + `,"tools":[{"type":"custom","custom":{"name":"x"}}]}`, "tools[0].type", "unsupported_parameter"},
+		{"unknown function field", `{"model":"m",` + user + `,"tools":[{"type":"function","function":{"name":"f","params":{}}}]}`, "tools[0]", "invalid_value"},
 		{"tool without name", `{"model":"m",` + user + `,"tools":[{"type":"function","function":{"description":"x"}}]}`, "tools[0].function.name", "missing_required_parameter"},
 		{"strict tool", `{"model":"m",` + user + `,"tools":[{"type":"function","function":{"name":"f","strict":true}}]}`, "tools[0].function.strict", "unsupported_parameter"},
 		{"tool_choice unknown function", `{"model":"m",` + user + `,"tool_choice":{"type":"function","function":{"name":"nope"}}}`, "tool_choice", "invalid_value"},
@@ -377,6 +378,8 @@ func TestChatErrorStatus(t *testing.T) {
 		{"model down", status.Error(codes.Unavailable, "no model to answer with"), nil, 503, "", "", "server_error", ""},
 		{"timeout", status.Error(codes.DeadlineExceeded, "deadline"), nil, 504, "", "", "timeout", ""},
 		{"internal", status.Error(codes.Internal, "bug"), nil, 500, "", "", "server_error", ""},
+		{"a bound no retry helps", status.Error(codes.ResourceExhausted, "a call is required, but no call fits max_tokens"), nil, 400, "", "", "invalid_request_error", ""},
+		{"nothing to call", invalid.Field("require_call", "nothing to call"), nil, 400, "tool_choice", "", "invalid_request_error", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -249,7 +249,11 @@ var keysByRole = map[string][]string{
 	"system":    {"role", "content", "name"},
 	"developer": {"role", "content", "name"},
 	"user":      {"role", "content", "name"},
-	"assistant": {"role", "content", "name", "tool_calls", "refusal", "audio", "function_call"},
+	// An assistant message as a completion returned it, sent back unchanged (the SDKs' own
+	// way to continue a conversation), carries annotations too (metadata about its text), and
+	// from the npm SDK's stream helper "parsed" (its parse of a structured answer): what the
+	// model said is in content and tool_calls, which is all a model reads back.
+	"assistant": {"role", "content", "name", "tool_calls", "refusal", "audio", "function_call", "annotations", "parsed"},
 	"tool":      {"role", "content", "tool_call_id"},
 }
 
@@ -274,7 +278,7 @@ func parseMessage(i int, raw json.RawMessage) (*toolmeshv1.Message, *badParam) {
 	}
 	for _, k := range slices.Sorted(maps.Keys(fields)) {
 		if !slices.Contains(keys, k) {
-			return nil, &badParam{param: p(k), msg: fmt.Sprintf("%s: unknown parameter for a %s message", p(k), m.Role), code: "unknown_parameter"}
+			return nil, &badParam{param: p(k), msg: fmt.Sprintf("%s: unknown parameter for %s message", p(k), article(m.Role)), code: "unknown_parameter"}
 		}
 	}
 	for _, k := range []string{"refusal", "audio", "function_call"} {
@@ -394,26 +398,39 @@ func parseTools(raw json.RawMessage) ([]*toolmeshv1.Function, *badParam) {
 	if isNull(raw) {
 		return nil, nil
 	}
-	var list []struct {
-		Type     *string `json:"type"`
-		Function *struct {
-			Name        *string         `json:"name"`
-			Description *string         `json:"description"`
-			Parameters  json.RawMessage `json:"parameters"`
-			Strict      *bool           `json:"strict"`
-		} `json:"function"`
+	var raws []json.RawMessage
+	if json.Unmarshal(raw, &raws) != nil {
+		return nil, bad("tools", "must be a list of {type: \"function\", function: {name, description, parameters}}")
 	}
-	if err := strictUnmarshal(raw, &list); err != nil {
-		return nil, bad("tools", "must be a list of {type: \"function\", function: {name, description, parameters}}: %v", err)
-	}
-	out := make([]*toolmeshv1.Function, len(list))
-	for i, t := range list {
+	out := make([]*toolmeshv1.Function, len(raws))
+	for i, r := range raws {
 		p := fmt.Sprintf("tools[%d]", i)
+		// The type first: a tool of another type has other fields.
+		var typed struct {
+			Type *string `json:"type"`
+		}
+		if json.Unmarshal(r, &typed) != nil {
+			return nil, bad(p, "must be an object {type: \"function\", function: {...}}")
+		}
 		switch {
-		case t.Type == nil:
+		case typed.Type == nil:
 			return nil, &badParam{param: p + ".type", msg: p + ".type: is required (\"function\")", code: "missing_required_parameter"}
-		case *t.Type != "function":
-			return nil, unsupported(p+".type", fmt.Sprintf("%q tools are not supported: only functions (the mesh's own tools are offered anyway)", cut(*t.Type, 32)))
+		case *typed.Type != "function":
+			return nil, unsupported(p+".type", fmt.Sprintf("%q tools are not supported: only functions (the mesh's own tools are offered anyway)", cut(*typed.Type, 32)))
+		}
+		var t struct {
+			Type     *string `json:"type"`
+			Function *struct {
+				Name        *string         `json:"name"`
+				Description *string         `json:"description"`
+				Parameters  json.RawMessage `json:"parameters"`
+				Strict      *bool           `json:"strict"`
+			} `json:"function"`
+		}
+		if err := strictUnmarshal(r, &t); err != nil {
+			return nil, bad(p, "must be {type: \"function\", function: {name, description, parameters}}: %v", err)
+		}
+		switch {
 		case t.Function == nil || t.Function.Name == nil:
 			return nil, &badParam{param: p + ".function.name", msg: p + ".function.name: is required", code: "missing_required_parameter"}
 		case t.Function.Strict != nil && *t.Function.Strict:
@@ -609,6 +626,14 @@ func parseExtension(raw json.RawMessage, q *toolmeshv1.QueryRequest) *badParam {
 		q.TimeoutSeconds = *ext.TimeoutSeconds
 	}
 	return nil
+}
+
+// article is "a system", "an assistant".
+func article(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "an " + word
+	}
+	return "a " + word
 }
 
 // str reads fields[key] into dst when it is a string; a missing or null field leaves dst.
