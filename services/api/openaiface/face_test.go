@@ -326,6 +326,10 @@ func TestChatBadInput(t *testing.T) {
 		{"parallel calls off", `{"model":"m",` + user + `,"parallel_tool_calls":false}`, "parallel_tool_calls", "unsupported_parameter"},
 		{"penalty", `{"model":"m",` + user + `,"presence_penalty":0.5}`, "presence_penalty", "unsupported_parameter"},
 		{"deprecated functions", `{"model":"m",` + user + `,"functions":[{"name":"f"}]}`, "functions", "unsupported_parameter"},
+		{"schema bomb", `{"model":"m",` + user + `,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","default":` +
+			strings.Repeat("[", 5000) + strings.Repeat("]", 5000) + `}}}]}`, "tools[0].function.parameters", "invalid_value"},
+		{"arguments bomb", `{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":` +
+			strings.Repeat("[", 5000) + strings.Repeat("]", 5000) + `}"}}]}]}`, "messages[1].tool_calls[0].function.arguments", "invalid_value"},
 		{"extension field", `{"model":"m",` + user + `,"toolmesh":{"servrs":["x"]}}`, "toolmesh", "invalid_value"},
 	}
 	a := &agentDouble{resp: answered("x")}
@@ -740,6 +744,16 @@ func TestParamOf(t *testing.T) {
 	} {
 		if got := paramOf(in); got != want {
 			t.Errorf("paramOf(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestDepth(t *testing.T) {
+	for in, want := range map[string]int{
+		`{}`: 1, `{"a":[1,{"b":2}]}`: 3, `"[[[["`: 0, `{"a":"\"[[["}`: 1, `{"a":"\\","b":[[]]}`: 3, `[]`: 1, `7`: 0,
+	} {
+		if got := depth([]byte(in)); got != want {
+			t.Errorf("depth(%s) = %d, want %d", in, got, want)
 		}
 	}
 }

@@ -382,6 +382,9 @@ func parseArguments(param string, s *string) (*structpb.Struct, *badParam) {
 	if s == nil || strings.TrimSpace(*s) == "" {
 		return &structpb.Struct{Fields: map[string]*structpb.Value{}}, nil
 	}
+	if d := depth([]byte(*s)); d > maxDepth {
+		return nil, bad(param, "nests %d deep, more than the %d allowed", d, maxDepth)
+	}
 	var m map[string]any
 	if err := json.Unmarshal([]byte(*s), &m); err != nil || m == nil {
 		return nil, bad(param, "must be a JSON object written as a string, e.g. \"{\\\"city\\\": \\\"Paris\\\"}\"")
@@ -441,6 +444,9 @@ func parseTools(raw json.RawMessage) ([]*toolmeshv1.Function, *badParam) {
 			f.Description = *t.Function.Description
 		}
 		if !isNull(t.Function.Parameters) {
+			if d := depth(t.Function.Parameters); d > maxDepth {
+				return nil, bad(p+".function.parameters", "nests %d deep, more than the %d allowed", d, maxDepth)
+			}
 			var m map[string]any
 			if json.Unmarshal(t.Function.Parameters, &m) != nil {
 				return nil, bad(p+".function.parameters", "must be a JSON Schema object")
@@ -626,6 +632,31 @@ func parseExtension(raw json.RawMessage, q *toolmeshv1.QueryRequest) *badParam {
 		q.TimeoutSeconds = *ext.TimeoutSeconds
 	}
 	return nil
+}
+
+// maxDepth bounds how deeply a function's schema or a call's arguments nest: far more than a
+// real schema needs, and far less than what the services' decoders refuse without naming the
+// parameter.
+const maxDepth = 64
+
+// depth is how deeply JSON text nests its arrays and objects (strings skipped).
+func depth(b []byte) int {
+	d, most, inString := 0, 0, false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '[' || c == '{':
+			d++
+			most = max(most, d)
+		case c == ']' || c == '}':
+			d--
+		}
+	}
+	return most
 }
 
 // article is "a system", "an assistant".
