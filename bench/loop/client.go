@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,17 +59,31 @@ func (a answer) check() error {
 	return nil
 }
 
-// newAsker returns an asker for via ("rest" or "grpc") sized for clients concurrent callers,
-// and a func that releases its connections.
-func newAsker(via string, ms *mesh, clients int, timeout time.Duration) (asker, func(), error) {
+// newAsker returns an asker for via ("rest", "chat" or "grpc") sized for clients concurrent
+// callers, and a func that releases its connections.
+func newAsker(ctx context.Context, via string, ms *mesh, clients int, timeout time.Duration) (asker, func(), error) {
 	switch via {
-	case "rest":
+	case "rest", "chat":
 		// One kept-alive connection per client, as a real client would hold.
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConns = 2 * clients
 		tr.MaxIdleConnsPerHost = 2 * clients
 		hc := &http.Client{Transport: tr, Timeout: timeout}
-		return restAsker(ms.rest, hc), hc.CloseIdleConnections, nil
+		if via == "rest" {
+			return restAsker(ms.rest, hc), hc.CloseIdleConnections, nil
+		}
+		// Once, before any timed phase, as an app reads the model's name once at start.
+		model, err := modelID(ctx, ms.rest, hc)
+		if err != nil {
+			hc.CloseIdleConnections()
+			return nil, nil, err
+		}
+		body, err := chatBody(model)
+		if err != nil {
+			hc.CloseIdleConnections()
+			return nil, nil, err
+		}
+		return chatAsker(ms.rest, body, hc), hc.CloseIdleConnections, nil
 	case "grpc":
 		creds := insecure.NewCredentials()
 		if ms.caFile != "" {
@@ -104,30 +119,41 @@ type restResponse struct {
 	Error      string `json:"error"`
 }
 
-// restBytes is the size of the last REST answer, for the progress log.
+// restBytes is the size of the last answer on the REST port (/v1/query or
+// /v1/chat/completions), for the progress log.
 var restBytes atomic.Int64
+
+// post sends body as JSON to url and returns the answer's body; an answer other than 200 is an
+// error that quotes its start.
+func post(ctx context.Context, hc *http.Client, url string, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%d %.200s", resp.StatusCode, b)
+	}
+	restBytes.Store(int64(len(b)))
+	return b, nil
+}
 
 func restAsker(base string, hc *http.Client) asker {
 	url := base + "/v1/query"
 	return func(ctx context.Context) (int, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(restBody))
+		b, err := post(ctx, hc, url, restBody)
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("POST /v1/query: %w", err)
 		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return 0, err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return 0, fmt.Errorf("POST /v1/query: %d %.200s", resp.StatusCode, b)
-		}
-		restBytes.Store(int64(len(b)))
 		var r restResponse
 		if err := json.Unmarshal(b, &r); err != nil {
 			return 0, fmt.Errorf("POST /v1/query: %v: %.200s", err, b)
@@ -135,6 +161,123 @@ func restAsker(base string, hc *http.Client) asker {
 		a := answer{text: r.Answer, stopReason: r.StopReason, iterations: r.Iterations, err: r.Error}
 		for _, c := range r.ToolCalls {
 			a.calls = append(a.calls, call{tool: c.Tool, output: c.Output, isError: c.IsError})
+		}
+		return a.iterations, a.check()
+	}
+}
+
+// modelID is the id GET /v1/models lists first: the model a chat completion must name.
+func modelID(ctx context.Context, base string, hc *http.Client) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /v1/models: %d %.200s", resp.StatusCode, b)
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return "", fmt.Errorf("GET /v1/models: %v: %.200s", err, b)
+	}
+	if len(list.Data) == 0 || list.Data[0].ID == "" {
+		return "", fmt.Errorf("GET /v1/models lists no model: %.200s", b)
+	}
+	return list.Data[0].ID, nil
+}
+
+// chatBody is the standard question as a chat completion request for model: one user message,
+// no functions of the caller's, so every tool the model uses is the mesh's.
+func chatBody(model string) ([]byte, error) {
+	type message struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	return json.Marshal(struct {
+		Model    string    `json:"model"`
+		Messages []message `json:"messages"`
+	}{model, []message{{"user", addscript.Question}}})
+}
+
+// chatResponse is a chat.completion as its JSON reads (the fields the check needs), with
+// toolmesh's extension, which says what the mesh ran (services/api/openaiface/response.go).
+type chatResponse struct {
+	Object  string `json:"object"`
+	Choices []struct {
+		Message struct {
+			Role      string            `json:"role"`
+			Content   *string           `json:"content"`
+			ToolCalls []json.RawMessage `json:"tool_calls"`
+		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Toolmesh *struct {
+		StopReason string `json:"stop_reason"`
+		Error      string `json:"error"`
+		Iterations int    `json:"iterations"`
+		ToolCalls  []struct {
+			Tool    string `json:"tool"`
+			Output  string `json:"output"`
+			IsError bool   `json:"is_error"`
+		} `json:"tool_calls"`
+	} `json:"toolmesh"`
+}
+
+// chatAnswer reads a chat completion's body into what the check looks at. The shape OpenAI
+// clients read is checked here: one choice, an assistant message with text and no tool calls
+// (the caller offered no functions, so a call handed back would be a mesh tool leaking out),
+// finish_reason stop, and the extension present.
+func chatAnswer(b []byte) (answer, error) {
+	var r chatResponse
+	if err := json.Unmarshal(b, &r); err != nil {
+		return answer{}, fmt.Errorf("%v: %.200s", err, b)
+	}
+	switch {
+	case r.Object != "chat.completion":
+		return answer{}, fmt.Errorf("object %q, want chat.completion", r.Object)
+	case len(r.Choices) != 1:
+		return answer{}, fmt.Errorf("%d choices, want 1", len(r.Choices))
+	case r.Choices[0].FinishReason != "stop":
+		return answer{}, fmt.Errorf("finish_reason %q, want stop", r.Choices[0].FinishReason)
+	case r.Choices[0].Message.Role != "assistant" || r.Choices[0].Message.Content == nil:
+		return answer{}, fmt.Errorf("message role %q with no content, want an assistant's text", r.Choices[0].Message.Role)
+	case len(r.Choices[0].Message.ToolCalls) > 0:
+		return answer{}, fmt.Errorf("%d tool calls handed to the caller, want none", len(r.Choices[0].Message.ToolCalls))
+	case r.Toolmesh == nil:
+		return answer{}, errors.New("no toolmesh extension")
+	}
+	ext := r.Toolmesh
+	// The extension spells the stop reason without the enum's prefix, in lower case.
+	a := answer{text: *r.Choices[0].Message.Content, stopReason: "STOP_REASON_" + strings.ToUpper(ext.StopReason),
+		iterations: ext.Iterations, err: ext.Error}
+	for _, c := range ext.ToolCalls {
+		a.calls = append(a.calls, call{tool: c.Tool, output: c.Output, isError: c.IsError})
+	}
+	return a, nil
+}
+
+func chatAsker(base string, body []byte, hc *http.Client) asker {
+	url := base + "/v1/chat/completions"
+	return func(ctx context.Context) (int, error) {
+		b, err := post(ctx, hc, url, body)
+		if err != nil {
+			return 0, fmt.Errorf("POST /v1/chat/completions: %w", err)
+		}
+		a, err := chatAnswer(b)
+		if err != nil {
+			return 0, fmt.Errorf("POST /v1/chat/completions: %w", err)
 		}
 		return a.iterations, a.check()
 	}

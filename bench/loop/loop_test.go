@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +61,11 @@ func checkResult(t *testing.T, r result) {
 
 func TestInproc(t *testing.T) { runShort(t, "inproc", time.Second) }
 
+// TestInprocChat: chat completions are answered right through the same loop as /v1/query.
+func TestInprocChat(t *testing.T) {
+	runShort(t, "inproc", 500*time.Millisecond, func(o *options) { o.vias = []string{"rest", "chat"} })
+}
+
 func TestMicro(t *testing.T) {
 	if testing.Short() {
 		t.Skip("micro mode builds toolmesh and starts seven processes")
@@ -97,6 +104,69 @@ func TestCheck(t *testing.T) {
 		if a.check() == nil {
 			t.Errorf("%s: check accepted %+v", name, a)
 		}
+	}
+}
+
+// TestChatAnswer: a chat completion passes only as the scripted run in OpenAI's shape; the
+// fixture is a real answer of the mesh to the standard question.
+func TestChatAnswer(t *testing.T) {
+	good, err := os.ReadFile("testdata/chat-completion.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := chatAnswer(good)
+	if err != nil {
+		t.Fatalf("chatAnswer(right answer) = %v", err)
+	}
+	if err := a.check(); err != nil {
+		t.Fatalf("check(right answer) = %v (%+v)", err, a)
+	}
+	choice := func(c map[string]any) map[string]any { return c["choices"].([]any)[0].(map[string]any) }
+	message := func(c map[string]any) map[string]any { return choice(c)["message"].(map[string]any) }
+	ext := func(c map[string]any) map[string]any { return c["toolmesh"].(map[string]any) }
+	firstCall := func(c map[string]any) map[string]any { return ext(c)["tool_calls"].([]any)[0].(map[string]any) }
+	bad := map[string]func(c map[string]any){
+		"chunk":             func(c map[string]any) { c["object"] = "chat.completion.chunk" },
+		"two choices":       func(c map[string]any) { c["choices"] = append(c["choices"].([]any), choice(c)) },
+		"finish length":     func(c map[string]any) { choice(c)["finish_reason"] = "length" },
+		"finish tool_calls": func(c map[string]any) { choice(c)["finish_reason"] = "tool_calls" },
+		"null content":      func(c map[string]any) { message(c)["content"] = nil },
+		"wrong answer":      func(c map[string]any) { message(c)["content"] = "2 plus 3 is ." },
+		"call handed back": func(c map[string]any) {
+			message(c)["tool_calls"] = []any{map[string]any{"id": "call_1", "type": "function",
+				"function": map[string]any{"name": "calculator__add", "arguments": "{}"}}}
+		},
+		"no extension":   func(c map[string]any) { delete(c, "toolmesh") },
+		"max iterations": func(c map[string]any) { ext(c)["stop_reason"] = "max_iterations" },
+		"error":          func(c map[string]any) { ext(c)["error"] = "step 2: boom" },
+		"3 iterations":   func(c map[string]any) { ext(c)["iterations"] = 3 },
+		"no call":        func(c map[string]any) { delete(ext(c), "tool_calls") },
+		"output 6":       func(c map[string]any) { firstCall(c)["output"] = "6" },
+		"is_error":       func(c map[string]any) { firstCall(c)["is_error"] = true },
+		"other tool":     func(c map[string]any) { firstCall(c)["tool"] = "calculator.multiply" },
+	}
+	for name, spoil := range bad {
+		t.Run(name, func(t *testing.T) {
+			var c map[string]any
+			if err := json.Unmarshal(good, &c); err != nil {
+				t.Fatal(err)
+			}
+			spoil(c)
+			b, err := json.Marshal(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := chatAnswer(b)
+			if err == nil {
+				err = a.check()
+			}
+			if err == nil {
+				t.Errorf("accepted %s", b)
+			}
+		})
+	}
+	if _, err := chatAnswer([]byte(`{"error":{"message":"x"`)); err == nil {
+		t.Error("accepted a body that is not JSON")
 	}
 }
 

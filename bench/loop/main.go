@@ -5,9 +5,12 @@
 // (llamatest) that answers at once: step 1 calls calculator.add(a=2, b=3), step 2 answers in
 // text, then the answer is composed — 2 iterations and a compose request per query, each
 // answer checked (the answer, one call with output 5, stop reason answered, 2 iterations;
-// anything else counts as an error). Clients send POST /v1/query (what users call) or, with
-// -via grpc, the api's gRPC Query, each client one question at a time, for -duration after a
-// -warmup.
+// anything else counts as an error). Clients send POST /v1/query (what users call), with
+// -via grpc the api's gRPC Query, or with -via chat POST /v1/chat/completions in OpenAI's wire
+// format (one user message, the model GET /v1/models lists, read once at the start; the
+// answer's text, finish_reason stop and the toolmesh extension's calls, stop reason and
+// iterations checked the same way), each client one question at a time, for -duration after
+// a -warmup.
 //
 // Two ways to run the mesh, each with the MCP servers `toolmesh up` runs as its demo
 // (calculator, converter, sqlite):
@@ -25,7 +28,7 @@
 // With -tls, micro mode's services talk mutual TLS (certificates from `toolmesh tls init`'s
 // code, made in the run's folder) and the gRPC clients speak TLS to the api; REST stays plain.
 //
-//	go run ./bench/loop [-duration 10s] [-clients 1,32] [-mode inproc,micro] [-via rest,grpc] [-tls] [-markdown] [-json FILE]
+//	go run ./bench/loop [-duration 10s] [-clients 1,32] [-mode inproc,micro] [-via rest,grpc,chat] [-tls] [-markdown] [-json FILE]
 package main
 
 import (
@@ -77,7 +80,7 @@ func main() {
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "untimed phase before each timed one")
 	fs.StringVar(&clients, "clients", "1,32", "comma-separated numbers of concurrent clients")
 	fs.StringVar(&modes, "mode", "inproc,micro", "comma-separated modes: inproc (one process), micro (a process per target)")
-	fs.StringVar(&vias, "via", "rest", "comma-separated APIs the clients call: rest (POST /v1/query), grpc (AgentService.Query)")
+	fs.StringVar(&vias, "via", "rest", "comma-separated APIs the clients call: rest (POST /v1/query), grpc (AgentService.Query), chat (POST /v1/chat/completions)")
 	fs.StringVar(&o.binary, "binary", "", "toolmesh binary for micro mode; empty: go build ./cmd/toolmesh into a temporary folder")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process per timed phase to PREFIX-MODE-VIA-cN.pprof (in micro mode the mesh is in the child processes, not in it)")
 	fs.StringVar(&o.memprofile, "memprofile", "", "write this process's allocation profile (whole run) to this file at the end; in inproc mode it holds the mesh's allocations")
@@ -144,8 +147,8 @@ func (o options) check() error {
 		return fmt.Errorf("-tls: micro mode only (give -mode micro)")
 	}
 	for _, v := range o.vias {
-		if v != "rest" && v != "grpc" {
-			return fmt.Errorf("-via: %q is not rest or grpc", v)
+		if v != "rest" && v != "grpc" && v != "chat" {
+			return fmt.Errorf("-via: %q is not rest, grpc or chat", v)
 		}
 	}
 	return nil
@@ -247,7 +250,7 @@ func runMode(ctx context.Context, o options, mode, dir string, m *model, logf fu
 	logf("%s: mesh ready in %s (REST %s, api gRPC %s)", mode, time.Since(start).Round(time.Millisecond), ms.rest, ms.grpc)
 
 	for _, via := range o.vias {
-		ask, closeAsker, err := newAsker(via, ms, slices.Max(o.clients), o.timeout)
+		ask, closeAsker, err := newAsker(ctx, via, ms, slices.Max(o.clients), o.timeout)
 		if err != nil {
 			return results, err
 		}
