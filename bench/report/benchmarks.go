@@ -40,6 +40,8 @@ var benchmarks = []benchmark{
 		builds: []string{"./bench/mcpface"}, run: runMCPFace},
 	{name: "replicas", issue: "20 replicas", title: "Replicas sharing the load (issues 17, 20)",
 		builds: []string{"./bench/replicas"}, run: runReplicas},
+	{name: "chat", issue: "25 OpenAI face", title: "Chat completions vs /v1/query (issue 25)",
+		builds: []string{"./bench/loop"}, run: runChat},
 }
 
 // pick is the quick or the full variant.
@@ -229,6 +231,25 @@ func runLoop(ctx context.Context, r *runner, s *section) {
 		args: append(r.pick([]string{"-via", "rest,grpc", "-duration", "8s"},
 			[]string{"-via", "rest,grpc", "-clients", "1", "-duration", "1s", "-warmup", "200ms"}), common...),
 	}, "loop.json", loopRows)
+}
+
+func runChat(ctx context.Context, r *runner, s *section) {
+	s.Intro = []string{
+		"The agent-loop benchmark with every target in one process, asked \"What is 2 plus 3?\" the two " +
+			"ways an app can: `POST /v1/query` (`rest`) and `POST /v1/chat/completions` in OpenAI's wire " +
+			"format (`chat`: one user message, the model `GET /v1/models` lists, read once at the start), " +
+			"both answered by the same loop and the same llama-server double, one after the other in the " +
+			"same run, at 1 and 32 clients. Every answer is checked: the composed text, and for `chat` " +
+			"`finish_reason` stop with the `toolmesh` extension's one `calculator.add` call returning 5, " +
+			"stop reason answered and 2 iterations. Overhead per request = query time − the model's time " +
+			"(measured at a proxy in front of the double), p50 at 1 client; both APIs take 2 iterations. " +
+			fmt.Sprintf("Target: chat's overhead per request ≤ %.2f× rest's (at most 5 %% more).", chatMaxOverhead),
+	}
+	runFigures(ctx, r, s, spec{
+		shown: "go run ./bench/loop", bin: r.program("./bench/loop"), markdown: true, timeout: r.timeout(5 * time.Minute),
+		args: append([]string{"-mode", "inproc", "-via", "rest,chat", "-clients", "1,32"},
+			r.pick([]string{"-duration", "8s", "-markdown"}, []string{"-duration", "1s", "-warmup", "200ms", "-markdown"})...),
+	}, "chat.json", chatRows)
 }
 
 func runTracing(ctx context.Context, r *runner, s *section) {

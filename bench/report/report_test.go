@@ -54,6 +54,13 @@ var (
 		{Mode: "inproc", Via: "rest", Clients: 32, Queries: 8160, QPS: 814.6, IterP50: 16181, Target: 1000},
 		{Mode: "micro", Via: "grpc", Clients: 1, Queries: 1952, IterP50: 1519, Target: 1500},
 	}}
+	// A chat completion 3 % over /v1/query at 1 client: within issue 25's 5 %.
+	cannedChat = figures.Loop{DurationSeconds: 8, Rows: []figures.LoopRow{
+		{Mode: "inproc", Via: "rest", Clients: 1, Queries: 2000, IterP50: 1300, CPUPerQuery: 3900, AllocKB: 734.4},
+		{Mode: "inproc", Via: "rest", Clients: 32, Queries: 4000, QPS: 500.4},
+		{Mode: "inproc", Via: "chat", Clients: 1, Queries: 2100, IterP50: 1339, CPUPerQuery: 3700, AllocKB: 687},
+		{Mode: "inproc", Via: "chat", Clients: 32, Queries: 4200, QPS: 525.2},
+	}}
 	cannedTracing = []tracingRun{
 		{On: false, Row: figures.LoopRow{P50: 2.17, QPS: 423.2, CPUPerQuery: 2598}},
 		{On: true, Row: figures.LoopRow{P50: 2.52, QPS: 352.0, CPUPerQuery: 3187}},
@@ -139,6 +146,16 @@ func TestSummaryRows(t *testing.T) {
 			"1,519 µs", "target 1,500 µs", "1.01×", "≤ 1,500 µs", notMet},
 		{"loop 32 clients: info", loopRows(cannedLoop), "queries/s, inproc, rest, 32 clients", "815", "—", "—", "—", info},
 		{"loop errors", loopRows(cannedLoop), "failed queries", "0 of 14,048", "—", "—", "0", met},
+		{"chat overhead 3 % over /v1/query: met", chatRows(cannedChat), "overhead per request p50",
+			"2,678 µs", "2,600 µs", "1.03×", "ratio ≤ 1.05", met},
+		{"chat overhead 8 % over: not met", chatRows(chatWith(func(f *figures.Loop) { f.Rows[2].IterP50 = 1404 })), "overhead per request p50",
+			"2,808 µs", "2,600 µs", "1.08×", "ratio ≤ 1.05", notMet},
+		{"chat overhead within target but a chat query failed: not met", chatRows(chatWith(func(f *figures.Loop) { f.Rows[2].Errors = 1 })),
+			"overhead per request p50", "2,678 µs", "2,600 µs", "1.03×", "ratio ≤ 1.05", notMet},
+		{"chat CPU per query: info", chatRows(cannedChat), "CPU per query", "3,700 µs", "3,900 µs", "0.95×", "—", info},
+		{"chat allocations per query: info", chatRows(cannedChat), "allocated per query", "687 KB", "734 KB", "0.94×", "—", info},
+		{"chat q/s at 32 clients: info", chatRows(cannedChat), "queries/s, one process, 32 clients", "525", "500", "1.05×", "—", info},
+		{"chat errors", chatRows(chatWith(func(f *figures.Loop) { f.Rows[3].Errors = 2 })), "failed queries", "2 of 12,302", "—", "—", "0", notMet},
 		{"tracing p50: +14 %", tracingRows(cannedTracing, "a local Jaeger"), "query p50",
 			"2.48 ms", "2.19 ms", "1.14×", "ratio ≤ 1.15", met},
 		{"tracing CPU: +20 %", tracingRows(cannedTracing, "a local Jaeger"), "CPU per query",
@@ -185,6 +202,14 @@ func TestSummaryRows(t *testing.T) {
 	}
 }
 
+// chatWith is cannedChat changed by edit (its rows copied first).
+func chatWith(edit func(f *figures.Loop)) figures.Loop {
+	f := cannedChat
+	f.Rows = append([]figures.LoopRow(nil), cannedChat.Rows...)
+	edit(&f)
+	return f
+}
+
 func TestMissingFigures(t *testing.T) {
 	if r := find(t, speedRows(figures.Speed{Sizes: []figures.SpeedSize{{Tools: 1000}}}), "100,000"); r.Verdict != skipped ||
 		r.Toolmesh != "not measured in this run" {
@@ -195,6 +220,9 @@ func TestMissingFigures(t *testing.T) {
 	}
 	if r := tracingRows(cannedTracing[:1], "x"); len(r) != 1 || r[0].Verdict != failed {
 		t.Errorf("tracing without an 'on' run: %+v; want one failed row", r)
+	}
+	if r := find(t, chatRows(figures.Loop{Rows: cannedChat.Rows[:2]}), "overhead per request"); r.Verdict != failed {
+		t.Errorf("a chat run without its chat rows: %+v; want a failed row", r)
 	}
 	if r := liveRows(figures.Live{}); len(r) != 1 || r[0].Verdict != failed {
 		t.Errorf("a live run that decoded nothing: %+v; want one failed row", r)

@@ -305,10 +305,7 @@ func serviceLiveRows(l figures.Live) []row {
 func loopRows(f figures.Loop) []row {
 	issue := "5 agent loop"
 	var rows []row
-	errs, queries := 0, 0
 	for _, r := range f.Rows {
-		errs += r.Errors
-		queries += r.Queries + r.Errors
 		if r.Clients != 1 {
 			continue
 		}
@@ -327,9 +324,55 @@ func loopRows(f figures.Loop) []row {
 		rows = append(rows, row{issue, fmt.Sprintf("queries/s, %s, %s, %d clients", r.Mode, r.Via, r.Clients),
 			thousands(r.QPS, 0), "—", math.NaN(), "—", info})
 	}
-	rows = append(rows, row{issue, "failed queries, all rows", fmt.Sprintf("%d of %s", errs, thousands(float64(queries), 0)),
-		"—", math.NaN(), "0", judge(errs == 0 && queries > 0)})
-	return rows
+	return append(rows, loopFailedRow(issue, f))
+}
+
+// loopFailedRow counts a loop run's failed queries over all its rows; none may fail.
+func loopFailedRow(issue string, f figures.Loop) row {
+	errs, queries := 0, 0
+	for _, r := range f.Rows {
+		errs += r.Errors
+		queries += r.Queries + r.Errors
+	}
+	return row{issue, "failed queries, all rows", fmt.Sprintf("%d of %s", errs, thousands(float64(queries), 0)),
+		"—", math.NaN(), "0", judge(errs == 0 && queries > 0)}
+}
+
+// Issue 25's target: a chat completion's overhead per request at most 5 % over /v1/query's.
+const chatMaxOverhead = 1.05
+
+// loopIterations is the iterations of every query bench/loop counts: it accepts only answers
+// of the scripted run (a call, then the answer), so a query's overhead is 2× its iteration's.
+const loopIterations = 2
+
+// chatRows compare POST /v1/chat/completions with POST /v1/query through the same loop in one
+// process (issue 25): overhead per request at 1 client against the target, then CPU and
+// allocations per query and queries/s at 32 clients for context.
+func chatRows(f figures.Loop) []row {
+	issue := "25 OpenAI face"
+	var rows []row
+	rest, okR := f.Find("inproc", "rest", 1)
+	chat, okC := f.Find("inproc", "chat", 1)
+	if okR && okC {
+		q, b := loopIterations*chat.IterP50, loopIterations*rest.IterP50
+		ok := ratio(q, b) <= chatMaxOverhead && rest.Errors+chat.Errors == 0 && rest.Queries > 0 && chat.Queries > 0
+		rows = append(rows,
+			row{issue, fmt.Sprintf("overhead per request p50 (query − model time), one process, 1 client: chat completion vs /v1/query (chat − /v1/query: %s)", signedUS(q-b)),
+				us(q), us(b), ratio(q, b), fmt.Sprintf("ratio ≤ %.2f", chatMaxOverhead), judge(ok)},
+			row{issue, "CPU per query (the whole process), 1 client: chat vs /v1/query", us(chat.CPUPerQuery), us(rest.CPUPerQuery),
+				ratio(chat.CPUPerQuery, rest.CPUPerQuery), "—", info},
+			row{issue, "allocated per query (the whole process), 1 client: chat vs /v1/query", fmt.Sprintf("%s KB", thousands(chat.AllocKB, 0)),
+				fmt.Sprintf("%s KB", thousands(rest.AllocKB, 0)), ratio(chat.AllocKB, rest.AllocKB), "—", info})
+	} else {
+		rows = append(rows, row{issue, "overhead per request, 1 client: chat vs /v1/query", "not measured", "", math.NaN(), "", failed})
+	}
+	if rest, okR := f.Find("inproc", "rest", 32); okR {
+		if chat, okC := f.Find("inproc", "chat", 32); okC {
+			rows = append(rows, row{issue, "queries/s, one process, 32 clients: chat vs /v1/query", thousands(chat.QPS, 0), thousands(rest.QPS, 0),
+				ratio(chat.QPS, rest.QPS), "—", info})
+		}
+	}
+	return append(rows, loopFailedRow(issue, f))
 }
 
 // tracingRun is one loop run with tracing on or off.
