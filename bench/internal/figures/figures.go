@@ -166,7 +166,7 @@ type Loop struct {
 // LoopRow is one measured row; overhead per iteration in µs, query latency in ms.
 type LoopRow struct {
 	Mode        string  `json:"mode"` // inproc, micro
-	Via         string  `json:"via"`  // rest, grpc
+	Via         string  `json:"via"`  // rest, grpc, chat
 	Clients     int     `json:"clients"`
 	Queries     int     `json:"queries"`
 	Errors      int     `json:"errors"`
