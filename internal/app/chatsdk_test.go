@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -74,24 +73,14 @@ type jsStep struct {
 // runJS runs the npm SDK runner with a plan of steps against base and returns a line per step.
 func runJS(t *testing.T, sdk []string, base, key string, steps ...any) []jsStep {
 	t.Helper()
-	dir := t.TempDir()
-	src, err := os.ReadFile(filepath.Join("..", "..", "services", "api", "openaiface", "testdata", "jsclient", "client.mjs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "client.mjs"), src, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(sdk[1], filepath.Join(dir, "node_modules")); err != nil {
-		t.Fatal(err)
-	}
+	script := nodeScript(t, filepath.Join("..", "..", "services", "api", "openaiface", "testdata", "jsclient", "client.mjs"), sdk[1])
 	plan, err := json.Marshal(map[string]any{"base_url": base + "/v1", "api_key": key, "steps": steps})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, sdk[0], filepath.Join(dir, "client.mjs"))
+	cmd := exec.CommandContext(ctx, sdk[0], script)
 	cmd.Stdin = strings.NewReader(string(plan))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -113,43 +102,16 @@ func runJS(t *testing.T, sdk []string, base, key string, steps ...any) []jsStep 
 	return lines
 }
 
-// sdkCompletion is the part of a completion the SDK tests read.
-type sdkCompletion struct {
-	Choices []struct {
-		Message struct {
-			Content   *string `json:"content"`
-			ToolCalls []struct {
-				ID       string `json:"id"`
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		TotalTokens int `json:"total_tokens"`
-	} `json:"usage"`
-}
-
-func (s jsStep) completion(t *testing.T) sdkCompletion {
+func (s jsStep) completion(t *testing.T) chatCompletion {
 	t.Helper()
 	if !s.OK {
 		t.Fatalf("the SDK threw: %+v", s.Error)
 	}
-	var c sdkCompletion
-	if err := json.Unmarshal(s.Result, &c); err != nil || len(c.Choices) != 1 {
-		t.Fatalf("completion %s: %v", s.Result, err)
+	c := decodeChat(t, s.Result)
+	if len(c.Choices) != 1 {
+		t.Fatalf("completion %s", s.Result)
 	}
 	return c
-}
-
-func (c sdkCompletion) text() string {
-	if p := c.Choices[0].Message.Content; p != nil {
-		return *p
-	}
-	return "<null>"
 }
 
 // TestChatOpenAINodeSDK uses the mesh from the official openai npm SDK (pinned in
@@ -179,12 +141,12 @@ func TestChatOpenAINodeSDK(t *testing.T) {
 		map[string]any{"op": "models"},
 		map[string]any{"op": "model", "id": model},
 	)
-	if got := steps[0].completion(t).text(); got != "2 plus 3 is 5." {
+	if got := steps[0].completion(t).content(); got != "2 plus 3 is 5." {
 		t.Errorf("completion: %q", got)
 	}
 	streamed := steps[1].completion(t)
-	if streamed.text() != "2 plus 3 is 5." || streamed.Usage == nil || streamed.Usage.TotalTokens == 0 {
-		t.Errorf("stream reassembled by the SDK: %q usage %+v", streamed.text(), streamed.Usage)
+	if streamed.content() != "2 plus 3 is 5." || streamed.Usage.TotalTokens == 0 {
+		t.Errorf("stream reassembled by the SDK: %q usage %+v", streamed.content(), streamed.Usage)
 	}
 	var events []string
 	for _, c := range steps[1].Chunks {
@@ -195,10 +157,10 @@ func TestChatOpenAINodeSDK(t *testing.T) {
 	if !strings.Contains(strings.Join(events, ","), "tool_call_finished") {
 		t.Errorf("the SDK's chunks lost the toolmesh events: %v", events)
 	}
-	if got := steps[2].completion(t).text(); got != "That times 4 is 20." {
+	if got := steps[2].completion(t).content(); got != "That times 4 is 20." {
 		t.Errorf("second turn: %q", got)
 	}
-	if got := steps[3].completion(t).text(); got != "It is 19 now." {
+	if got := steps[3].completion(t).content(); got != "It is 19 now." {
 		t.Errorf("third turn: %q", got)
 	}
 	fn := steps[4].completion(t)
@@ -235,10 +197,10 @@ func TestChatOpenAINodeSDK(t *testing.T) {
 	done := runJS(t, sdk, m.base, sdkToken,
 		ask(user("What is the weather in Paris?"), streamedMsg.Choices[0].Message, map[string]any{"role": "tool", "tool_call_id": calls[0].ID, "content": "rainy"}),
 		ask(user("What is the weather in Paris?"), plainMsg.Choices[0].Message, map[string]any{"role": "tool", "tool_call_id": plainCall.ID, "content": "hail"}))
-	if got := done[0].completion(t).text(); got != "In Paris it is rainy." {
+	if got := done[0].completion(t).content(); got != "In Paris it is rainy." {
 		t.Errorf("after the function's result (the stream's message sent back): %q", got)
 	}
-	if got := done[1].completion(t).text(); got != "In Paris it is hail." {
+	if got := done[1].completion(t).content(); got != "In Paris it is hail." {
 		t.Errorf("after the function's result (the completion's message sent back): %q", got)
 	}
 

@@ -106,6 +106,25 @@ type tsEvent struct {
 	} `json:"reports"`
 }
 
+// nodeScript copies the ES module at src into a folder of the test's, beside a link to the
+// node_modules folder it imports from, and returns the copy's path.
+func nodeScript(t *testing.T, src, nodeModules string) string {
+	t.Helper()
+	dir := t.TempDir()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, filepath.Base(src))
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(nodeModules, filepath.Join(dir, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestMCPTypeScriptClient drives the official MCP TypeScript SDK's client
 // (testdata/tsclient/client.mjs, from services/api/mcpface) against /mcp of a mesh whose
 // servers are the real server-everything over stdio and dyn: it lists every tool (names valid
@@ -117,20 +136,10 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	base := startEverythingMesh(t, dyn)
 
 	// The client is an ES module: it finds the SDK in the node_modules folder next to it.
-	dir := t.TempDir()
-	src, err := os.ReadFile(filepath.Join("..", "..", "services", "api", "mcpface", "testdata", "tsclient", "client.mjs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "client.mjs"), src, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(sdk[1], filepath.Join(dir, "node_modules")); err != nil {
-		t.Fatal(err)
-	}
+	script := nodeScript(t, filepath.Join("..", "..", "services", "api", "mcpface", "testdata", "tsclient", "client.mjs"), sdk[1])
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, sdk[0], filepath.Join(dir, "client.mjs"), base+"/mcp")
+	cmd := exec.CommandContext(ctx, sdk[0], script, base+"/mcp")
 	cmd.Env = append(os.Environ(),
 		"CALL_TOOL=everything__get-sum", `CALL_ARGS={"a":2,"b":3}`,
 		"PROGRESS_TOOL=everything__trigger-long-running-operation", `PROGRESS_ARGS={"duration":0.6,"steps":3}`,

@@ -4,15 +4,13 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"go.uber.org/goleak"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/invalid"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -20,17 +18,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // fieldOf is the field an INVALID_ARGUMENT names.
 func fieldOf(t *testing.T, err error) string {
 	t.Helper()
-	st := status.Convert(err)
-	if st.Code() != codes.InvalidArgument {
-		t.Fatalf("code %v, want InvalidArgument: %v", st.Code(), err)
+	f, ok := invalid.FieldOf(err)
+	if !ok {
+		t.Fatalf("%v names no field", err)
 	}
-	for _, d := range st.Details() {
-		if br, ok := d.(*errdetails.BadRequest); ok {
-			return br.GetFieldViolations()[0].GetField()
-		}
-	}
-	t.Fatalf("no field in %v", err)
-	return ""
+	return f
 }
 
 func TestFunctionsAndGeneration(t *testing.T) {

@@ -16,3 +16,17 @@ func Field(field, why string) error {
 	}
 	return st.Err()
 }
+
+// FieldOf is the field an error made by Field names, and whether it names one.
+func FieldOf(err error) (string, bool) {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.InvalidArgument {
+		return "", false
+	}
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok && len(br.GetFieldViolations()) > 0 {
+			return br.GetFieldViolations()[0].GetField(), true
+		}
+	}
+	return "", false
+}

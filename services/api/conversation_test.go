@@ -5,14 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
-
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/chatcheck"
+	"github.com/toolmesh/toolmesh/internal/invalid"
 )
 
 func msg(role, content string) *toolmeshv1.Message {
@@ -35,17 +32,11 @@ func result(id, content string) *toolmeshv1.Message {
 // fieldOf is the field an INVALID_ARGUMENT names.
 func fieldOf(t *testing.T, err error) string {
 	t.Helper()
-	st := status.Convert(err)
-	if st.Code() != codes.InvalidArgument {
-		t.Fatalf("code %v, want InvalidArgument: %v", st.Code(), err)
+	f, ok := invalid.FieldOf(err)
+	if !ok {
+		t.Fatalf("%v names no field", err)
 	}
-	for _, d := range st.Details() {
-		if br, ok := d.(*errdetails.BadRequest); ok {
-			return br.GetFieldViolations()[0].GetField()
-		}
-	}
-	t.Fatalf("no field in %v", err)
-	return ""
+	return f
 }
 
 func TestSplitConversation(t *testing.T) {

@@ -7,12 +7,12 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/toolmesh/toolmesh/internal/errreason"
+	"github.com/toolmesh/toolmesh/internal/invalid"
 )
 
 // apiError is OpenAI's error object. The SDKs raise their error classes by the HTTP status
@@ -142,19 +142,15 @@ func fromStatus(w http.ResponseWriter, err error, header metadata.MD) (int, apiE
 // native field name replaced by it.
 func fieldOf(st *status.Status) (string, string) {
 	msg := st.Message()
-	for _, d := range st.Details() {
-		br, ok := d.(*errdetails.BadRequest)
-		if !ok || len(br.GetFieldViolations()) == 0 {
-			continue
-		}
-		f := br.GetFieldViolations()[0].GetField()
-		p := paramOf(f)
-		if rest, ok := strings.CutPrefix(msg, f+":"); ok {
-			msg = p + ":" + rest
-		}
-		return p, msg
+	f, ok := invalid.FieldOf(st.Err())
+	if !ok {
+		return "", msg
 	}
-	return "", msg
+	p := paramOf(f)
+	if rest, ok := strings.CutPrefix(msg, f+":"); ok {
+		msg = p + ":" + rest
+	}
+	return p, msg
 }
 
 var (
