@@ -319,14 +319,14 @@ func TestQuery(t *testing.T) {
 			name:       "--json prints the whole response, indented",
 			args:       []string{"add 2 and 3", "--json"},
 			fake:       &fakeQuery{unary: gatewayLine(t, queryResp("5", answered, 2, ""))},
-			wantStdout: "{\n  \"answer\": \"5\",\n  \"tool_calls\": [],\n  \"steps\": [],\n  \"iterations\": 2,\n  \"trace_id\": \"4bf92f35\",\n  \"stop_reason\": \"STOP_REASON_ANSWERED\",\n  \"error\": \"\",\n  \"duration_ms\": 0,\n  \"compose_start_ms\": 0,\n  \"compose_ms\": 0\n}\n",
+			wantStdout: "{\n  \"answer\": \"5\",\n  \"tool_calls\": [],\n  \"steps\": [],\n  \"iterations\": 2,\n  \"trace_id\": \"4bf92f35\",\n  \"stop_reason\": \"STOP_REASON_ANSWERED\",\n  \"error\": \"\",\n  \"duration_ms\": 0,\n  \"compose_start_ms\": 0,\n  \"compose_ms\": 0,\n  \"function_calls\": [],\n  \"model\": \"\",\n  \"finish_reason\": \"\"\n}\n",
 		},
 		{
 			name:       "--json still exits 1 without an answer",
 			args:       []string{"--json", "loop"},
 			fake:       &fakeQuery{unary: gatewayLine(t, queryResp("", toolmeshv1.StopReason_STOP_REASON_MAX_ITERATIONS, 8, ""))},
 			wantCode:   1,
-			wantStdout: "{\n  \"answer\": \"\",\n  \"tool_calls\": [],\n  \"steps\": [],\n  \"iterations\": 8,\n  \"trace_id\": \"4bf92f35\",\n  \"stop_reason\": \"STOP_REASON_MAX_ITERATIONS\",\n  \"error\": \"\",\n  \"duration_ms\": 0,\n  \"compose_start_ms\": 0,\n  \"compose_ms\": 0\n}\n",
+			wantStdout: "{\n  \"answer\": \"\",\n  \"tool_calls\": [],\n  \"steps\": [],\n  \"iterations\": 8,\n  \"trace_id\": \"4bf92f35\",\n  \"stop_reason\": \"STOP_REASON_MAX_ITERATIONS\",\n  \"error\": \"\",\n  \"duration_ms\": 0,\n  \"compose_start_ms\": 0,\n  \"compose_ms\": 0,\n  \"function_calls\": [],\n  \"model\": \"\",\n  \"finish_reason\": \"\"\n}\n",
 			wantStderr: "stopped: max iterations reached after 8 steps",
 		},
 		{
@@ -606,7 +606,7 @@ func TestQueryThroughGateway(t *testing.T) {
 		{"answered", []string{"add"}, 0, "5\n", progress},
 		{"error before the first event", []string{"add", "-k", "99"}, 1, "", "toolmesh query: k must be 1 to 50, got 99 (HTTP 400)\n"},
 		{"error mid-stream", []string{"fail"}, 1, "5\n", progress + "toolmesh query: the query failed: inference is down (Unavailable)\n"},
-		{"--json", []string{"add", "--json"}, 0, "{\n  \"answer\": \"5\",\n  \"tool_calls\": [],\n  \"steps\": [],\n  \"iterations\": 2,\n  \"trace_id\": \"4bf92f35\",\n  \"stop_reason\": \"STOP_REASON_ANSWERED\",\n  \"error\": \"\",\n  \"duration_ms\": 0,\n  \"compose_start_ms\": 0,\n  \"compose_ms\": 0\n}\n", ""},
+		{"--json", []string{"add", "--json"}, 0, "{\n  \"answer\": \"5\",\n  \"tool_calls\": [],\n  \"steps\": [],\n  \"iterations\": 2,\n  \"trace_id\": \"4bf92f35\",\n  \"stop_reason\": \"STOP_REASON_ANSWERED\",\n  \"error\": \"\",\n  \"duration_ms\": 0,\n  \"compose_start_ms\": 0,\n  \"compose_ms\": 0,\n  \"function_calls\": [],\n  \"model\": \"\",\n  \"finish_reason\": \"\"\n}\n", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
