@@ -474,6 +474,8 @@ func initAPI(a *App, env targetEnv) ([]runner, error) {
 	a.api = svc
 	a.endpoint("REST", "http://"+hs.Addr())
 	a.endpoint("console", "http://"+hs.Addr()+"/ui/")
+	// Apps that speak OpenAI take this as their base URL (docs/app.md).
+	a.endpoint("OpenAI API", "http://"+hs.Addr()+"/v1")
 	a.endpoint("api gRPC", g.Addr())
 	// The HTTP server drains before the gRPC server it forwards to stops.
 	serve := func(ctx context.Context) error {

@@ -37,8 +37,8 @@ func TestRunStopsCleanlyAndReportsBindErrors(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("Run returned before starting: %v", err)
 	}
-	if len(a.Endpoints) != 4 {
-		t.Errorf("endpoints = %v, want executor gRPC, REST, console and api gRPC", a.Endpoints)
+	if len(a.Endpoints) != 5 {
+		t.Errorf("endpoints = %v, want executor gRPC, REST, console, OpenAI API and api gRPC", a.Endpoints)
 	}
 	cancel()
 	select {
