@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -153,6 +154,12 @@ func TestParseErrors(t *testing.T) {
 			[]string{`mcp server "calc": maxConcurrency: must be an integer, not a string`}},
 		{"bad protocolVersion", `{"mcpServers":{"calc":{"url":"http://h/","protocolVersion":"latest"}}}`,
 			[]string{`mcp server "calc": protocolVersion: must be an MCP protocol version`}},
+		{"excludedTools without a value", `{"mcpServers":{"calc":{"url":"http://h/","excludedTools":null}}}`,
+			[]string{`mcp server "calc": excludedTools: has no value`}},
+		{"allowedTools without a value", `{"mcpServers":{"calc":{"url":"http://h/","allowedTools":null}}}`,
+			[]string{`mcp server "calc": allowedTools: has no value`}},
+		{"allowDestructive without a value", `{"mcpServers":{"calc":{"url":"http://h/","allowDestructive":null}}}`,
+			[]string{`mcp server "calc": allowDestructive: has no value`}},
 		{"excludedTools not a list", `{"mcpServers":{"calc":{"url":"http://h/","excludedTools":"divide"}}}`,
 			[]string{`mcp server "calc": excludedTools: must be a list of strings, not a string`}},
 		{"empty allowedTools pattern", `{"mcpServers":{"calc":{"url":"http://h/","allowedTools":["add",""]}}}`,
@@ -269,6 +276,47 @@ func TestParseBadFiles(t *testing.T) {
 				last = i
 			}
 		})
+	}
+}
+
+// TestReadFileRefuses: only a regular file of a bounded size is read; a FIFO (which would
+// block the reader until someone writes to it), a directory or a huge file is refused at once.
+func TestReadFileRefuses(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.json")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big.json")
+	if err := os.WriteFile(big, bytes.Repeat([]byte(" "), maxFileSize+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "good.json")
+	if err := os.WriteFile(good, []byte(`{"mcpServers":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.json")
+	if err := os.Symlink(good, link); err != nil {
+		t.Fatal(err)
+	}
+	fifoLink := filepath.Join(dir, "fifo-link.json")
+	if err := os.Symlink(fifo, fifoLink); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{fifo, "not a regular file"}, {fifoLink, "not a regular file"}, {dir, "not a regular file"}, {big, "larger than"},
+		{link, ""}, {good, ""},
+	} {
+		done := make(chan error, 1)
+		go func() { _, err := ReadFile(tc.path); done <- err }()
+		select {
+		case err := <-done:
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("ReadFile(%s) = %v, want %q", filepath.Base(tc.path), err, tc.want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("ReadFile(%s) hangs", filepath.Base(tc.path))
+		}
 	}
 }
 

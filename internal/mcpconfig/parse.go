@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -34,23 +35,53 @@ func LoadRules(path string) (map[string]Server, error) {
 }
 
 func load(path string, rulesOnly bool) (map[string]Server, error) {
-	f, err := os.Open(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("mcp config: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("mcp config: %w", err)
-	}
-	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("mcp config %s: larger than %d bytes", path, maxFileSize)
 	}
 	servers, err := parse(data, os.LookupEnv, rulesOnly)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return servers, nil
+}
+
+// ReadFile reads a configuration file: a regular file (through symlinks, as Kubernetes mounts
+// a ConfigMap) of at most maxFileSize bytes. A FIFO, a device or a directory is refused before
+// a byte is read: a FIFO would block the reader until someone writes to it, a device could feed
+// it without end. The check is made again on the opened file, so a swap between the two cannot
+// slip one in.
+func ReadFile(path string) ([]byte, error) {
+	if fi, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", path, fi.Mode().Type())
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", path, fi.Mode().Type())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxFileSize)
+	}
+	return data, nil
+}
+
+// ParseRules is Parse for the servers' rules alone, as LoadRules reads them.
+func ParseRules(data []byte, lookupEnv func(string) (string, bool)) (map[string]Server, error) {
+	return parse(data, lookupEnv, true)
 }
 
 // Parse reads an mcp.json document: a top-level "mcpServers" map (Claude Desktop, Cursor,
@@ -204,6 +235,13 @@ func parseEntry(name string, raw any, lookup func(string) (string, bool), rulesO
 	s.Timeout = e.duration("timeout")
 	s.MaxConcurrency = e.integer("maxConcurrency")
 	s.ProtocolVersion, _ = e.str("protocolVersion", false)
+	// A rule present with no value is a file cut short or a slip, never "no rule": read as no
+	// rule, "excludedTools:" would make every excluded tool callable.
+	for _, k := range []string{"allowedTools", "excludedTools", "allowDestructive"} {
+		if raw, ok := e.obj[k]; ok && raw == nil {
+			e.fail(k, "has no value: give the rule (a list of tool name patterns, or true/false), or leave the key out")
+		}
+	}
 	s.AllowedTools = e.strSlice("allowedTools")
 	s.ExcludedTools = e.strSlice("excludedTools")
 	s.AllowDestructive = e.boolean("allowDestructive")

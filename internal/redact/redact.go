@@ -10,7 +10,10 @@
 // the log handler, the span exporter, the REST answers and the gRPC error statuses all call it.
 package redact
 
-import "strings"
+import (
+	"regexp"
+	"strings"
+)
 
 // Mask replaces each hidden part.
 const Mask = "REDACTED"
@@ -159,4 +162,24 @@ func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 
 func isSchemeChar(c byte) bool {
 	return isLetter(c) || '0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'
+}
+
+// quoted is a run an error message quotes: between backticks (yaml.v3 quotes values so) or
+// double quotes; name is a quoted run that is only a name (a key, a server's name).
+var (
+	quoted = regexp.MustCompile("`[^`]*`|\"(?:[^\"\\\\]|\\\\.)*\"")
+	name   = regexp.MustCompile(`^"[A-Za-z0-9_.-]{1,64}"$`)
+)
+
+// Quotes replaces what s quotes with "…", but for names. An error about a file that is not
+// what it should be (a symlink that points at another file, say) quotes that file's bytes;
+// where the message goes further than the log (a readiness answer), the values go, and the
+// names of keys and servers, which say where the problem is, stay.
+func Quotes(s string) string {
+	return quoted.ReplaceAllStringFunc(s, func(q string) string {
+		if name.MatchString(q) {
+			return q
+		}
+		return "…"
+	})
 }

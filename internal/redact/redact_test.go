@@ -141,3 +141,17 @@ func BenchmarkTextURL(b *testing.B) {
 		_ = Text(s)
 	}
 }
+
+func TestQuotes(t *testing.T) {
+	for in, want := range map[string]string{
+		"yaml: unmarshal errors:\n  line 1: cannot unmarshal !!str `root:x:0:0:SECRET` into map": "yaml: unmarshal errors:\n  line 1: cannot unmarshal !!str … into map",
+		`config: unknown key "api_key" (keys are flag names)`:                                    `config: unknown key "api_key" (keys are flag names)`,
+		`mcp server "x": url: "https://user:pw@h/" is not valid`:                                 `mcp server "x": url: … is not valid`,
+		`a "quoted \"inner\" run" and more`:                                                      "a … and more",
+		"line 4, column 5: invalid character":                                                    "line 4, column 5: invalid character",
+	} {
+		if got := Quotes(in); got != want {
+			t.Errorf("Quotes(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
