@@ -103,14 +103,21 @@ func (c *Config) Load(fs *flag.FlagSet, args []string) error {
 			return err
 		}
 	}
-	servers, err := c.mcpServers(false)
+	var mcpData []byte
+	if c.MCPConfig != "" {
+		var err error
+		if mcpData, err = mcpconfig.ReadFile(c.MCPConfig); err != nil {
+			return fmt.Errorf("mcp config: %w", err)
+		}
+	}
+	servers, err := c.mcpServers(mcpData, false)
 	rules := servers
 	if err != nil {
 		// In microservices mode the api's pod has none of the executor's secrets, which
 		// ${VAR}s in headers, env or url name: the rules read without them, and only the
 		// executor refuses to start (Validate).
 		var rerr error
-		if rules, rerr = c.mcpServers(true); rerr != nil {
+		if rules, rerr = c.mcpServers(mcpData, true); rerr != nil {
 			return err
 		}
 		c.serversErr = err
@@ -138,7 +145,7 @@ func (c *Config) Secrets() []secret.Var {
 }
 
 func (c *Config) overlayFile(fs *flag.FlagSet, given map[string]bool) error {
-	data, err := os.ReadFile(c.ConfigFile)
+	data, err := mcpconfig.ReadFile(c.ConfigFile)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
@@ -230,22 +237,22 @@ func flatten(prefix string, v any, out map[string]string) error {
 	return nil
 }
 
-// mcpServers merges the --mcp-config file with inline mcpServers; a name in both is an error.
-// With rulesOnly the servers have their rules alone, read without the servers' secrets
-// (mcpconfig.LoadRules).
-func (c *Config) mcpServers(rulesOnly bool) (map[string]mcpconfig.Server, error) {
-	fromYAML, load := mcpconfig.FromYAML, mcpconfig.Load
+// mcpServers merges the --mcp-config file's contents (mcpData, nil without one) with inline
+// mcpServers; a name in both is an error. With rulesOnly the servers have their rules alone,
+// read without the servers' secrets (mcpconfig.ParseRules).
+func (c *Config) mcpServers(mcpData []byte, rulesOnly bool) (map[string]mcpconfig.Server, error) {
+	fromYAML, parse := mcpconfig.FromYAML, mcpconfig.Parse
 	if rulesOnly {
-		fromYAML, load = mcpconfig.RulesFromYAML, mcpconfig.LoadRules
+		fromYAML, parse = mcpconfig.RulesFromYAML, mcpconfig.ParseRules
 	}
 	out, err := fromYAML(c.servers, os.LookupEnv)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", c.ConfigFile, err)
 	}
 	if c.MCPConfig != "" {
-		fromFile, err := load(c.MCPConfig)
+		fromFile, err := parse(mcpData, os.LookupEnv)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", c.MCPConfig, err)
 		}
 		for name, s := range fromFile {
 			if _, dup := out[name]; dup {

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -104,6 +105,9 @@ func TestConfigErrors(t *testing.T) {
 		{"missing file", []string{"--config", "testdata/nope.yaml"}, "nope.yaml"},
 		{"bad flag value", []string{"--api.call-timeout=soon"}, "api.call-timeout"},
 		{"a bad policy names the key", []string{"--config", "testdata/bad-policy.yaml"}, "policy.tokens.ci-bot.cal: unknown key; want call, list, search or query"},
+		{"a FIFO is not read", []string{"--config", fifo(t)}, "not a regular file"},
+		{"nor as the mcp config", []string{"--mcp-config", fifo(t)}, "not a regular file"},
+		{"a rule with no value", []string{"--config", "testdata/rule-without-value.yaml"}, "excludedTools: has no value"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,6 +117,16 @@ func TestConfigErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fifo is a named pipe in a folder of the test's: reading it would block until someone writes.
+func fifo(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func TestOrder(t *testing.T) {
@@ -230,7 +244,11 @@ func TestReloadRulesWithoutSecrets(t *testing.T) {
 		{"with the executor", &executor.Service{}, true},
 	} {
 		r := &reloader{mcpConfig: mcp, exec: tc.exec}
-		servers, _, err := r.parse()
+		snap, err := r.read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		servers, _, err := r.parse(snap)
 		if (err != nil) != tc.wantErr {
 			t.Errorf("%s: err = %v, want an error %v", tc.name, err, tc.wantErr)
 		}

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/policy"
+	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/services/api"
 	"github.com/toolmesh/toolmesh/services/executor"
 )
@@ -29,6 +31,14 @@ import (
 // directory: an editor or the kubelet writes a file in several steps, and a reload half way
 // would read a file half written or refuse one half renamed.
 const reloadDelay = 300 * time.Millisecond
+
+// settleDelay is how long a reload waits between its two reads of the files: only the same
+// bytes twice are applied, so a writer still at work is not caught half way.
+const settleDelay = 250 * time.Millisecond
+
+// errUnsettled says the files changed between the two reads of one reload: they are being
+// written, and the reload is tried again.
+var errUnsettled = errors.New("the config files changed while being read: they are still being written")
 
 // reloader reads the MCP server configuration again (the mcpServers of --config and the
 // --mcp-config file) on SIGHUP and when a file of it changes, and hands it to the executor
@@ -43,6 +53,8 @@ type reloader struct {
 	api   *api.Service      // nil when the api runs in another process
 	log   *slog.Logger
 	delay time.Duration
+	// settle waits between the two reads of a reload (settleDelay).
+	settle func()
 
 	mu   sync.Mutex        // one reload at a time
 	last [sha256.Size]byte // of the files' contents at the last attempt
@@ -53,25 +65,55 @@ type reloader struct {
 
 func newReloader(cfg Config, extra map[string]mcpconfig.Server, exec *executor.Service, apiSvc *api.Service, log *slog.Logger) *reloader {
 	r := &reloader{configFile: cfg.ConfigFile, mcpConfig: cfg.MCPConfig, extra: extra, exec: exec, api: apiSvc,
-		log: log.With("component", "config reload"), delay: reloadDelay}
-	if data, err := r.read(); err == nil {
-		r.last = sha256.Sum256(data)
-		_, r.rest, _ = r.parse()
+		log: log.With("component", "config reload"), delay: reloadDelay, settle: func() { time.Sleep(settleDelay) }}
+	if snap, err := r.read(); err == nil {
+		r.last = snap.sum()
+		_, r.rest, _ = r.parse(snap)
 	}
 	return r
 }
 
-// read is the contents of the files, for telling a change from a touch.
-func (r *reloader) read() ([]byte, error) {
-	var all []byte
-	for _, path := range r.files() {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("config: %w", err)
+// snapshot is the files' contents, each read once: what is checked is what is applied.
+type snapshot struct{ config, mcp []byte }
+
+func (s snapshot) sum() [sha256.Size]byte {
+	return sha256.Sum256(slices.Concat(s.config, []byte{0}, s.mcp))
+}
+
+// read reads the files: regular files of a bounded size only (mcpconfig.ReadFile).
+func (r *reloader) read() (snapshot, error) {
+	var s snapshot
+	var err error
+	if r.configFile != "" {
+		if s.config, err = mcpconfig.ReadFile(r.configFile); err != nil {
+			return s, fmt.Errorf("config: %w", err)
 		}
-		all = append(append(all, data...), 0)
 	}
-	return all, nil
+	if r.mcpConfig != "" {
+		if s.mcp, err = mcpconfig.ReadFile(r.mcpConfig); err != nil {
+			return s, fmt.Errorf("mcp config: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// readSettled reads the files twice, settle apart, and returns them only when both reads
+// agree: a writer that has written part of a file (a rule key whose value is still to come)
+// is not applied, it is read again later (errUnsettled).
+func (r *reloader) readSettled() (snapshot, error) {
+	first, err := r.read()
+	if err != nil {
+		return first, err
+	}
+	r.settle()
+	second, err := r.read()
+	if err != nil {
+		return second, err
+	}
+	if first.sum() != second.sum() {
+		return second, errUnsettled
+	}
+	return second, nil
 }
 
 func (r *reloader) files() []string {
@@ -84,25 +126,22 @@ func (r *reloader) files() []string {
 	return out
 }
 
-// parse reads the servers of the files as Load does, and the YAML file's other keys.
-func (r *reloader) parse() (map[string]mcpconfig.Server, map[string]any, error) {
+// parse reads the servers of the files' contents as Load does, and the YAML file's other keys.
+func (r *reloader) parse(snap snapshot) (map[string]mcpconfig.Server, map[string]any, error) {
 	c := Config{ConfigFile: r.configFile, MCPConfig: r.mcpConfig}
 	var rest map[string]any
 	if r.configFile != "" {
-		data, err := os.ReadFile(r.configFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("config: %w", err)
-		}
-		if err := yaml.Unmarshal(data, &rest); err != nil {
+		if err := yaml.Unmarshal(snap.config, &rest); err != nil {
 			return nil, nil, fmt.Errorf("config %s: %w", r.configFile, err)
 		}
+		var err error
 		if c.servers, err = yamlServers(r.configFile, rest); err != nil {
 			return nil, nil, err
 		}
 	}
 	// Without an executor here (the api alone) the rules are all that is used: read them
 	// without the servers' secrets, as Load does when they are not set.
-	servers, err := c.mcpServers(r.exec == nil)
+	servers, err := c.mcpServers(snap.mcp, r.exec == nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -118,10 +157,14 @@ func (r *reloader) parse() (map[string]mcpconfig.Server, map[string]any, error) 
 func (r *reloader) reload(force bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	data, err := r.read()
+	snap, err := r.readSettled()
+	if errors.Is(err, errUnsettled) {
+		r.log.Info("the mcp server config is still being written; reading it again shortly")
+		return err
+	}
 	if err == nil {
 		// The same bytes as the last attempt, applied or refused, would end the same way.
-		sum := sha256.Sum256(data)
+		sum := snap.sum()
 		if !force && sum == r.last {
 			return nil
 		}
@@ -130,7 +173,7 @@ func (r *reloader) reload(force bool) error {
 	var servers map[string]mcpconfig.Server
 	var rest map[string]any
 	if err == nil {
-		servers, rest, err = r.parse()
+		servers, rest, err = r.parse(snap)
 	}
 	if err == nil && r.api != nil && r.exec == nil {
 		// Without an executor here, check the rules as the executor would before applying them.
@@ -143,7 +186,10 @@ func (r *reloader) reload(force bool) error {
 			r.log.Info("mcp server config read again: no server changed", "servers", ch.Kept)
 		}
 	} else if err != nil && r.exec != nil {
-		r.exec.RefuseConfig(err)
+		// The refusal is reported by /readyz and ListServers: without what the error quotes,
+		// which is the file's content when the file is not what it should be (a symlink to
+		// another file). The log below has it whole.
+		r.exec.RefuseConfig(errors.New(redact.Quotes(err.Error())))
 	}
 	if err != nil {
 		r.log.Error("mcp server config refused; the servers in use are kept", "err", err)
@@ -198,7 +244,10 @@ func (r *reloader) run(ctx context.Context) error {
 			return nil
 		case <-hup:
 			r.log.Info("SIGHUP: reading the mcp server config again")
-			_ = r.reload(true)
+			if err := r.reload(true); errors.Is(err, errUnsettled) && !pending {
+				pending = true
+				timer.Reset(r.delay)
+			}
 		case ev, ok := <-w.Events:
 			if !ok {
 				return nil
@@ -214,7 +263,10 @@ func (r *reloader) run(ctx context.Context) error {
 			r.log.Warn("watching the mcp server config", "err", err)
 		case <-timer.C:
 			pending = false
-			_ = r.reload(false)
+			if err := r.reload(false); errors.Is(err, errUnsettled) {
+				pending = true
+				timer.Reset(r.delay)
+			}
 		}
 	}
 }

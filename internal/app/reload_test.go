@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -433,5 +434,102 @@ func TestReloaderConcerns(t *testing.T) {
 		if got := r.concerns(name); got != want {
 			t.Errorf("concerns(%s) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// TestReloaderHalfWritten: a config file being written is applied only once it has stopped
+// changing, and never when a rule key has no value; a FIFO or an oversized file is refused at
+// once; a refusal's reason says where the problem is without quoting the file.
+func TestReloaderHalfWritten(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "toolmesh.yaml")
+	const whole = "mcpServers:\n  notes:\n    url: http://127.0.0.1:1/mcp\n    excludedTools: [\"secret_*\"]\n"
+	if err := os.WriteFile(path, []byte(whole), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	exec, err := executor.New(executor.Config{Servers: map[string]mcpconfig.Server{
+		"notes": {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://127.0.0.1:1/mcp", ExcludedTools: []string{"secret_*"}},
+	}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newReloader(Config{ConfigFile: path}, nil, exec, nil, slog.New(slog.DiscardHandler))
+	r.settle = func() {}
+	state := func() (uint64, string) {
+		resp, err := exec.ListServers(context.Background(), &toolmeshv1.ExecutorServiceListServersRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetConfig().GetGeneration(), resp.GetConfig().GetLastReloadError()
+	}
+	write := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A writer that stopped after "excludedTools:" left valid YAML: refused, the rule kept.
+	write("mcpServers:\n  notes:\n    url: http://127.0.0.1:1/mcp\n    excludedTools:\n")
+	if err := r.reload(false); err == nil || !strings.Contains(err.Error(), "excludedTools: has no value") {
+		t.Errorf("half-written rule: reload = %v, want it refused", err)
+	}
+	if gen, msg := state(); gen != 1 || !strings.Contains(msg, "excludedTools: has no value") {
+		t.Errorf("half-written rule: generation %d, reported %q; want the config in use kept and the reason", gen, msg)
+	}
+
+	// A file that changes between the two reads is not applied: it is read again later.
+	write(whole + "  more:\n    url: http://127.0.0.1:2/mcp\n")
+	r.settle = func() { write(whole + "  more:\n    url: http://127.0.0.1:2/mcp\n    excludedTools: []\n") }
+	if err := r.reload(false); !errors.Is(err, errUnsettled) {
+		t.Errorf("a file still being written: reload = %v, want errUnsettled", err)
+	}
+	if gen, _ := state(); gen != 1 {
+		t.Errorf("a file still being written was applied (generation %d)", gen)
+	}
+	r.settle = func() {}
+	if err := r.reload(false); err != nil {
+		t.Errorf("the same file once settled: %v", err)
+	}
+	if gen, msg := state(); gen != 2 || msg != "" {
+		t.Errorf("settled: generation %d, error %q; want it applied", gen, msg)
+	}
+
+	// A FIFO in the file's place is refused at once instead of blocking the reloader.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.reload(true) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("FIFO: reload = %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		f, _ := os.OpenFile(path, os.O_WRONLY, 0) // unblock the reader so the test can end
+		f.Close()
+		t.Fatal("a FIFO in the config's place blocks the reloader")
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+
+	// A symlink to a file that is not a config: the readiness answer does not quote it.
+	secret := filepath.Join(dir, "shadow")
+	if err := os.WriteFile(secret, []byte("root:x:0:0:TOPSECRETHASH:/root:/bin/bash\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.reload(true); err == nil {
+		t.Error("a symlink to another file was applied")
+	}
+	if _, msg := state(); msg == "" || strings.Contains(msg, "TOPSECRET") || strings.Contains(msg, "root:x") {
+		t.Errorf("the reported reason %q quotes the file, or says nothing", msg)
 	}
 }
