@@ -179,7 +179,7 @@ func Init(dir string, names []string, validFor time.Duration) ([]InitResult, err
 	if validFor < time.Hour {
 		return nil, fmt.Errorf("--valid-for: %s is under an hour", validFor)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := privateDir(dir); err != nil {
 		return nil, err
 	}
 	ca, err := initCA(dir)
@@ -195,6 +195,24 @@ func Init(dir string, names []string, validFor time.Duration) ([]InitResult, err
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// privateDir makes dir (0700) or checks the one there: a folder every user may write to (a
+// shared temporary folder, say) would let another user put their own CA or keys in place, or
+// take ours, so it is refused rather than written into.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o002 != 0 {
+		return fmt.Errorf("%s: every user may write to this folder (mode %04o), so another user could replace the CA or the keys: "+
+			"give a folder of your own (--dir), or make this one private (chmod 700 %s)", dir, fi.Mode().Perm(), dir)
+	}
+	return nil
 }
 
 // initCA reads the CA in dir, or makes one when there is none.
@@ -232,7 +250,7 @@ func initCA(dir string) (*CA, error) {
 
 func initName(dir, name string, ca *CA, validFor time.Duration) (InitResult, error) {
 	sub := filepath.Join(dir, name)
-	if err := os.MkdirAll(sub, 0o700); err != nil {
+	if err := privateDir(sub); err != nil {
 		return InitResult{}, err
 	}
 	caPath := filepath.Join(sub, CACertFile)

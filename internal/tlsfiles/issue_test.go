@@ -137,6 +137,19 @@ func TestInitRefuses(t *testing.T) {
 			ca, _ := tlsfiles.NewCA("x", time.Hour)
 			writeTemp(t, dir, tlsfiles.CACertFile, ca.CertPEM())
 		}, "want both or neither"},
+		{"a folder every user may write to", []string{"api"}, time.Hour, func(dir string) {
+			if err := os.Chmod(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}, "every user may write to this folder (mode 0777)"},
+		{"a name's folder every user may write to", []string{"api"}, time.Hour, func(dir string) {
+			if err := os.Mkdir(filepath.Join(dir, "api"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(filepath.Join(dir, "api"), 0o757); err != nil {
+				t.Fatal(err)
+			}
+		}, "every user may write to this folder (mode 0757)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
