@@ -425,7 +425,7 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 		resp, err := r.fail(ctx, err, n, "calling tools")
 		return resp, true, err
 	}
-	r.execute(ctx, n, calls, run)
+	r.execute(ctx, n, calls, run, true)
 	if ctx.Err() != nil {
 		resp, err := r.fail(ctx, ctx.Err(), n, "calling tools")
 		return resp, true, err
@@ -618,7 +618,7 @@ func (r *runner) direct(ctx context.Context) (*toolmeshv1.QueryResponse, error) 
 	}
 	r.resp.Steps = []*toolmeshv1.Step{{Number: 1}}
 	r.resp.Iterations = 1
-	r.execute(ctx, 1, calls, calls)
+	r.execute(ctx, 1, calls, calls, false)
 	if ctx.Err() != nil {
 		return r.fail(ctx, ctx.Err(), 1, "calling tools")
 	}
@@ -661,8 +661,9 @@ func (r *runner) direct(ctx context.Context) (*toolmeshv1.QueryResponse, error) 
 
 // execute records the calls of one step and runs those in run, at most cfg.MaxParallelCalls
 // at a time; a failed call is a result with is_error set, for the model to see, and so is one
-// admit refused.
-func (r *runner) execute(ctx context.Context, step int, calls, run []*toolmeshv1.ToolCallRecord) {
+// admit refused. byModel says the model chose them (not a direct @SERVER.TOOL query), which
+// the executor is told so that it applies allowDestructive too.
+func (r *runner) execute(ctx context.Context, step int, calls, run []*toolmeshv1.ToolCallRecord, byModel bool) {
 	first := len(r.resp.ToolCalls)
 	for i, c := range calls {
 		c.Step, c.Index = int32(step), int32(first+i)
@@ -688,14 +689,14 @@ func (r *runner) execute(ctx context.Context, step int, calls, run []*toolmeshv1
 			}
 			c.StartMs = millis(time.Since(r.began))
 			r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_ToolCallStarted{ToolCallStarted: c}})
-			r.call(ctx, c)
+			r.call(ctx, c, byModel)
 			r.send(&toolmeshv1.QueryStreamResponse{Event: &toolmeshv1.QueryStreamResponse_ToolCallFinished{ToolCallFinished: c}})
 		})
 	}
 	wg.Wait()
 }
 
-func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord) {
+func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord, byModel bool) {
 	ctx, span := r.h.tracer.Start(ctx, "execute_tool "+c.GetTool(), trace.WithAttributes(
 		attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", c.GetTool()),
 		attribute.String("gen_ai.tool.call.id", strconv.Itoa(int(c.GetIndex()))), attribute.Int("toolmesh.step.number", int(c.GetStep()))))
@@ -725,7 +726,7 @@ func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord) {
 	ctx, cancel := context.WithTimeout(ctx, r.h.cfg.CallTimeout)
 	defer cancel()
 	start := time.Now()
-	res, err := r.h.executor.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: c.GetTool(), Arguments: c.GetArguments()})
+	res, err := r.h.executor.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: c.GetTool(), Arguments: c.GetArguments(), ByModel: byModel})
 	if knownTool(ctx, err) {
 		label = c.GetTool()
 	}

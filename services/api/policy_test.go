@@ -29,11 +29,14 @@ type recordingExecutor struct {
 	text  string
 	mu    sync.Mutex
 	calls []string
+	// byModel is each call's by_model, in the order of calls.
+	byModel []bool
 }
 
 func (e *recordingExecutor) CallTool(_ context.Context, req *toolmeshv1.ExecutorServiceCallToolRequest) (*toolmeshv1.ExecutorServiceCallToolResponse, error) {
 	e.mu.Lock()
 	e.calls = append(e.calls, req.GetToolId())
+	e.byModel = append(e.byModel, req.GetByModel())
 	e.mu.Unlock()
 	return &toolmeshv1.ExecutorServiceCallToolResponse{Content: []*toolmeshv1.Content{{Type: "text", Text: proto.String(e.text)}}}, nil
 }
@@ -189,6 +192,33 @@ func TestToolOutputIsData(t *testing.T) {
 		if !c.ok {
 			t.Errorf("%s: got %v", c.name, c.got)
 		}
+	}
+}
+
+// TestModelCallsMarked: the executor is told which calls the model chose (by_model), so that
+// it applies allowDestructive itself; a direct call, over the tools API or as @SERVER.TOOL, is
+// not the model's.
+func TestModelCallsMarked(t *testing.T) {
+	exec := &recordingExecutor{text: "5"}
+	model := &steeredModel{steer: "calc.add"}
+	conn := startAgent(t, testConfig("", ""), exec, &searchingRetriever{tools: []*toolmeshv1.Tool{readOnlyTool("calc.add")}}, model)
+	agent, tools := toolmeshv1.NewAgentServiceClient(conn), toolmeshv1.NewToolServiceClient(conn)
+	ctx := context.Background()
+	if _, err := agent.Query(ctx, &toolmeshv1.QueryRequest{Query: "Add one to the total."}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.Query(ctx, &toolmeshv1.QueryRequest{Query: `@calc.add({"a":1})`}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tools.CallTool(ctx, &toolmeshv1.CallToolRequest{Server: "calc", Name: "add"}); err != nil {
+		t.Fatal(err)
+	}
+	exec.mu.Lock()
+	got := slices.Clone(exec.byModel)
+	exec.mu.Unlock()
+	// The model's two calls, then the direct query's, then the tools API's.
+	if want := []bool{true, true, false, false}; !slices.Equal(got, want) {
+		t.Errorf("by_model of the calls %v = %v, want %v", exec.called(), got, want)
 	}
 }
 

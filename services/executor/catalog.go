@@ -33,9 +33,9 @@ const watchBuffer = 64
 // catalog holds every server's tools under SERVER.TOOL ids, and fans changes
 // out to WatchTools subscribers.
 type catalog struct {
-	// rules are the servers' allowedTools and excludedTools: a tool they leave out
-	// never enters the catalog, so it is never listed, indexed, offered or called.
-	// A reload replaces them.
+	// rules are the servers' allowedTools and excludedTools (a tool they leave out
+	// never enters the catalog, so it is never listed, indexed, offered or called)
+	// and allowDestructive (for the model's calls: denied). A reload replaces them.
 	rules atomic.Pointer[policy.Policy]
 
 	mu       sync.RWMutex
@@ -54,9 +54,25 @@ func newCatalog(rules *policy.Policy) *catalog {
 // admits reports whether server's rules let its tool name into the catalog.
 func (c *catalog) admits(server, name string) bool { return c.rules.Load().Exists(server, name) }
 
-// denied is the policy's refusal of a call of id by the server's rules, or nil.
-func (c *catalog) denied(id string) error {
-	if d := c.rules.Load().Call(policy.Caller{}, id); d != nil {
+// denied is the servers' rules' refusal of a call of id, or nil. It is the executor's own
+// check of every call, whoever reached its port, and the one place that check lives (to grow
+// into the only owner of the rules). allowedTools and excludedTools decide by the tool's name,
+// so before it is looked up (t nil): a tool they leave out is not in the catalog. Once it is
+// (t set), a call the model chose (byModel) is also refused a tool that may be destructive
+// unless its server sets allowDestructive, as the api's offer is. Tokens and scopes stay the
+// api's: the executor does not know who asks.
+func (c *catalog) denied(id string, t *tool, byModel bool) error {
+	rules := c.rules.Load()
+	if !byModel || t == nil {
+		if d := rules.Call(policy.Caller{}, id); d != nil {
+			return d
+		}
+		return nil
+	}
+	if d := rules.Offer(policy.Caller{}, t.proto); d != nil {
+		// The model's call of what it should not have been offered: the same reason the api
+		// gives for withholding the offer, for a call.
+		d.Action = policy.Call
 		return d
 	}
 	return nil

@@ -99,7 +99,7 @@ func (s *Service) call(ctx context.Context, req *toolmeshv1.ExecutorServiceCallT
 		}
 		timeout = d.AsDuration()
 	}
-	res, err := s.callTool(ctx, req.GetToolId(), req.GetArguments(), timeout, sink)
+	res, err := s.callTool(ctx, req, timeout, sink)
 	if err != nil {
 		return nil, toStatus(err)
 	}

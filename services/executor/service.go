@@ -17,7 +17,6 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
@@ -192,15 +191,16 @@ func (s *Service) Ready() (bool, string) {
 	return false, strings.Join(not, "; ")
 }
 
-// callTool is the call path: look up, validate, call.
-func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct, timeout time.Duration, sink *progressSink) (*mcp.CallToolResult, error) {
+// callTool is the call path: check the servers' rules, look up, validate, call.
+func (s *Service) callTool(ctx context.Context, req *toolmeshv1.ExecutorServiceCallToolRequest, timeout time.Duration, sink *progressSink) (*mcp.CallToolResult, error) {
+	id, args := req.GetToolId(), req.GetArguments()
 	server := toolid.Server(id)
 	sess := s.enter(server)
 	if sess == nil {
 		return nil, &unknownToolError{id: id}
 	}
 	defer sess.leave()
-	if err := s.cat.denied(id); err != nil {
+	if err := s.cat.denied(id, nil, req.GetByModel()); err != nil {
 		return nil, err
 	}
 	t := s.cat.lookup(id)
@@ -221,6 +221,11 @@ func (s *Service) callTool(ctx context.Context, id string, args *structpb.Struct
 			return nil, &refusedToolError{id: id, reason: why}
 		}
 		return nil, &unknownToolError{id: id}
+	}
+	if req.GetByModel() {
+		if err := s.cat.denied(id, t, true); err != nil {
+			return nil, err
+		}
 	}
 	var m map[string]any
 	if args != nil {

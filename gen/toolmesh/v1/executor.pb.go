@@ -335,7 +335,14 @@ type ExecutorServiceCallToolRequest struct {
 	ToolId    string           `protobuf:"bytes,1,opt,name=tool_id,json=toolId,proto3" json:"tool_id,omitempty"`
 	Arguments *structpb.Struct `protobuf:"bytes,2,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	// timeout overrides the server's call timeout when shorter.
-	Timeout       *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// by_model says a model chose this call from the tools it was offered (the api's agent loop
+	// sets it): the executor then refuses a tool that may be destructive unless its server's
+	// config sets allowDestructive, as the api does when it offers tools. A direct call (an app,
+	// @SERVER.TOOL, the MCP face) leaves it false. The caller says so: it bounds the api's own
+	// mistakes, not a caller that reaches the executor's port (a private socket or mutual TLS
+	// keeps those out: docs/operations/security.md).
+	ByModel       bool `protobuf:"varint,4,opt,name=by_model,json=byModel,proto3" json:"by_model,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -389,6 +396,13 @@ func (x *ExecutorServiceCallToolRequest) GetTimeout() *durationpb.Duration {
 		return x.Timeout
 	}
 	return nil
+}
+
+func (x *ExecutorServiceCallToolRequest) GetByModel() bool {
+	if x != nil {
+		return x.ByModel
+	}
+	return false
 }
 
 type ExecutorServiceCallToolResponse struct {
@@ -777,11 +791,12 @@ const file_toolmesh_v1_executor_proto_rawDesc = "" +
 	"\n" +
 	"applied_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tappliedAt\x12@\n" +
 	"\x0elast_reload_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\flastReloadAt\x12*\n" +
-	"\x11last_reload_error\x18\x04 \x01(\tR\x0flastReloadError\"\xa5\x01\n" +
+	"\x11last_reload_error\x18\x04 \x01(\tR\x0flastReloadError\"\xc0\x01\n" +
 	"\x1eExecutorServiceCallToolRequest\x12\x17\n" +
 	"\atool_id\x18\x01 \x01(\tR\x06toolId\x125\n" +
 	"\targuments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\targuments\x123\n" +
-	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xd5\x01\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x19\n" +
+	"\bby_model\x18\x04 \x01(\bR\abyModel\"\xd5\x01\n" +
 	"\x1fExecutorServiceCallToolResponse\x12.\n" +
 	"\acontent\x18\x01 \x03(\v2\x14.toolmesh.v1.ContentR\acontent\x12F\n" +
 	"\x12structured_content\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x11structuredContent\x12\x19\n" +

@@ -36,7 +36,8 @@ type ExecutorServiceClient interface {
 	ListServers(ctx context.Context, in *ExecutorServiceListServersRequest, opts ...grpc.CallOption) (*ExecutorServiceListServersResponse, error)
 	// CallTool validates the arguments against the tool's input schema and calls it.
 	// Errors: NOT_FOUND unknown tool, INVALID_ARGUMENT bad arguments, UNAVAILABLE server down,
-	// DEADLINE_EXCEEDED call timeout. A tool that fails is a normal response with is_error set.
+	// DEADLINE_EXCEEDED call timeout, PERMISSION_DENIED (reason POLICY_DENIED) a tool the server's
+	// allowedTools, excludedTools or, for by_model, allowDestructive refuse. A tool that fails is a normal response with is_error set.
 	CallTool(ctx context.Context, in *ExecutorServiceCallToolRequest, opts ...grpc.CallOption) (*ExecutorServiceCallToolResponse, error)
 	// CallToolStream is CallTool with the server's progress reports: a progress message for each
 	// notifications/progress the server sends about the call (coalesced when the receiver is
@@ -133,7 +134,8 @@ type ExecutorServiceServer interface {
 	ListServers(context.Context, *ExecutorServiceListServersRequest) (*ExecutorServiceListServersResponse, error)
 	// CallTool validates the arguments against the tool's input schema and calls it.
 	// Errors: NOT_FOUND unknown tool, INVALID_ARGUMENT bad arguments, UNAVAILABLE server down,
-	// DEADLINE_EXCEEDED call timeout. A tool that fails is a normal response with is_error set.
+	// DEADLINE_EXCEEDED call timeout, PERMISSION_DENIED (reason POLICY_DENIED) a tool the server's
+	// allowedTools, excludedTools or, for by_model, allowDestructive refuse. A tool that fails is a normal response with is_error set.
 	CallTool(context.Context, *ExecutorServiceCallToolRequest) (*ExecutorServiceCallToolResponse, error)
 	// CallToolStream is CallTool with the server's progress reports: a progress message for each
 	// notifications/progress the server sends about the call (coalesced when the receiver is
