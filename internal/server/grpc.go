@@ -121,8 +121,10 @@ type GRPC struct {
 // ForceOn makes a drain end at once when force is closed (a second stop signal).
 func (g *GRPC) ForceOn(force <-chan struct{}) { g.force = force }
 
-// NewGRPC binds addr at once, so a port in use fails at start-up rather than later.
-// drain bounds how long Run waits for in-flight calls once its context ends.
+// NewGRPC binds addr at once, so a port in use fails at start-up rather than later. addr is
+// host:port, or unix:PATH for a Unix socket only its owner may connect to (mode 0600; the
+// directory it is in must keep others out too). drain bounds how long Run waits for in-flight
+// calls once its context ends.
 //
 // opts are added after the server's own. Interceptors given with grpc.ChainUnaryInterceptor and
 // grpc.ChainStreamInterceptor (as auth.Guard.ServerOptions does) run inside panic recovery and
@@ -133,7 +135,7 @@ func NewGRPC(addr string, logger *slog.Logger, drain time.Duration, opts ...grpc
 		// net.Listen would pick a port on every interface.
 		return nil, errors.New("listen grpc: no address given")
 	}
-	lis, err := net.Listen("tcp", addr)
+	lis, err := listen(addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen grpc %s: %w", addr, err)
 	}
@@ -177,8 +179,9 @@ func (g *GRPC) SetRegistered(serving bool) {
 	}
 }
 
-// Addr is the bound address (useful when addr asked for port 0).
-func (g *GRPC) Addr() string { return g.lis.Addr().String() }
+// Addr is the bound address (useful when addr asked for port 0), as a client dials it:
+// host:port or unix:PATH.
+func (g *GRPC) Addr() string { return addrOf(g.lis) }
 
 // Run serves until ctx ends, then reports NOT_SERVING, drains in-flight calls for at most
 // the drain deadline and force-stops what is left.

@@ -3,7 +3,10 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -231,4 +234,55 @@ func (b *syncBuffer) waitFor(subs ...string) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return false
+}
+
+// TestGRPCUnixSocket: a "unix:PATH" address listens on a socket only its owner may connect to
+// (0600), Addr names it as a target grpc-go dials, and the file is gone once the server stopped.
+func TestGRPCUnixSocket(t *testing.T) {
+	path := t.TempDir() + "/executor.sock"
+	g, err := NewGRPC("unix:"+path, slog.New(slog.DiscardHandler), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := g.Addr(), "unix:"+path; got != want {
+		t.Errorf("Addr() = %q, want %q", got, want)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket mode %v, want a socket with 0600", fi.Mode())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	conn, err := grpc.NewClient(g.Addr(), DialOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || got.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health over the socket = %v, %v; want SERVING", got.GetStatus(), err)
+	}
+	_ = conn.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("socket file after stop: %v, want it removed", err)
+	}
+}
+
+// TestLoopback: which listen addresses take connections from this host only.
+func TestLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:7704": true, "localhost:7704": true, "[::1]:7704": true, "127.0.0.2:0": true,
+		"0.0.0.0:7704": false, ":7704": false, "[::]:7704": false, "10.0.0.5:7704": false, "executor:7704": false, "nonsense": false,
+	} {
+		if got := Loopback(addr); got != want {
+			t.Errorf("Loopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
 }

@@ -5,9 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/netip"
 	"slices"
 	"strings"
 
@@ -53,7 +51,7 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 	if err := checkExposure(cfg, guard.Enabled()); err != nil {
 		return nil, err
 	}
-	if cfg.AllowOpen && !guard.Enabled() && (!loopback(cfg.HTTPAddr) || !loopback(cfg.GRPCAddr)) {
+	if cfg.AllowOpen && !guard.Enabled() && (!server.Loopback(cfg.HTTPAddr) || !server.Loopback(cfg.GRPCAddr)) {
 		logger.Warn("the api listens beyond loopback without API tokens (--api.allow-open): anyone who reaches it can call every tool",
 			"http_addr", cfg.HTTPAddr, "grpc_addr", cfg.GRPCAddr)
 	}
@@ -144,26 +142,13 @@ func checkExposure(cfg Config, tokens bool) error {
 		return nil
 	}
 	for _, a := range []struct{ flag, addr string }{{"api.http-addr", cfg.HTTPAddr}, {"api.grpc-addr", cfg.GRPCAddr}} {
-		if !loopback(a.addr) {
+		if !server.Loopback(a.addr) {
 			return fmt.Errorf("%s: %s listens beyond loopback but no API tokens are configured, so anyone who reaches it could call every tool: "+
 				"set tokens (--api.tokens-file or $%s), listen on 127.0.0.1, or pass --api.allow-open to run an open api on purpose",
 				a.flag, a.addr, auth.EnvTokens)
 		}
 	}
 	return nil
-}
-
-// loopback reports whether a listen address takes connections from this host only.
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
 }
 
 // dial makes a client of the dependency service (its full gRPC name) at addr.
