@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -459,6 +460,14 @@ func TestPolicyTokenScopes(t *testing.T) {
 			want: []string{"sqlite.list_tables", `token \"calc\" may call only calculator`, "rule: scope"}},
 		{name: "directly too", token: calc, method: "POST", path: "/v1/query", body: `{"query":"@sqlite.list_tables()"}`, code: 403,
 			want: []string{"sqlite.list_tables", "rule: scope"}},
+		// notes.secret_dump is excluded by notes' rules: a token that may not list notes is not
+		// told so, or it could map what the operator hides there.
+		{name: "an excluded tool out of its scope is refused as out of its scope", token: calc, method: "POST", path: "/v1/tools/notes/secret_dump:call", body: `{}`, code: 403,
+			want: []string{"notes.secret_dump", `token \"calc\" may call only calculator`, "rule: scope"}, notWant: []string{"excludedTools", "secret_*"}},
+		{name: "directly too, excluded", token: calc, method: "POST", path: "/v1/query", body: `{"query":"@notes.secret_dump()"}`, code: 403,
+			want: []string{"notes.secret_dump", "rule: scope"}, notWant: []string{"excludedTools", "secret_*"}},
+		{name: "a token that may call every tool is told the server's rule", token: root, method: "POST", path: "/v1/tools/notes/secret_dump:call", body: `{}`, code: 403,
+			want: []string{`mcpServers.notes.excludedTools has \"secret_*\"`, "rule: excludedTools"}},
 		{name: "its own tools it calls", token: calc, method: "POST", path: "/v1/query", body: `{"query":"@calculator.add({\"a\":2,\"b\":3})"}`, code: 200,
 			want: []string{`"answer":"5"`}},
 		{name: "a token without query may not ask", token: calc, method: "POST", path: "/v1/query", body: `{"query":"What is 2 plus 3?"}`, code: 403,
@@ -497,4 +506,24 @@ func TestPolicyTokenScopes(t *testing.T) {
 			}
 		})
 	}
+	t.Run("one refusal for what a token may not reach", func(t *testing.T) {
+		// The same status and body, the tool's name and the trace aside, for a tool the
+		// server's rules exclude and one they do not, called and asked for directly.
+		traceID := regexp.MustCompile(`,?"trace_id":"[0-9a-f]*"`)
+		answer := func(method, path, body, tool string) string {
+			code, b := do(t, calc, method, m.base+path, body)
+			return fmt.Sprintf("%d %s", code, strings.ReplaceAll(traceID.ReplaceAllString(string(b), ""), tool, "TOOL"))
+		}
+		for _, req := range []struct{ method, path, body string }{
+			{"POST", "/v1/tools/notes/TOOL:call", `{}`},
+			{"POST", "/v1/query", `{"query":"@notes.TOOL()"}`},
+		} {
+			of := func(tool string) string {
+				return answer(req.method, strings.ReplaceAll(req.path, "TOOL", tool), strings.ReplaceAll(req.body, "TOOL", tool), tool)
+			}
+			if excluded, plain := of("secret_dump"), of("fetch_article"); excluded != plain {
+				t.Errorf("%s %s: the excluded tool is refused as\n  %s\nand the other as\n  %s\nwant one refusal", req.method, req.path, excluded, plain)
+			}
+		}
+	})
 }

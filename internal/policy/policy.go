@@ -220,53 +220,39 @@ func (p *Policy) Exists(server, name string) bool {
 }
 
 // Call decides whether c may call the tool id.
-func (p *Policy) Call(c Caller, id string) *Denial {
-	if p == nil {
-		p = empty
-	}
-	server, name, _ := toolid.Split(id)
-	if d := p.toolRules(Call, server, name, id); d != nil {
-		return d
-	}
-	if d := bound(c, Call, server, id); d != nil {
-		return d
-	}
-	sc, d := p.scopeOf(c, Call, id)
-	if d != nil || sc == nil {
-		return d
-	}
-	if set, where := sc.of(Call); !set.has(server, name, id) {
-		return denyScope(c, Call, id, where, set)
-	}
-	return nil
-}
+func (p *Policy) Call(c Caller, id string) *Denial { return p.decide(c, Call, id) }
 
 // List decides whether c may see the tool id in a listing.
-func (p *Policy) List(c Caller, id string) *Denial { return p.see(c, List, id) }
+func (p *Policy) List(c Caller, id string) *Denial { return p.decide(c, List, id) }
 
 // Search decides whether c may see the tool id in search results.
-func (p *Policy) Search(c Caller, id string) *Denial { return p.see(c, Search, id) }
+func (p *Policy) Search(c Caller, id string) *Denial { return p.decide(c, Search, id) }
 
-func (p *Policy) see(c Caller, a Action, id string) *Denial {
+// decide applies the request's servers, c's scope and then the server's rules to an action a
+// (Call, List or Search) on the tool id. The server's rules come last so that a tool c may
+// not reach is refused in one way (rule scope or servers, the same message) whatever lies
+// behind it: were allowedTools and excludedTools asked first, a token could read from the
+// refusal which tools the operator hides on a server it may not even list. A caller whose
+// scope covers the tool is told the server's rule, since that is what it needs to know why
+// a tool it may use is not there.
+func (p *Policy) decide(c Caller, a Action, id string) *Denial {
 	if p == nil {
 		p = empty
 	}
 	server, name, _ := toolid.Split(id)
-	if d := p.toolRules(a, server, name, id); d != nil {
-		return d
-	}
 	if d := bound(c, a, server, id); d != nil {
 		return d
 	}
 	sc, d := p.scopeOf(c, a, id)
-	if d != nil || sc == nil {
+	if d != nil {
 		return d
 	}
-	set, where := sc.of(a)
-	if !set.has(server, name, id) {
-		return denyScope(c, a, id, where, set)
+	if sc != nil {
+		if set, where := sc.of(a); !set.has(server, name, id) {
+			return denyScope(c, a, id, where, set)
+		}
 	}
-	return nil
+	return p.toolRules(a, server, name, id)
 }
 
 // of is the scope's list for a (Call, List or Search) and its config key, for messages.
@@ -348,6 +334,17 @@ func (p *Policy) ListsServer(c Caller, server string) bool {
 		return false
 	}
 	return sc == nil || sc.list.hasServer(server)
+}
+
+// ListsAll reports whether c may list every tool (nothing is scoped, or c's list scope has
+// "*"): what names servers c could not list otherwise (a refused reload's error) is for such
+// a caller only.
+func (p *Policy) ListsAll(c Caller) bool {
+	if p == nil {
+		p = empty
+	}
+	sc, d := p.scopeOf(c, List, "")
+	return d == nil && (sc == nil || sc.list.all)
 }
 
 // Servers returns the servers whose tools c may act on with a (Call, List or Search) and true,

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -161,6 +162,72 @@ func TestDecisions(t *testing.T) {
 	}
 }
 
+// TestOneDenialOutOfScope: a caller refused a tool its scope does not cover gets the same
+// refusal (rule, message, gRPC status and details, the tool id aside) whether the server's
+// rules exclude that tool, leave it out of allowedTools, or not: the difference would tell it
+// what the operator hides on a server it may not see. A caller whose scope covers the tool is
+// told the server's rule, as a caller of a mesh without scopes is.
+func TestOneDenialOutOfScope(t *testing.T) {
+	p, err := New(testConfig(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// plain is a tool of each server that no server rule refuses; the others are refused by
+	// notes' excludedTools and admin's allowedTools.
+	pairs := []struct{ plain, hidden string }{
+		{"notes.read_page", "notes.secret_dump"},
+		{"admin.status", "admin.drop_all"},
+	}
+	actions := []struct {
+		name string
+		of   func(Caller, string) *Denial
+	}{
+		{"call", p.Call}, {"list", p.List}, {"search", p.Search},
+		{"offer", func(c Caller, id string) *Denial { return p.Offer(c, tool(id, boolp(true), nil)) }},
+	}
+	// form is everything a client reads of d, with the tool id made neutral.
+	form := func(d *Denial, id string) string {
+		if d == nil {
+			return "allowed"
+		}
+		st := d.GRPCStatus()
+		var md map[string]string
+		for _, det := range st.Details() {
+			if ei, ok := det.(*errdetails.ErrorInfo); ok {
+				md = ei.GetMetadata()
+			}
+		}
+		return strings.ReplaceAll(fmt.Sprintf("%s|%s|%s|%s|%v", d.Rule, d.Reason, st.Code(), st.Message(), md), id, "TOOL")
+	}
+	for _, c := range []Caller{{Token: "calc"}, {Token: "stranger"}, {Token: "lister"}, {Token: "calc", Servers: []string{"notes", "admin"}}} {
+		for _, a := range actions {
+			for _, pair := range pairs {
+				plain, hidden := a.of(c, pair.plain), a.of(c, pair.hidden)
+				if plain == nil || plain.Rule != RuleScope {
+					t.Fatalf("%+v %s %s: %v; want refused by its scope (the test's premise)", c, a.name, pair.plain, plain)
+				}
+				if got, want := form(hidden, pair.hidden), form(plain, pair.plain); got != want {
+					t.Errorf("%+v %s: %s is refused as\n  %s\nand %s as\n  %s\nwant one refusal", c, a.name, pair.hidden, got, pair.plain, want)
+				}
+			}
+		}
+	}
+	// Within its scope the server's rule is the reason.
+	for _, tc := range []struct {
+		c    Caller
+		id   string
+		rule Rule
+	}{
+		{Caller{Token: "root"}, "notes.secret_dump", RuleExcludedTools},
+		{Caller{Token: "root"}, "admin.drop_all", RuleAllowedTools},
+		{Caller{Token: "root", Servers: []string{"notes"}}, "notes.secret_dump", RuleExcludedTools},
+	} {
+		if d := p.Call(tc.c, tc.id); d == nil || d.Rule != tc.rule {
+			t.Errorf("%+v call %s: %v; want refused by %s", tc.c, tc.id, d, tc.rule)
+		}
+	}
+}
+
 func TestWithoutScopes(t *testing.T) {
 	p, err := New(Config{Servers: map[string]ServerRules{"notes": {ExcludedTools: []string{"secret_*"}}}}, nil)
 	if err != nil {
@@ -205,6 +272,42 @@ func TestScopedWithoutEntry(t *testing.T) {
 	}
 	if servers, ok := p.Servers(Caller{Token: "ci"}, Call); !ok || len(servers) != 0 {
 		t.Errorf("CallServers without a scope = %v, %v; want none, bounded", servers, ok)
+	}
+}
+
+func TestListsAll(t *testing.T) {
+	p, err := New(testConfig(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unscoped, err := New(Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		p    *Policy
+		c    Caller
+		want bool
+	}{
+		{"every tool in scope", p, Caller{Token: "root"}, true},
+		{"some servers", p, Caller{Token: "calc"}, false},
+		{"a glob over servers is not every tool", p, Caller{Token: "globby"}, false},
+		{"the default scope", p, Caller{Token: "stranger"}, false},
+		{"no scopes at all", unscoped, Caller{}, true},
+		{"a nil policy", nil, Caller{}, true},
+	}
+	for _, tc := range cases {
+		if got := tc.p.ListsAll(tc.c); got != tc.want {
+			t.Errorf("%s: ListsAll(%+v) = %v, want %v", tc.name, tc.c, got, tc.want)
+		}
+	}
+	noEntry, err := New(Config{Tokens: map[string]Scope{"ops": {Call: []string{"*"}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if noEntry.ListsAll(Caller{Token: "ci"}) || !noEntry.ListsAll(Caller{Token: "ops"}) {
+		t.Error("ListsAll: want false for a token without an entry, true for ops (*)")
 	}
 }
 
