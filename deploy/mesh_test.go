@@ -558,8 +558,9 @@ func waitListening(t *testing.T, addr string) {
 	}
 }
 
-// waitReady polls /readyz until the mesh says it is ready: every MCP server connected, the
-// index in step.
+// waitReady polls /readyz until the mesh says it is ready: every MCP server past its first
+// connection (compose starts the executor once its servers answer, so they are connected) and
+// the index in step.
 func waitReady(t *testing.T, base string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)

@@ -406,8 +406,9 @@ func waitListening(ctx context.Context, m *mesh, addr string, timeout time.Durat
 	}
 }
 
-// waitReady polls GET /readyz until it answers 200: the executor has every MCP server
-// connected and the retriever's index holds their tools (and, in micro mode, the model answers).
+// waitReady polls GET /readyz until it answers 200: every MCP server is past its first
+// connection (the demo servers already listen, so they are connected) and the retriever's index
+// holds their tools (and, in micro mode, the model answers).
 func waitReady(ctx context.Context, m *mesh, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}

@@ -127,15 +127,30 @@ func (s *Service) forwardMetadata(r *http.Request) metadata.MD {
 	return metadata.Join(md, s.guard.ForwardedMetadata(r.Context(), r))
 }
 
-// readyz is 200 when the executor answers, every MCP server is connected and (when one is
-// configured) the retriever's index is in step; otherwise 503 saying what is not ready and why.
-// Either way it reports a refused reload of the executor's MCP server configuration.
+// readyz is 200 when the api can serve: the executor answers with its catalog, the retriever's
+// index is in step with that catalog (when one is configured) and, with
+// --api.ready-needs-inference, the model answers; otherwise 503 saying what is not ready and why.
+//
+// An MCP server that is down does not make the api unready: every replica reads the same
+// servers, so taking them out of their Service for it would refuse every request (the other
+// servers' tools, the listings, the answer that says which server is down) and bring no server
+// back. That holds when every server is down too: the mesh still answers, and the body, /v1/servers
+// and toolmesh.mcp.sessions say what is down. A server still making its first connection does
+// hold readiness (for at most --executor.connect-timeout, after which it is reported as down):
+// until then the catalog is not filled, and a new replica would be sent questions it would
+// answer without that server's tools.
+//
+// The body names only the servers the caller may list (policy.ListsServer, as /v1/servers), with
+// their states and errors: a narrow token learns nothing of the others from it. A refused
+// reload of the MCP server configuration is reported too; its error names any server, so only a
+// caller that may list every tool reads it.
 func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
-	type notReady struct {
+	type notConnected struct {
 		Name  string `json:"name"`
 		State string `json:"state"`
 		Error string `json:"error,omitempty"`
 	}
+	c := caller(r.Context(), nil)
 	body := map[string]any{}
 	ready := true
 	list, err := s.tools.listServers(r.Context())
@@ -144,28 +159,40 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 		body["executor"] = redact.Text(err.Error())
 	}
 	servers := list.GetServers()
-	if c := list.GetConfig(); c.GetLastReloadError() != "" {
+	if cs := list.GetConfig(); cs.GetLastReloadError() != "" {
 		// A refused reload leaves the servers in use serving: the api stays ready (taking
 		// every replica out of service for a bad ConfigMap would be worse), and says so.
-		body["config"] = map[string]any{"generation": c.GetGeneration(),
-			"last_reload_error": c.GetLastReloadError() + "; the configuration in use is kept"}
-	}
-	var bad []notReady
-	for _, srv := range servers {
-		// A degraded server is connected and its tools are callable.
-		if st := srv.GetState(); st != toolmeshv1.ServerState_SERVER_STATE_READY && st != toolmeshv1.ServerState_SERVER_STATE_DEGRADED {
-			bad = append(bad, notReady{Name: srv.GetName(), State: srv.GetState().String(), Error: srv.GetLastError()})
+		why := "the last reload was refused (its error is shown to a token that may list every tool)"
+		if s.tools.policy.ListsAll(c) {
+			why = cs.GetLastReloadError()
 		}
+		body["config"] = map[string]any{"generation": cs.GetGeneration(), "last_reload_error": why + "; the configuration in use is kept"}
 	}
-	if len(bad) > 0 {
-		ready = false
-		sort.Slice(bad, func(i, j int) bool { return bad[i].Name < bad[j].Name })
-		body["servers_not_connected"] = bad
-	}
-	body["servers"] = len(servers)
+	connected, down := 0, []notConnected{}
+	filling := false
 	served := int32(0)
 	for _, srv := range servers {
 		served += srv.GetToolCount()
+		st := srv.GetState()
+		filling = filling || st == toolmeshv1.ServerState_SERVER_STATE_CONNECTING
+		if !s.tools.policy.ListsServer(c, srv.GetName()) {
+			continue
+		}
+		// A degraded server is connected and its tools are callable.
+		if st == toolmeshv1.ServerState_SERVER_STATE_READY || st == toolmeshv1.ServerState_SERVER_STATE_DEGRADED {
+			connected++
+			continue
+		}
+		down = append(down, notConnected{Name: srv.GetName(), State: st.String(), Error: srv.GetLastError()})
+	}
+	sort.Slice(down, func(i, j int) bool { return down[i].Name < down[j].Name })
+	if err == nil {
+		body["servers"] = map[string]any{"ready": connected, "not_connected": down}
+	}
+	if filling {
+		// Which servers is in servers.not_connected, for a caller that may list them.
+		ready = false
+		body["catalog"] = "filling: an MCP server is making its first connection (for at most --executor.connect-timeout)"
 	}
 	if s.tools.retriever != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RPCTimeout)

@@ -83,7 +83,7 @@ func (h *toolHandler) ListServers(ctx context.Context, _ *toolmeshv1.ListServers
 	return &toolmeshv1.ListServersResponse{Servers: servers}, nil
 }
 
-// allServers is every configured server, whoever asks: /readyz reports on all of them.
+// allServers is every configured server, whoever asks; ListServers keeps those the caller may list.
 func (h *toolHandler) allServers(ctx context.Context) ([]*toolmeshv1.Server, error) {
 	resp, err := h.listServers(ctx)
 	return resp.GetServers(), err

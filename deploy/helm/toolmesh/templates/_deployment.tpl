@@ -189,14 +189,16 @@ spec:
 
 {{/* Probes of a toolmesh target. The internal targets answer grpc.health.v1 for their own
 service; Kubernetes' gRPC probe speaks plaintext only, so with mTLS the image's
-toolmesh-healthcheck runs the same check over TLS. The api is ready on /readyz (every MCP
-server connected, the index in step) and alive on /healthz. */}}
+toolmesh-healthcheck runs the same check over TLS. The api is ready on /readyz (the executor
+answers with its catalog, the index in step; an MCP server that is down is reported there, not
+failed on, so it cannot empty the api's Service) and alive on /healthz. */}}
 {{- define "toolmesh.probes" -}}
 {{- $ := index . 0 }}
 {{- $component := index . 1 }}
 {{- if eq $component "api" }}
 {{- if $.Values.api.auth.existingSecret }}
 # /readyz needs a token when auth is on, and an httpGet probe cannot take one from a Secret.
+# Any token will do: readiness is the same for all (a narrow one reads only its servers).
 readinessProbe:
   exec:
     command: [toolmesh-healthcheck, -timeout=4s, http, "http://127.0.0.1:7700/readyz"]

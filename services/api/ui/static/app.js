@@ -240,9 +240,11 @@ const mesh = {
     if (b.executor) {
       parts.push(el('span', { class: 'badge bad' }, 'executor unreachable'));
     } else {
-      const n = Number(b.servers) || 0;
-      const down = (b.servers_not_connected || []).length;
-      parts.push(el('a', { href: '#/servers', class: 'badge ' + (down ? 'warn' : 'ok'), 'data-part': 'servers' }, `${n - down} of ${n} servers ready`));
+      // The servers the token may list: how many are connected, and which are not.
+      const s = b.servers || {};
+      const up = Number(s.ready) || 0;
+      const down = (s.not_connected || []).length;
+      parts.push(el('a', { href: '#/servers', class: 'badge ' + (down ? 'warn' : 'ok'), 'data-part': 'servers' }, `${up} of ${up + down} servers ready`));
     }
     if (typeof b.indexed_tools === 'number') {
       parts.push(sep(), el('span', { 'data-part': 'index' }, `${b.indexed_tools} ${b.indexed_tools === 1 ? 'tool' : 'tools'} indexed`));
