@@ -118,6 +118,7 @@ type attack struct {
 	contentType string
 	body        string
 	auth        string
+	fetch       string // Sec-Fetch-Site, -Mode and -Dest, space-separated, as a browser sends them
 	want        int
 	wantIn      string // in the body
 	notIn       string // never in the body
@@ -150,6 +151,11 @@ func (at attack) send(t *testing.T, base string) (int, http.Header, string) {
 	}
 	if at.auth != "" {
 		req.Header.Set("Authorization", at.auth)
+	}
+	if f := strings.Fields(at.fetch); len(f) == 3 {
+		req.Header.Set("Sec-Fetch-Site", f[0])
+		req.Header.Set("Sec-Fetch-Mode", f[1])
+		req.Header.Set("Sec-Fetch-Dest", f[2])
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -209,11 +215,23 @@ func TestAttackWebPage(t *testing.T) {
 		{name: "cross-origin preflight", method: "OPTIONS", path: "/v1/query", origin: "https://evil.example", want: 403},
 		{name: "cross-origin JSON call", method: "POST", path: "/v1/tools/calculator/add:call", origin: "null",
 			contentType: "application/json", body: `{"arguments":{"a":2,"b":3}}`, want: 403, notIn: `"text":"5"`},
+		// A page's no-cors requests carry no Origin (issue 26 item 3); the browser says where
+		// they come from. Another port of localhost is the same site, and no more the console.
+		{name: "<img> from another site", method: "GET", path: "/v1/tools", fetch: "cross-site no-cors image", want: 403, wantIn: "Sec-Fetch-Site", notIn: "calculator.add"},
+		{name: "<script> from another port of localhost", method: "GET", path: "/v1/servers", fetch: "same-site no-cors script", want: 403, notIn: "calculator"},
+		{name: "another site frames the console", method: "GET", path: "/ui/", fetch: "cross-site navigate iframe", want: 403},
+		{name: "DNS rebinding reaches the MCP endpoint", method: "POST", path: "/mcp", host: evil, contentType: "application/json", body: mcpInit, want: 403, notIn: "protocolVersion"},
 		// What must keep working.
 		{name: "the console's own query", method: "POST", path: "/v1/query", origin: base,
 			contentType: "application/json", body: add, want: 200, wantIn: ran},
 		{name: "a client without Origin", method: "GET", path: "/v1/tools", want: 200, wantIn: "calculator.add"},
 		{name: "localhost", method: "GET", path: "/v1/tools", host: "localhost:" + port, want: 200},
+		{name: "a typed URL", method: "GET", path: "/v1/tools", fetch: "none navigate document", want: 200, wantIn: "calculator.add"},
+		{name: "a link to the console from another site", method: "GET", path: "/ui/", fetch: "cross-site navigate document", want: 200},
+		{name: "the console's own fetch", method: "GET", path: "/v1/tools", fetch: "same-origin cors empty", want: 200, wantIn: "calculator.add"},
+		// One Host rule for every path (issue 26 item 11): mcp-go's own refused *.localhost.
+		{name: "the MCP endpoint under a .localhost name", method: "POST", path: "/mcp", host: "toolmesh.localhost:" + port,
+			contentType: "application/json", body: mcpInit, want: 200, wantIn: "protocolVersion"},
 		{name: "liveness from any page", method: "GET", path: "/healthz", origin: "https://evil.example", want: 200, wantIn: "ok"},
 	} {
 		t.Run(at.name, func(t *testing.T) { at.check(t, base) })
@@ -224,7 +242,11 @@ func TestAttackWebPage(t *testing.T) {
 	})
 }
 
-// TestAttackAllowedOrigin: an origin the operator names gets CORS, others still do not.
+// mcpInit is an MCP client's first request.
+const mcpInit = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"attack","version":"0"}}}`
+
+// TestAttackAllowedOrigin: an origin the operator names gets CORS, others still do not; a host
+// name the operator names is served on every path, /mcp included.
 func TestAttackAllowedOrigin(t *testing.T) {
 	a, _, err := launch(t, meshArgs("--api.allowed-origins=https://app.example", "--api.allowed-hosts=toolmesh.example"), nil, nil, allTargets...)
 	if err != nil {
@@ -240,6 +262,13 @@ func TestAttackAllowedOrigin(t *testing.T) {
 	attack{method: "POST", path: "/v1/query", origin: "https://app.example", contentType: "application/json",
 		body: `{"query":"@calculator.add({\"a\":2,\"b\":3})"}`, want: 200, wantIn: `"output":"5"`}.check(t, base)
 	attack{method: "GET", path: "/v1/tools", host: "toolmesh.example", want: 200}.check(t, base)
+	// Reached through a proxy on the same host, the connection is loopback's: mcp-go's own
+	// check refused the name there (issue 26 item 11).
+	attack{method: "POST", path: "/mcp", host: "toolmesh.example", contentType: "application/json", body: mcpInit,
+		want: 200, wantIn: "protocolVersion"}.check(t, base)
+	// A configured origin's CORS fetch is cross-site, and welcome; its no-cors <img> is not.
+	attack{method: "GET", path: "/v1/tools", origin: "https://app.example", fetch: "cross-site cors empty", want: 200}.check(t, base)
+	attack{method: "GET", path: "/v1/tools", fetch: "cross-site no-cors image", want: 403}.check(t, base)
 	attack{method: "GET", path: "/v1/tools", origin: "https://other.example", want: 403}.check(t, base)
 }
 
@@ -299,11 +328,17 @@ func (l *syncLog) String() string {
 
 const testToken = "a-long-enough-test-token-0123456789"
 
+// otherToken is a second token, never used from the test's address until a case says so.
+const otherToken = "another-long-enough-test-token-9876543210"
+
 // TestAttackUnauthenticated: with tokens, a client that guesses is refused before its body is
-// read, throttled after a few tries (429 with Retry-After, a good token from the same address
-// too), and leaves a few log lines, not one a try.
+// read, throttled after a few tries (429 with Retry-After, and so is a right token never used
+// from its address), and leaves a few log lines, not one a try. A web page's requests through
+// the user's browser carry no token and cost nothing (issue 26 item 3: ten <img>s locked every
+// token out of 127.0.0.1), and a token in use from an address is never locked out by someone
+// else's guesses there.
 func TestAttackUnauthenticated(t *testing.T) {
-	t.Setenv("TOOLMESH_API_TOKENS", "tester:"+testToken)
+	t.Setenv("TOOLMESH_API_TOKENS", "tester:"+testToken+",other:"+otherToken)
 	var logs syncLog
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	a, _, err := launch(t, meshArgs("--api.max-body-bytes=65536"), logger, nil, allTargets...)
@@ -318,6 +353,16 @@ func TestAttackUnauthenticated(t *testing.T) {
 		want: 401, wantIn: "unknown token"}.check(t, base)
 	attack{method: "POST", path: "/v1/tools/calculator/add:call", contentType: "application/json", body: "{",
 		want: 401, wantIn: "missing Authorization"}.check(t, base)
+	// A page's no-cors requests: a browser that sends Sec-Fetch-Site is turned away before
+	// the token check; one that does not (or a request the web guard lets by) is refused 401
+	// as often as it likes, and spends nothing of the address's budget.
+	attack{method: "GET", path: "/v1/tools", fetch: "cross-site no-cors image", want: 403, wantIn: "Sec-Fetch-Site"}.check(t, base)
+	for range 30 {
+		attack{method: "GET", path: "/v1/tools", want: 401, wantIn: "missing Authorization"}.check(t, base)
+		attack{method: "GET", path: "/v1/servers", auth: "Basic dGVzdGVyOnBhc3N3b3Jk", want: 401}.check(t, base)
+	}
+	attack{method: "GET", path: "/v1/tools", auth: "Bearer " + testToken, want: 200, wantIn: "calculator.add"}.check(t, base)
+	attack{method: "GET", path: "/v1/tools", auth: "Bearer still-guessing-0123456789abcdef", want: 401, wantIn: "unknown token"}.check(t, base)
 
 	throttled := 0
 	for i := range 60 {
@@ -339,10 +384,17 @@ func TestAttackUnauthenticated(t *testing.T) {
 	if throttled < 45 {
 		t.Errorf("%d of 60 guesses throttled, want all but the first few", throttled)
 	}
-	// The guesser's address is throttled whatever it sends.
-	attack{method: "GET", path: "/v1/tools", auth: "Bearer " + testToken, want: 429}.check(t, base)
-	if n := strings.Count(logs.String(), "api call refused"); n > 15 {
-		t.Errorf("62 refused calls made %d log lines, want them sampled", n)
+	// The guesser's address is throttled whatever it sends, but for a token already in use
+	// from it: the tester's token (waitReady, above) still works; the other token is right
+	// but new here, so it gets a guess's answer, or the guesser would learn it was right.
+	attack{method: "GET", path: "/v1/tools", auth: "Bearer " + testToken, want: 200, wantIn: "calculator.add"}.check(t, base)
+	gCode, _, guess := attack{method: "GET", path: "/v1/tools", auth: "Bearer guess-after-0123456789abcdef"}.send(t, base)
+	oCode, _, other := attack{method: "GET", path: "/v1/tools", auth: "Bearer " + otherToken}.send(t, base)
+	if g, o := decodeError(t, []byte(guess)), decodeError(t, []byte(other)); oCode != 429 || oCode != gCode || o.Message != g.Message {
+		t.Errorf("a right token new to a throttled address: %d %q; want a guess's answer, %d %q", oCode, o.Message, gCode, g.Message)
+	}
+	if n := strings.Count(logs.String(), "api call refused"); n > 20 {
+		t.Errorf("125 refused calls made %d log lines, want them sampled", n)
 	}
 }
 

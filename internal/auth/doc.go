@@ -41,10 +41,13 @@
 // With MaxInFlight, a token may have at most that many requests running at once (a streamed
 // question holds its slot until it ends); one more is refused the same way, with a wait of 1 s.
 //
-// Failed attempts (no, a malformed or an unknown token) are counted per client address (its
-// IP; for IPv6 its /64): FailuresPerMinute at once, then that many a minute. An address over
-// the budget gets the same 429 before its token is looked at, so guessing goes no faster. The
-// REST front checks the token before it reads the body. Refusals are logged sampled (a burst,
+// Failed attempts (an unknown token) are counted per client address (its IP; for IPv6 its
+// /64): FailuresPerMinute at once, then that many a minute. A call with no token (no or another
+// scheme, an empty one) is refused 401 but guesses nothing and costs nothing, so a web page
+// cannot spend the budget through the user's browser. An address over the budget gets the same
+// 429 whether its token is right or wrong, so guessing goes no faster; only a token that has
+// authenticated from that address within the last day is still let in, so that someone else's
+// failures never lock out a token already in use there. The REST front checks the token before it reads the body. Refusals are logged sampled (a burst,
 // then a line every few seconds saying how many were left out), never one line a try.
 //
 // # Wiring

@@ -32,8 +32,9 @@ type Config struct {
 	RateBurst int
 	// MaxInFlight is how many requests one token may have in flight at once; 0 means no limit.
 	MaxInFlight int
-	// FailuresPerMinute is how many failed authentication attempts one client address may
-	// make at once, and then per minute; 0 turns the throttle off.
+	// FailuresPerMinute is how many failed authentication attempts (bearer tokens that match
+	// none; a call with no token is not one) one client address may make at once, and then per
+	// minute; 0 turns the throttle off. See admit for who is let through past it.
 	FailuresPerMinute int
 
 	prefix string // of the flag names, so Validate can name the flag
@@ -50,7 +51,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 		"requests one API token may have in flight at once; more are refused with 429 (0 = no limit; without tokens there is none). A question holds its slot for up to its timeout, so this bounds how much of the model and the MCP servers one client can hold")
 	// 10 covers a person retyping a token and a client retrying with a stale one; past it a
 	// guesser gets one try every 6 s, and the log one line every few seconds, however fast it asks.
-	fs.IntVar(&c.FailuresPerMinute, prefix+"auth-failures-per-minute", 10, "failed token checks one client address may make at once and then per minute before it gets 429 (0 = no limit)")
+	fs.IntVar(&c.FailuresPerMinute, prefix+"auth-failures-per-minute", 10, "unknown tokens one client address may present at once and then per minute before it gets 429 (a request with no token costs nothing; a token that has been used from the address still gets in; 0 = no limit)")
 }
 
 // DefaultMaxInFlight is half the executor's default per-server concurrency (16): one token
@@ -186,25 +187,36 @@ func (d *denial) Error() string { return d.message }
 // throttle; "" skips the throttle) and, when count is set, takes a slot of the token's requests
 // in flight and one request from its rate limit. It returns the token's index (-1 when it took
 // no slot) and name, or why the call is refused; a call admitted with a slot must be followed by
-// leave(i) once it has ended. A client over its failure budget is refused before its token is
-// looked at.
+// leave(i) once it has ended.
+//
+// Only a token that matches none is a failed attempt. A call that presents none (no
+// Authorization, another scheme, an empty one) guesses nothing: it is refused, but costs its
+// address nothing, so that requests a web page makes through the user's browser (which can
+// carry no Authorization without the api's consent) cannot lock that address out.
+//
+// A client over its failure budget is refused with 429 whether its token is right or wrong, so
+// it learns no faster than the budget allows, except for a token that has authenticated from
+// the same address before (throttle.knows): someone else's failures, a guesser sharing the
+// address (every local user shares 127.0.0.1), must not lock out a token already in use there,
+// and letting it through tells the guesser nothing it did not know. A right token never seen
+// from the address waits like a guess, or answering it would say that the guess was right.
 func (g *Guard) admit(values []string, client string, count bool) (int, string, *denial) {
+	secret, err := bearer(values)
+	if err != nil {
+		return -1, "", &denial{code: codes.Unauthenticated, message: err.Error()}
+	}
 	now := g.clock()
-	if wait := g.fails.wait(client, now); wait > 0 {
+	i := g.lookup(secret)
+	if wait := g.fails.wait(client, now); wait > 0 && !g.fails.knows(client, i, now) {
 		secs := max(1, int(math.Ceil(wait.Seconds())))
 		return -1, "", &denial{code: codes.ResourceExhausted, retry: secs, throttled: true,
 			message: fmt.Sprintf("too many failed authentication attempts from this address: retry after %ds", secs)}
 	}
-	secret, err := bearer(values)
-	if err != nil {
-		g.fails.fail(client, now)
-		return -1, "", &denial{code: codes.Unauthenticated, message: err.Error()}
-	}
-	i := g.lookup(secret)
 	if i < 0 {
 		g.fails.fail(client, now)
 		return -1, "", &denial{code: codes.Unauthenticated, message: "unknown token"}
 	}
+	g.fails.succeed(client, i, now)
 	name := g.tokens[i].Name
 	if !count {
 		return -1, name, nil

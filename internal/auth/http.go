@@ -16,8 +16,9 @@ import (
 // carries its token's name for Name(r.Context()). With auth off HTTP returns next itself.
 //
 // The token is checked before next reads the body, so an unauthenticated client cannot make
-// the server read, hold or parse one. Failed attempts count against the client's address
-// (FailuresPerMinute); an address over that budget gets 429 without its token being looked at.
+// the server read, hold or parse one. Unknown tokens count against the client's address
+// (FailuresPerMinute; a request with no token costs nothing); an address over that budget gets
+// 429 whatever it sends, but for a token that has authenticated from it before.
 //
 // forwarded (may be nil) marks the routes the REST gateway forwards to the gRPC server that
 // this Guard's interceptor checks: their token is checked here too, but they take their slot

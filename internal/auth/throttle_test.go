@@ -52,7 +52,8 @@ func TestTokenBeforeBody(t *testing.T) {
 }
 
 // TestFailureThrottle: an address that keeps failing is refused with 429 and Retry-After, good
-// token or not, until its budget comes back; other addresses are not affected.
+// token (never seen from it) or not, until its budget comes back; other addresses are not
+// affected.
 func TestFailureThrottle(t *testing.T) {
 	g, _ := newGuard(t, Config{FailuresPerMinute: 3}, "")
 	now := time.Unix(1_700_000_000, 0)
@@ -90,7 +91,7 @@ func TestFailureThrottle(t *testing.T) {
 	}
 	// IPv6: one host is one /64.
 	for i := range 3 {
-		get("[2001:db8:1:2::"+strconv.Itoa(i+1)+"]:443", "")
+		get("[2001:db8:1:2::"+strconv.Itoa(i+1)+"]:443", "wrong-token-wrong-token")
 	}
 	if w := get("[2001:db8:1:2::99]:443", tokenCI); w.Code != 429 {
 		t.Errorf("another address of the same /64: %d, want 429", w.Code)
@@ -168,5 +169,138 @@ func TestGatewayCallsNotThrottledAsLoopback(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Errorf("REST client elsewhere after loopback failures: %d %s, want 200", resp.StatusCode, body)
+	}
+}
+
+// throttledGet is a request to h from remote with the given Authorization values, its answer.
+func throttledGet(h http.Handler, remote string, authorization ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest("GET", "http://api/readyz", nil)
+	r.RemoteAddr = remote
+	for _, a := range authorization {
+		r.Header.Add("Authorization", a)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// TestMissingCredentialCostsNothing: a request that presents no token guesses nothing, so it
+// is refused 401 without spending its address's budget of failures. A web page's no-cors
+// requests (<img src>) can send no Authorization at all: counting them let any page lock every
+// token out of the browser's address.
+func TestMissingCredentialCostsNothing(t *testing.T) {
+	const attacker = "203.0.113.7:40000"
+	for _, tc := range []struct {
+		name          string
+		authorization []string
+		want          string // in the 401's message
+	}{
+		{name: "no Authorization", want: "missing Authorization header"},
+		{name: "another scheme", authorization: []string{"Basic dXNlcjpwYXNzd29yZA=="}, want: "not a Bearer token"},
+		{name: "empty Bearer", authorization: []string{"Bearer "}, want: "empty Bearer token"},
+		{name: "two headers", authorization: []string{"Bearer wrong-token-wrong-token", "Bearer " + tokenCI}, want: "more than one"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, _ := newGuard(t, Config{FailuresPerMinute: 3}, "")
+			now := time.Unix(1_700_000_000, 0)
+			g.now = func() time.Time { return now }
+			h := g.HTTP(whoami, nil, nil)
+			for i := range 20 {
+				if w := throttledGet(h, attacker, tc.authorization...); w.Code != 401 || !strings.Contains(w.Body.String(), tc.want) {
+					t.Fatalf("request %d: %d %s, want 401 with %q", i+1, w.Code, w.Body, tc.want)
+				}
+			}
+			if w := throttledGet(h, attacker, "Bearer "+tokenCI); w.Code != 200 {
+				t.Fatalf("a good token after 20 requests without one: %d %s, want 200", w.Code, w.Body)
+			}
+			// The budget is whole: three guesses are told they are wrong, the fourth waits.
+			for i := range 3 {
+				if w := throttledGet(h, attacker, "Bearer wrong-token-wrong-token"); w.Code != 401 {
+					t.Fatalf("guess %d: %d, want 401", i+1, w.Code)
+				}
+			}
+			if w := throttledGet(h, attacker, "Bearer wrong-token-wrong-token"); w.Code != 429 {
+				t.Errorf("guess 4: %d, want 429", w.Code)
+			}
+		})
+	}
+}
+
+// TestKnownTokenWhileThrottled: someone else's failures never lock out a token that has
+// authenticated from the address before, while a token never seen from it waits like any guess:
+// the throttled address cannot tell a right guess from a wrong one faster than its budget.
+func TestKnownTokenWhileThrottled(t *testing.T) {
+	g, _ := newGuard(t, Config{FailuresPerMinute: 3}, "")
+	now := time.Unix(1_700_000_000, 0)
+	g.now = func() time.Time { return now }
+	h := g.HTTP(whoami, nil, nil)
+	const shared, other = "203.0.113.7:40000", "198.51.100.1:1234"
+	if w := throttledGet(h, shared, "Bearer "+tokenCI); w.Code != 200 {
+		t.Fatalf("ci before any failure: %d", w.Code)
+	}
+	for range 4 {
+		throttledGet(h, "203.0.113.7:5555", "Bearer wrong-token-wrong-token") // a guesser on the same host
+	}
+	guess := throttledGet(h, shared, "Bearer wrong-token-wrong-token")
+	if guess.Code != 429 {
+		t.Fatalf("a guess over the budget: %d, want 429", guess.Code)
+	}
+	if w := throttledGet(h, "203.0.113.7:40001", "Bearer "+tokenCI); w.Code != 200 || w.Body.String() != "name=ci" {
+		t.Errorf("ci, seen from this address, while it is throttled: %d %s, want 200", w.Code, w.Body)
+	}
+	// ops is right, but was never seen from here: the answer must be the guess's, to the byte.
+	ops := throttledGet(h, shared, "Bearer "+tokenOps)
+	if ops.Code != 429 || ops.Body.String() != guess.Body.String() || ops.Header().Get("Retry-After") != guess.Header().Get("Retry-After") {
+		t.Errorf("ops, never seen from here: %d Retry-After %q %s; want what a wrong guess gets: %d %q %s",
+			ops.Code, ops.Header().Get("Retry-After"), ops.Body, guess.Code, guess.Header().Get("Retry-After"), guess.Body)
+	}
+	// Seen from another address does not count here.
+	if w := throttledGet(h, other, "Bearer "+tokenOps); w.Code != 200 {
+		t.Fatalf("ops from another address: %d, want 200", w.Code)
+	}
+	if w := throttledGet(h, shared, "Bearer "+tokenOps); w.Code != 429 {
+		t.Errorf("ops from the throttled address after it was seen elsewhere: %d, want 429", w.Code)
+	}
+	// The budget comes back (one try every 20 s): ops gets in, and is known from then on.
+	now = now.Add(20 * time.Second)
+	if w := throttledGet(h, shared, "Bearer "+tokenOps); w.Code != 200 {
+		t.Fatalf("ops after 20 s: %d, want 200", w.Code)
+	}
+	throttledGet(h, shared, "Bearer wrong-token-wrong-token")
+	if w := throttledGet(h, shared, "Bearer wrong-token-wrong-token"); w.Code != 429 {
+		t.Fatalf("guesses after 20 s: %d, want 429 again", w.Code)
+	}
+	if w := throttledGet(h, shared, "Bearer "+tokenOps); w.Code != 200 {
+		t.Errorf("ops, now seen from here, while throttled: %d, want 200", w.Code)
+	}
+	// A known token is forgotten a while after its last use.
+	now = now.Add(knownFor + time.Minute)
+	for range 4 {
+		throttledGet(h, shared, "Bearer wrong-token-wrong-token")
+	}
+	if w := throttledGet(h, shared, "Bearer "+tokenCI); w.Code != 429 {
+		t.Errorf("ci, last seen from here %s ago: %d, want 429", knownFor, w.Code)
+	}
+}
+
+// TestKnownTokensBounded: the tokens remembered per address are bounded like the failures;
+// once every slot is taken, a new address's token is not remembered (it waits like a guess if
+// its address is throttled) until the sweep finds expired ones.
+func TestKnownTokensBounded(t *testing.T) {
+	th := newThrottle(2)
+	now := time.Unix(1_700_000_000, 0)
+	for i := range maxTracked + 500 {
+		th.succeed("10."+strconv.Itoa(i>>16)+"."+strconv.Itoa(i>>8&255)+"."+strconv.Itoa(i&255), 0, now)
+	}
+	if n := th.knownAddrs(); n > maxTracked {
+		t.Fatalf("%d addresses remembered, want at most %d", n, maxTracked)
+	}
+	if !th.knows("10.0.0.1", 0, now) || th.knows("10.0.0.1", 1, now) {
+		t.Error("10.0.0.1 should know token 0 only")
+	}
+	later := now.Add(knownFor + time.Hour)
+	th.succeed("192.0.2.201", 1, later)
+	if n := th.knownAddrs(); !th.knows("192.0.2.201", 1, later) || n != 1 {
+		t.Errorf("after the old ones expired: %d addresses remembered, want just the new one", n)
 	}
 }

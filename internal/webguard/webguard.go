@@ -1,7 +1,7 @@
 // Package webguard keeps web pages away from an HTTP API that listens where a browser can reach
 // it (loopback included): a page the user visits must neither call it nor read its answers.
 //
-// Three checks, in this order, on every request:
+// Four checks, in this order, on every request:
 //
 //   - Host: the name the client used must be a loopback name (localhost, *.localhost), an IP
 //     address, or one of Config.AllowedHosts. This is the defence against DNS rebinding, where a
@@ -12,6 +12,12 @@
 //     on every POST) must come from the API's own origin (the console's: Origin's host is the
 //     request's Host) or from one of Config.AllowedOrigins. Otherwise 403, as the MCP spec asks
 //     of servers. Only configured origins get CORS headers; CORS is closed by default.
+//   - Fetch metadata: a request a page of another site made without CORS (an <img>, <script> or
+//     <link>, a frame: Sec-Fetch-Site cross-site or same-site, and no Origin) is refused with
+//     403, before any token is looked at: it can never carry a token, and whatever it costs
+//     (a log line, a failed login) would be the page's doing, not the user's. A top-level
+//     navigation (a link the user follows) is let through, and so is every client that sends no
+//     Sec-Fetch-* headers (curl, SDKs, older browsers).
 //   - Content-Type: a POST, PUT or PATCH must say application/json (415 otherwise), with a
 //     body or without. A page can send a cross-site POST without asking first only as text/plain,
 //     form data or multipart; requiring JSON turns every such "simple" request away even from a
@@ -135,13 +141,20 @@ func (g *Guard) Check(r *http.Request, originFree bool) *Refusal {
 	if g == nil {
 		return nil
 	}
-	if !g.hostAllowed(r.Host) {
+	if !g.HostAllowed(r.Host) {
 		return &Refusal{Status: http.StatusForbidden, Code: codes.PermissionDenied, reason: "host not allowed",
 			Message: fmt.Sprintf("host %q is not allowed: this server answers to loopback names, IP addresses and --%sallowed-hosts (a defence against DNS rebinding)", cut(r.Host), g.prefix)}
 	}
 	if origin := r.Header.Get("Origin"); origin != "" && !originFree && !g.originAllowed(origin, r.Host) {
 		return &Refusal{Status: http.StatusForbidden, Code: codes.PermissionDenied, reason: "origin not allowed",
 			Message: fmt.Sprintf("origin %q is not allowed: only the console's own origin and --%sallowed-origins may call this API from a browser", cut(origin), g.prefix)}
+	}
+	if !originFree {
+		if site, ok := fromAnotherSite(r); ok {
+			return &Refusal{Status: http.StatusForbidden, Code: codes.PermissionDenied, reason: "another site's page",
+				Message: fmt.Sprintf("a request from another site's page (Sec-Fetch-Site: %s, Sec-Fetch-Mode: %s) is not allowed: a page may call this API only with CORS, from --%sallowed-origins",
+					cut(site), cut(r.Header.Get("Sec-Fetch-Mode")), g.prefix)}
+		}
 	}
 	// A cross-site request that needs no preflight is a GET, HEAD or POST; PUT and PATCH are
 	// checked as well since they carry bodies. Other methods have no body to check (DELETE
@@ -159,6 +172,38 @@ func (g *Guard) Check(r *http.Request, originFree bool) *Refusal {
 		return &Refusal{Status: http.StatusUnsupportedMediaType, Code: codes.InvalidArgument, reason: "not JSON", Message: msg}
 	}
 	return nil
+}
+
+// fromAnotherSite reports whether r is a request the browser made for a page of another site
+// without CORS, and the Sec-Fetch-Site it came with. A request with an Origin is left to the
+// Origin check, which has let it through (the console's own, or an allowed origin's CORS
+// request: a page on app.example calling the api is cross-site too).
+//
+// same-site is refused as cross-site is. To an api on loopback the same site is every other
+// port of localhost or of 127.0.0.1 (a site ignores ports, and loopback has no registrable
+// domain to tell apps apart): every dev server and local app the user runs, none of which is
+// the console. The console's own requests are same-origin, a typed URL or a bookmark is none,
+// and a sibling app the operator trusts is named in --api.allowed-origins and sends an Origin.
+//
+// A top-level GET navigation is let through: it is a link the user followed, it carries no
+// token (a browser never adds a bearer token) and its answer is shown to the user, never to the
+// page; refusing it would break every link to the console. A navigation into a frame is not:
+// framing is how a page tricks a user into clicking (the console also forbids it with
+// frame-ancestors).
+func fromAnotherSite(r *http.Request) (string, bool) {
+	site := r.Header.Get("Sec-Fetch-Site")
+	if site != "cross-site" && site != "same-site" {
+		// same-origin, none, or no header at all (a client that is not a browser).
+		return "", false
+	}
+	if r.Header.Get("Origin") != "" {
+		return "", false
+	}
+	if r.Header.Get("Sec-Fetch-Mode") == "navigate" && r.Header.Get("Sec-Fetch-Dest") == "document" &&
+		(r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		return "", false
+	}
+	return site, true
 }
 
 // Handler runs the checks before next; originFree (may be nil) marks the requests that skip
@@ -210,21 +255,20 @@ func cors(w http.ResponseWriter, r *http.Request, origin string) (preflight bool
 	return true
 }
 
-func (g *Guard) hostAllowed(hostport string) bool {
-	if hostport == "" || g.anyHost {
+// HostAllowed reports whether the API may be reached under hostport (a Host header): the rule
+// of the Host check, for handlers with a check of their own (the MCP face) to apply the same
+// one. A nil Guard allows every host, as it lets every request through.
+func (g *Guard) HostAllowed(hostport string) bool {
+	if g == nil || hostport == "" || g.anyHost {
 		// No browser sends a request without Host; HTTP/1.0 clients may.
 		return true
 	}
 	h := hostname(hostport)
-	// Only an IPv4 address starts with a digit or an IPv6 one holds ':'; trying just those
-	// spares every host name ParseAddr's error.
-	if h != "" && ('0' <= h[0] && h[0] <= '9' || strings.IndexByte(h, ':') >= 0) {
-		if _, err := netip.ParseAddr(h); err == nil {
-			return true
-		}
+	if builtinHost(h) {
+		return true
 	}
 	h = strings.TrimSuffix(strings.ToLower(h), ".")
-	if h == "localhost" || strings.HasSuffix(h, ".localhost") || g.hosts[h] {
+	if g.hosts[h] {
 		return true
 	}
 	for _, s := range g.suffixes {
@@ -233,6 +277,27 @@ func (g *Guard) hostAllowed(hostport string) bool {
 		}
 	}
 	return false
+}
+
+// DefaultHostAllowed is HostAllowed of a Guard without --api.allowed-hosts: loopback names
+// (localhost, *.localhost), IP addresses and a missing Host.
+func DefaultHostAllowed(hostport string) bool {
+	return hostport == "" || builtinHost(hostname(hostport))
+}
+
+// builtinHost reports whether h (a Host's name, without port or brackets) is allowed whatever
+// the configuration: an IP address, which cannot be rebound, or a loopback name, which a DNS
+// server cannot hand out (*.localhost resolves to loopback in browsers, RFC 6761).
+func builtinHost(h string) bool {
+	// Only an IPv4 address starts with a digit or an IPv6 one holds ':'; trying just those
+	// spares every host name ParseAddr's error.
+	if h != "" && ('0' <= h[0] && h[0] <= '9' || strings.IndexByte(h, ':') >= 0) {
+		if _, err := netip.ParseAddr(h); err == nil {
+			return true
+		}
+	}
+	h = strings.TrimSuffix(strings.ToLower(h), ".")
+	return h == "localhost" || strings.HasSuffix(h, ".localhost")
 }
 
 // hostname is the host of a Host header, without port or IPv6 brackets.

@@ -46,7 +46,8 @@ func TestChecks(t *testing.T) {
 		host        string
 		origin      string
 		contentType string
-		want        int // 0: passed on (200)
+		fetch       string // Sec-Fetch-Site, -Mode and -Dest, space-separated, as a browser sends them
+		want        int    // 0: passed on (200)
 		msg         string
 		cors        bool // Access-Control-Allow-Origin set
 	}{
@@ -89,6 +90,23 @@ func TestChecks(t *testing.T) {
 		{name: "GET needs no Content-Type", method: "GET", path: "/v1/tools", host: api, contentType: "text/plain"},
 		{name: "DELETE is left to the router", method: "DELETE", path: "/v1/tools", host: api},
 		{name: "PUT is checked", method: "PUT", path: "/v1/tools", host: api, contentType: "text/plain", want: 415},
+
+		// A page's no-cors requests (<img>, <script>, <link>) carry no Origin; the browser says
+		// where they come from in Sec-Fetch-Site.
+		{name: "<img> from another site", method: "GET", path: "/v1/tools", host: api, fetch: "cross-site no-cors image", want: 403, msg: "Sec-Fetch-Site: cross-site"},
+		{name: "<script> from another site", method: "GET", path: "/readyz", host: api, fetch: "cross-site no-cors script", want: 403},
+		{name: "<img> from another port of localhost", method: "GET", path: "/v1/tools", host: "localhost:7700", fetch: "same-site no-cors image", want: 403, msg: "Sec-Fetch-Site: same-site"},
+		{name: "another site frames the console", method: "GET", path: "/ui/", host: api, fetch: "cross-site navigate iframe", want: 403},
+		{name: "another site's <form> GET in a frame", method: "GET", path: "/v1/tools", host: api, fetch: "cross-site navigate iframe", want: 403},
+		{name: "another site's link to the console", method: "GET", path: "/ui/", host: api, fetch: "cross-site navigate document"},
+		{name: "a link from another port of localhost", method: "GET", path: "/ui/", host: api, fetch: "same-site navigate document"},
+		{name: "the console's own fetch", method: "POST", path: "/v1/query", host: api, origin: "http://" + api, contentType: "application/json", fetch: "same-origin cors empty"},
+		{name: "the console's own GET (no Origin)", method: "GET", path: "/v1/tools", host: api, fetch: "same-origin cors empty"},
+		{name: "a typed URL", method: "GET", path: "/v1/tools", host: api, fetch: "none navigate document"},
+		{name: "configured origin's fetch is cross-site", args: []string{"--api.allowed-origins=https://app.example"}, method: "POST", path: "/v1/query", host: api,
+			origin: "https://app.example", contentType: "application/json", fetch: "cross-site cors empty", cors: true},
+		{name: "configured origin's <img> is not", args: []string{"--api.allowed-origins=https://app.example"}, method: "GET", path: "/v1/tools", host: api, fetch: "cross-site no-cors image", want: 403},
+		{name: "health probe from another site's <img>", method: "GET", path: "/healthz", host: api, fetch: "cross-site no-cors image"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,6 +123,12 @@ func TestChecks(t *testing.T) {
 			}
 			if tt.contentType != "" {
 				req.Header.Set("Content-Type", tt.contentType)
+			}
+			if tt.fetch != "" {
+				f := strings.Fields(tt.fetch)
+				req.Header.Set("Sec-Fetch-Site", f[0])
+				req.Header.Set("Sec-Fetch-Mode", f[1])
+				req.Header.Set("Sec-Fetch-Dest", f[2])
 			}
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
@@ -153,6 +177,46 @@ func TestRefusalsLoggedSampled(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "\n"); n == 0 || n > 20 {
 		t.Errorf("500 refusals made %d log lines, want a few", n)
+	}
+}
+
+// TestHostAllowed: the Host rule other handlers ask for (the MCP face's) is the one Check
+// applies, and DefaultHostAllowed is that of a guard with no --api.allowed-hosts.
+func TestHostAllowed(t *testing.T) {
+	g, _ := newGuard(t, "--api.allowed-hosts=toolmesh.example.com,*.corp.example")
+	for _, tt := range []struct {
+		host           string
+		byDefault, cfg bool
+	}{
+		{"localhost:7700", true, true},
+		{"LOCALHOST", true, true},
+		{"foo.localhost:7700", true, true},
+		{"a.b.localhost.", true, true},
+		{"127.0.0.1:7700", true, true},
+		{"[::1]:7700", true, true},
+		{"10.1.2.3", true, true},
+		{"", true, true},
+		{"toolmesh.example.com:443", false, true},
+		{"api.corp.example", false, true},
+		{"evil.example:7700", false, false},
+		{"localhost.evil.example", false, false},
+		{"evillocalhost", false, false},
+	} {
+		if got := DefaultHostAllowed(tt.host); got != tt.byDefault {
+			t.Errorf("DefaultHostAllowed(%q) = %v, want %v", tt.host, got, tt.byDefault)
+		}
+		if got := g.HostAllowed(tt.host); got != tt.cfg {
+			t.Errorf("HostAllowed(%q) = %v, want %v", tt.host, got, tt.cfg)
+		}
+		req := httptest.NewRequest("GET", "http://127.0.0.1/v1/tools", nil)
+		req.Host = tt.host
+		if refused := g.Check(req, false) != nil; refused == tt.cfg {
+			t.Errorf("Check with Host %q refused: %v, but HostAllowed says %v", tt.host, refused, tt.cfg)
+		}
+	}
+	var none *Guard
+	if !none.HostAllowed("evil.example") {
+		t.Error("a nil Guard refuses a host; it lets everything through")
 	}
 }
 

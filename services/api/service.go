@@ -77,6 +77,7 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 	s.tools = &toolHandler{cfg: cfg, executor: toolmeshv1.NewExecutorServiceClient(execConn), policy: pol}
 	mcfg := cfg.MCP
 	mcfg.RPCTimeout = cfg.RPCTimeout
+	mcfg.HostAllowed = web.HostAllowed // one Host rule for the whole REST port, /mcp included
 	s.mcp = mcpface.New(mcfg, s.tools, toolmeshv1.NewExecutorServiceClient(execConn), pol, logger, tel)
 	if cfg.RetrieverAddr != "" {
 		conn, err := s.dial(toolmeshv1.RetrieverService_ServiceDesc.ServiceName, cfg.RetrieverAddr)

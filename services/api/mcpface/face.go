@@ -47,6 +47,7 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
+	"github.com/toolmesh/toolmesh/internal/webguard"
 )
 
 // Tools is the api's tools handler, called in-process with the caller's token name in the
@@ -80,6 +81,9 @@ type Config struct {
 	RPCTimeout time.Duration
 	// Version is what the face reports as its server version.
 	Version string
+	// HostAllowed is the Host rule, the REST port's web guard's (webguard.Guard.HostAllowed);
+	// nil is webguard.DefaultHostAllowed.
+	HostAllowed func(hostport string) bool
 }
 
 // Defaults and bounds of Config.
@@ -159,6 +163,9 @@ type Face struct {
 // until Run has the executor's catalog.
 func New(cfg Config, tools Tools, exec Executor, pol *policy.Policy, logger *slog.Logger, tel *telemetry.Service) *Face {
 	cfg.defaults()
+	if cfg.HostAllowed == nil {
+		cfg.HostAllowed = webguard.DefaultHostAllowed
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -174,6 +181,8 @@ func New(cfg Config, tools Tools, exec Executor, pol *policy.Policy, logger *slo
 		server.WithUseFullURLForMessageEndpoint(false),
 		server.WithKeepAlive(true),
 		server.WithSessionIDGenerator(f.newSSESession),
+		// The Host rule is the face's (ServeHTTP), as for the streamable HTTP views.
+		server.WithSSEDisableLocalhostProtection(true),
 	)
 	return f
 }

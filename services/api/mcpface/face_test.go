@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"slices"
@@ -22,6 +23,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/policy"
+	"github.com/toolmesh/toolmesh/internal/webguard"
 )
 
 // OpenAI's function names and Anthropic's tool names: ^[a-zA-Z0-9_-]{1,64}$ both.
@@ -525,6 +527,70 @@ func TestOrigin(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != tc.want {
 			t.Errorf("origin %s: %d, want %d", tc.origin, resp.StatusCode, tc.want)
+		}
+	}
+}
+
+// TestHost: every endpoint answers to the names the REST port's web guard allows (loopback
+// names, *.localhost, IP addresses, and what the operator adds) and to no other, one rule for
+// /mcp and /v1. mcp-go's own guard allowed only localhost and loopback IPs on a loopback
+// connection, so "foo.localhost" and an --api.allowed-hosts name behind a local proxy got 403.
+func TestHost(t *testing.T) {
+	exec := newExecutorDouble(testTool(t, "srv.a"))
+	web, err := webguard.New(webguard.Config{AllowedHosts: []string{"toolmesh.example"}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byDefault := newHarness(t, exec, harnessOptions{})
+	configured := newHarness(t, exec, harnessOptions{cfg: Config{HostAllowed: web.HostAllowed}})
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"0"}}}`
+	for _, tc := range []struct {
+		host                  string
+		byDefault, configured int
+	}{
+		{"foo.localhost", 200, 200},
+		{"toolmesh.localhost:7700", 200, 200},
+		{"localhost", 200, 200},
+		{"127.0.0.1", 200, 200},
+		{"toolmesh.example", 403, 200},
+		{"evil.example", 403, 403},
+	} {
+		for _, h := range []struct {
+			name string
+			h    *harness
+			want int
+		}{{"default", byDefault, tc.byDefault}, {"configured", configured, tc.configured}} {
+			for _, path := range []string{CatalogPath, SearchPath, ServersPath + "srv", SSEPath, SSEMessagePath + "?sessionId=none"} {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				method, body := http.MethodPost, init
+				if path == SSEPath {
+					method, body = http.MethodGet, ""
+				}
+				req, _ := http.NewRequestWithContext(ctx, method, h.h.url+path, strings.NewReader(body))
+				req.Host = tc.host
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Accept", "application/json, text/event-stream")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					cancel()
+					t.Fatal(err)
+				}
+				var b []byte
+				if path != SSEPath || resp.StatusCode != 200 { // an open stream ends only with ctx
+					b, _ = io.ReadAll(io.LimitReader(resp.Body, 4096))
+				}
+				resp.Body.Close()
+				cancel()
+				want := h.want
+				if want == 200 && path == SSEMessagePath+"?sessionId=none" {
+					want = 404 // past the Host check: no such session
+				}
+				if resp.StatusCode != want {
+					t.Errorf("%s face, Host %s, %s %s: %d %s, want %d", h.name, tc.host, method, path, resp.StatusCode, b, want)
+				} else if want == 403 && !strings.Contains(string(b), `"details":[]`) {
+					t.Errorf("%s face, Host %s, %s: %s, want the JSON error body", h.name, tc.host, path, b)
+				}
+			}
 		}
 	}
 }

@@ -106,6 +106,15 @@ func origin(r *http.Request) string {
 // ServeHTTP routes a request to its view.
 func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
+	if !f.cfg.HostAllowed(r.Host) {
+		// The REST port's web guard has refused this already; the face keeps the same rule
+		// for wherever else it is mounted (mcp-go's own check, which allows fewer names, is
+		// off: see newView).
+		f.log.Warn("mcp: refused a request for a host not allowed", "host", r.Host, "path", p, "remote", r.RemoteAddr)
+		writeError(w, http.StatusForbidden, codes.PermissionDenied,
+			fmt.Sprintf("host %q is not allowed: this server answers to loopback names, IP addresses and --api.allowed-hosts (a defence against DNS rebinding)", r.Host))
+		return
+	}
 	if Public(r) {
 		f.metadata(w, r)
 		return

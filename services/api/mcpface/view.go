@@ -87,6 +87,11 @@ func (f *Face) newView(kind viewKind, srv string) *view {
 		server.WithSessionIdManager(statelessIDs{}),
 		server.WithSessionIdleTTL(f.cfg.SessionIdle),
 		server.WithStreamableHTTPLogger(f.log),
+		// mcp-go refuses, on a loopback connection, any Host but localhost and loopback IPs:
+		// "foo.localhost" and an --api.allowed-hosts name behind a local proxy got 403 on /mcp
+		// while every other REST path took them. Face.ServeHTTP applies the web guard's rule
+		// (Config.HostAllowed) instead, one rule for the whole port.
+		server.WithDisableLocalhostProtection(true),
 	}
 	v.http = server.NewStreamableHTTPServer(v.mcp, httpOpts...)
 	if kind != viewSearch {
