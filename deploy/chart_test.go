@@ -98,6 +98,10 @@ func TestChartConfig(t *testing.T) {
 				if err := cfg.Validate(); err != nil {
 					t.Errorf("%s: toolmesh serve --target=%s: %v", file, tg, err)
 				}
+				// The internal ports beyond loopback are plaintext on purpose only without mTLS.
+				if cfg.AllowInsecureInternal && cfg.TLS.Mutual() {
+					t.Errorf("%s: %s runs with mutual TLS and allow-insecure-internal: drop the opt-out", file, tg)
+				}
 				cfgs[tg] = cfg
 			}
 			// The api enforces the rules of the servers the executor connects to.

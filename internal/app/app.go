@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -58,15 +60,24 @@ type target struct {
 	// check validates the part of the config this target uses.
 	check func(c *Config) error
 	init  func(a *App, env targetEnv) ([]runner, error)
+	// internal is the gRPC port of a target only other toolmesh services call; nil for the
+	// api, whose port is public, and the demo.
+	internal *internalPort
 }
 
 // targets is the one table of what exists, what it needs and what starts before what.
 var targets = map[string]target{
-	"demo":      {init: initDemo},
-	"executor":  {deps: []string{"demo"}, check: (*Config).checkExecutor, init: initExecutor},
-	"retriever": {deps: []string{"executor"}, check: func(c *Config) error { return c.Retriever.Validate() }, init: initRetriever},
-	"inference": {check: func(c *Config) error { return c.Inference.Validate() }, init: initInference},
-	"api":       {deps: []string{"executor", "retriever", "inference"}, check: func(c *Config) error { return c.API.Validate() }, init: initAPI},
+	"demo": {init: initDemo},
+	"executor": {deps: []string{"demo"}, check: (*Config).checkExecutor, init: initExecutor,
+		internal: &internalPort{flag: "executor.grpc-addr", addr: func(c *Config) string { return c.Executor.GRPCAddr },
+			gives: "call every tool past the api's tokens and scopes"}},
+	"retriever": {deps: []string{"executor"}, check: func(c *Config) error { return c.Retriever.Validate() }, init: initRetriever,
+		internal: &internalPort{flag: "retriever.grpc-addr", addr: func(c *Config) string { return c.Retriever.GRPCAddr },
+			gives: "search every tool past the api's tokens and scopes"}},
+	"inference": {check: func(c *Config) error { return c.Inference.Validate() }, init: initInference,
+		internal: &internalPort{flag: "inference.grpc-addr", addr: func(c *Config) string { return c.Inference.GRPCAddr },
+			gives: "use the model past the api's tokens"}},
+	"api": {deps: []string{"executor", "retriever", "inference"}, check: func(c *Config) error { return c.API.Validate() }, init: initAPI},
 }
 
 // serveTargets are the names `serve --target` accepts.
@@ -91,6 +102,9 @@ type App struct {
 	api  *api.Service
 	// reloader is set by Run when there is a config file to read again.
 	reloader *reloader
+	// sockets is the private directory of the internal targets' Unix sockets (privateAddr);
+	// "" until the first of them starts. Run removes it when it returns.
+	sockets string
 }
 
 // ForceStop makes a stop under way skip what is left of its drains (a second signal): calls
@@ -151,6 +165,10 @@ type targetEnv struct {
 	name   string
 	logger *slog.Logger
 	tel    *telemetry.Service
+	// internal is the target's internal port (targets); nil for the api and the demo.
+	internal *internalPort
+	// callersHere is whether every target that calls this one runs in this process.
+	callersHere bool
 }
 
 // New checks the target names; cfg must be loaded and valid.
@@ -202,6 +220,8 @@ func order(requested []string) []string {
 // targets in reverse dependency order, so the api drains before the executor closes sessions.
 // started, if not nil, is called once every listener is bound.
 func (a *App) Run(ctx context.Context, started func()) error {
+	// After every target has stopped: their listeners have removed the sockets by then.
+	defer a.removeSockets()
 	names := order(a.cfg.Targets)
 	type running struct {
 		name   string
@@ -240,7 +260,7 @@ func (a *App) Run(ctx context.Context, started func()) error {
 	defer a.tls.run(tlsCtx)()
 	defer stopTLS()
 	for _, name := range names {
-		env := targetEnv{name: name, logger: a.logger.With("target", name)}
+		env := targetEnv{name: name, logger: a.logger.With("target", name), internal: targets[name].internal, callersHere: a.callersHere(name)}
 		var err error
 		// Each target reports as its own service; the demo's servers make their own.
 		if name != "demo" {
@@ -318,10 +338,11 @@ func (a *App) endpoint(name, addr string) {
 // bound address in the address book under the target's name. On error svc is closed if it can be.
 func (a *App) startGRPC(env targetEnv, addr string, svc service, opts ...grpc.ServerOption) (*server.GRPC, error) {
 	// Every server speaks the TLS the config asks for: mutual between the services, and the
-	// api's public port its own.
-	if env.name == "api" {
+	// api's public port its own. A private socket needs none (privateAddr).
+	switch {
+	case env.name == "api":
 		opts = append(opts, a.tls.apiServerOptions()...)
-	} else {
+	case !a.tls.privateSocket(addr):
 		opts = append(opts, a.tls.serverOptions()...)
 	}
 	g, err := server.NewGRPC(addr, env.logger, a.cfg.DrainTimeout, opts...)
@@ -338,13 +359,28 @@ func (a *App) startGRPC(env targetEnv, addr string, svc service, opts ...grpc.Se
 	return g, nil
 }
 
-// serveGRPC is a target that is one service on one gRPC server.
+// serveGRPC is an internal target (targets' internal port) that is one service on one gRPC
+// server, at addr or at a private socket (privateAddr).
 func (a *App) serveGRPC(env targetEnv, addr string, svc service, opts ...grpc.ServerOption) ([]runner, error) {
+	addr, private, err := a.privateAddr(env, addr)
+	if err == nil && !private {
+		err = a.checkOpen(env, addr)
+	}
+	if err != nil {
+		if c, ok := svc.(interface{ Close() }); ok {
+			c.Close()
+		}
+		return nil, err
+	}
 	g, err := a.startGRPC(env, addr, svc, opts...)
 	if err != nil {
 		return nil, err
 	}
-	a.endpoint(env.name+" gRPC", g.Addr())
+	if private {
+		a.endpoint(env.name+" gRPC", "in-process, "+g.Addr()+" (no network port; this user only)")
+	} else {
+		a.endpoint(env.name+" gRPC", g.Addr())
+	}
 	runners := []runner{afterDrain(svc, g.Run)}
 	if r, ok := svc.(readiness); ok {
 		// Not serving until ready: a probe (Kubernetes' readiness, compose's health check)
@@ -353,6 +389,79 @@ func (a *App) serveGRPC(env targetEnv, addr string, svc service, opts ...grpc.Se
 		runners = append(runners, func(ctx context.Context) error { followReady(ctx, g, r); return nil })
 	}
 	return runners, nil
+}
+
+// privateAddr is where the internal target of env listens, addr being its configured address:
+// a Unix socket in a directory of this process's own when every target that calls it runs in
+// this process too and addr was not given on purpose (the command line or the config file),
+// else addr. On a default `up` no other user of the machine can then reach the executor and
+// run tools past the api's tokens and scopes, as anyone could on 127.0.0.1:7704: the
+// directory is 0700 and each socket 0600, so only this user (and root) can connect. The
+// sockets stand in for the in-process path (issue "A hop costs what a proxy costs"), which
+// would need no listener at all.
+func (a *App) privateAddr(env targetEnv, addr string) (string, bool, error) {
+	if !env.callersHere || a.cfg.given(env.internal.flag) {
+		return addr, false, nil
+	}
+	if a.sockets == "" {
+		dir, err := os.MkdirTemp(runtimeDir(), "toolmesh-")
+		if err != nil {
+			return "", false, fmt.Errorf("private socket directory: %w", err)
+		}
+		// MkdirTemp makes it 0700 less the umask: nobody else may enter it, whatever the
+		// sockets' own modes.
+		a.sockets = dir
+		a.tls.private = dir
+	}
+	return "unix:" + filepath.Join(a.sockets, env.name+".sock"), true, nil
+}
+
+// callersHere reports whether every target that calls the target name (has it in its deps)
+// runs in this process.
+func (a *App) callersHere(name string) bool {
+	for caller, t := range targets {
+		if slices.Contains(t.deps, name) && !slices.Contains(a.cfg.Targets, caller) {
+			return false
+		}
+	}
+	return true
+}
+
+// runtimeDir is where the private socket directory goes: the user's runtime directory
+// ($XDG_RUNTIME_DIR, itself 0700 and the user's own) when there is one, else the temporary
+// directory.
+func runtimeDir() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(d) {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			return d
+		}
+	}
+	return os.TempDir()
+}
+
+// removeSockets removes the private socket directory, once the listeners in it have closed.
+func (a *App) removeSockets() {
+	if a.sockets == "" {
+		return
+	}
+	if err := os.RemoveAll(a.sockets); err != nil {
+		a.logger.Warn("removing the private socket directory", "dir", a.sockets, "err", err)
+	}
+}
+
+// checkOpen refuses the internal target of env on addr beyond loopback without mutual TLS
+// (Config.checkOpen; Validate checks the same before any target starts), and warns when
+// --allow-insecure-internal lets it.
+func (a *App) checkOpen(env targetEnv, addr string) error {
+	p := env.internal
+	if err := a.cfg.checkOpen(p, addr); err != nil {
+		return err
+	}
+	if !a.cfg.TLS.Mutual() && !server.Loopback(addr) {
+		env.logger.Warn("listening beyond loopback without mutual TLS (--allow-insecure-internal): anyone who reaches this port can "+p.gives,
+			"flag", p.flag, "addr", addr)
+	}
+	return nil
 }
 
 // readiness is a service that can be up and still not able to answer (the retriever before

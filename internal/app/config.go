@@ -16,6 +16,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/secret"
+	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/services/api"
 	"github.com/toolmesh/toolmesh/services/executor"
@@ -42,12 +43,18 @@ type Config struct {
 	TLS       TLSConfig
 	// MetricsAddr serves GET /metrics on its own listener (the api's REST port always does).
 	MetricsAddr string
+	// AllowInsecureInternal lets the executor, retriever and inference listen beyond loopback
+	// without mutual TLS.
+	AllowInsecureInternal bool
 
 	// servers holds mcpServers given inline in the YAML file, as written.
 	servers map[string]any
 	// serversErr is why the MCP servers did not load when their rules did: the executor,
 	// which connects to them, refuses to start with it; the api needs only the rules.
 	serversErr error
+	// onPurpose holds every flag the command line or the config file set, by name: a value
+	// asked for, where any other is a default (given).
+	onPurpose map[string]bool
 }
 
 // DemoConfig is the shipped demo MCP servers that `up` runs on loopback.
@@ -73,6 +80,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Telemetry.RegisterFlags(fs)
 	c.TLS.RegisterFlags(fs)
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "also serve Prometheus metrics at http://ADDR/metrics (for targets without the api's REST port); empty: off")
+	fs.BoolVar(&c.AllowInsecureInternal, "allow-insecure-internal", false, "let the executor, retriever and inference listen beyond loopback without mutual TLS (--tls.*), so that anyone who reaches the executor can call every tool past the api's tokens and scopes (without it, such a start is refused)")
 }
 
 // RegisterDemoFlags adds the flags of the demo MCP servers that only `up` runs.
@@ -103,6 +111,12 @@ func (c *Config) Load(fs *flag.FlagSet, args []string) error {
 			return err
 		}
 	}
+	// Visit sees the flags the file set too: fs.Set marks a flag set as fs.Parse does.
+	c.onPurpose = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { c.onPurpose[f.Name] = true })
+	for alias, name := range flagAliases {
+		c.onPurpose[name] = c.onPurpose[name] || c.onPurpose[alias]
+	}
 	var mcpData []byte
 	if c.MCPConfig != "" {
 		var err error
@@ -129,6 +143,10 @@ func (c *Config) Load(fs *flag.FlagSet, args []string) error {
 	c.API.Policy.Servers = policy.RulesOf(rules)
 	return nil
 }
+
+// given reports whether the flag name was set on the command line or in the config file,
+// rather than left at its default.
+func (c *Config) given(name string) bool { return c.onPurpose[name] }
 
 // checkExecutor is the executor target's check: its servers loaded, and its config.
 func (c *Config) checkExecutor() error {
@@ -284,6 +302,33 @@ func (c *Config) Validate() error {
 				return err
 			}
 		}
+		if p := targets[t].internal; p != nil {
+			if err := c.checkOpen(p, p.addr(c)); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// internalPort is the gRPC port of a target only other toolmesh services call (the executor,
+// the retriever, inference), which has no tokens of its own: the api checks those.
+type internalPort struct {
+	// flag is its listen address's flag, and addr reads it.
+	flag string
+	addr func(c *Config) string
+	// gives is what anyone who reaches the port can do, for the refusal.
+	gives string
+}
+
+// checkOpen refuses an internal port that anyone on the network could use, as the api's
+// checkExposure does for an api without tokens: addr, its listen address, beyond loopback
+// without mutual TLS, unless --allow-insecure-internal says that is meant.
+func (c *Config) checkOpen(p *internalPort, addr string) error {
+	if c.TLS.Mutual() || c.AllowInsecureInternal || server.Loopback(addr) {
+		return nil
+	}
+	return fmt.Errorf("%s: %s listens beyond loopback without mutual TLS, so anyone who reaches it could %s: "+
+		"set --tls.cert-file, --tls.key-file and --tls.ca-file, listen on 127.0.0.1, or pass --allow-insecure-internal to run it open on purpose",
+		p.flag, addr, p.gives)
 }

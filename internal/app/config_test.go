@@ -257,3 +257,39 @@ func TestReloadRulesWithoutSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigGivenOnPurpose: a flag counts as given on purpose when the command line or the
+// config file sets it, never when it keeps its default: `up` listens on a private socket
+// instead of a default address, never instead of one that was asked for.
+func TestConfigGivenOnPurpose(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "toolmesh.yaml")
+	if err := os.WriteFile(file, []byte("executor:\n  grpc-addr: 127.0.0.1:9704\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string // of the three listen addresses
+	}{
+		{"defaults", nil, nil},
+		{"on the command line", []string{"--retriever.grpc-addr=127.0.0.1:7702"}, []string{"retriever.grpc-addr"}},
+		{"in the file", []string{"--config=" + file}, []string{"executor.grpc-addr"}},
+		{"both", []string{"--config=" + file, "--inference.grpc-addr=127.0.0.1:0"}, []string{"executor.grpc-addr", "inference.grpc-addr"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := load(t, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, name := range []string{"executor.grpc-addr", "retriever.grpc-addr", "inference.grpc-addr"} {
+				if c.given(name) {
+					got = append(got, name)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("given %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -18,6 +18,14 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/errreason"
+	"github.com/toolmesh/toolmesh/internal/server"
 )
 
 // injected is what a page an attacker controls says: text written to steer a model and,
@@ -526,4 +534,71 @@ func TestPolicyTokenScopes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestAttackExecutorPort: a caller that reaches the executor's gRPC port (here an address
+// given on purpose, without mutual TLS) still cannot run what the servers' rules refuse. An
+// excluded tool is PERMISSION_DENIED with reason POLICY_DENIED and the very text the api's REST
+// answer gives, and a model's call (by_model) of a tool that may be destructive is refused
+// unless its server sets allowDestructive. What the executor cannot know stays the api's:
+// tokens and scopes, and whether a call really is a model's (a direct call of delete_note
+// runs, as the api's tools API lets it).
+func TestAttackExecutorPort(t *testing.T) {
+	n := &notes{}
+	a, _ := runApp(t, []string{"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
+		"--api.retriever-addr=", "--api.inference-addr=", "--drain-timeout=2s", "--config=" + policyConfig(t, n, "")}, "executor", "api")
+	base := endpointOf(t, a, "REST")
+	waitReadyz(t, base)
+	code, body := do(t, "", http.MethodPost, base+"/v1/tools/notes/secret_dump:call", `{"arguments":{}}`)
+	if code != http.StatusForbidden {
+		t.Fatalf("REST call of the excluded tool: %d %s; want 403", code, body)
+	}
+	restDenial := decodeError(t, body).Message
+
+	conn, err := grpc.NewClient(endpointOf(t, a, "executor gRPC"), server.DialOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	executor := toolmeshv1.NewExecutorServiceClient(conn)
+	call := func(id string, byModel bool, args map[string]any) (*toolmeshv1.ExecutorServiceCallToolResponse, error) {
+		st, err := structpb.NewStruct(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return executor.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: id, Arguments: st, ByModel: byModel})
+	}
+	note := map[string]any{"name": "groceries"}
+	for _, tc := range []struct {
+		name    string
+		id      string
+		byModel bool
+		args    map[string]any
+		denial  string // "" when the call must run
+	}{
+		{"an excluded tool", "notes.secret_dump", false, nil, restDenial},
+		{"an excluded tool, as the model's", "notes.secret_dump", true, nil, restDenial},
+		{"the model's call of a destructive tool", "notes.delete_note", true, note,
+			"permission denied: call notes.delete_note: its annotations do not say readOnlyHint: true or destructiveHint: false, so it may be destructive, and mcpServers.notes does not set allowDestructive: true (rule: allowDestructive)"},
+		{"the model's call where allowDestructive is set", "admin.wipe_cache", true, nil, ""},
+		{"a direct call of a destructive tool", "notes.delete_note", false, note, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := call(tc.id, tc.byModel, tc.args)
+			if tc.denial == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if st := status.Convert(err); st.Code() != codes.PermissionDenied || errreason.Of(err) != errreason.PolicyDenied || st.Message() != tc.denial {
+				t.Errorf("got %v %q (reason %q); want PermissionDenied %q (POLICY_DENIED)", st.Code(), st.Message(), errreason.Of(err), tc.denial)
+			}
+		})
+	}
+	if got := [3]int32{n.dumps.Load(), n.deletes.Load(), n.wipes.Load()}; got != [3]int32{0, 1, 1} {
+		t.Errorf("secret_dump, delete_note, wipe_cache ran %v times; want 0, 1 (the direct call), 1", got)
+	}
 }

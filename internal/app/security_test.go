@@ -4,14 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,8 +23,12 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
+	"github.com/toolmesh/toolmesh/internal/tlsfiles/tlstest"
+	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // The attacks of issue 16 that a web page, a stray client or a user's own config can make on a
@@ -302,6 +310,174 @@ func TestAttackOpenBind(t *testing.T) {
 			for _, want := range []string{tc.refused, "--api.tokens-file", "TOOLMESH_API_TOKENS", "--api.allow-open"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error %q does not name %s", err, want)
+				}
+			}
+		})
+	}
+}
+
+// upArgs are the flags of `up` in a test: the api and the demo servers on free loopback ports
+// and no model; the executor, retriever and inference keep their defaults.
+var upArgs = []string{"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0",
+	"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0",
+	"--drain-timeout=2s", "--llm-url=http://127.0.0.1:1"}
+
+// freeDefaults puts the executor, retriever and inference on free loopback ports without
+// giving them on purpose (as defaults are), so that no case binds the real 7702-7704.
+func freeDefaults(c *Config) {
+	c.Executor.GRPCAddr, c.Retriever.GRPCAddr, c.Inference.GRPCAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+}
+
+var socketAddr = regexp.MustCompile(`unix:(\S+)`)
+
+// TestAttackInternalPorts: in one process (`up`) the executor, retriever and inference take no
+// network connection: on main any local user could call ExecutorService/CallTool on loopback
+// and run any tool past the api's tokens and scopes. Each listens on a Unix socket of its own
+// (0600) in a directory only this user may enter (0700), removed at stop, and the banner says
+// so; the mesh still answers. A target keeps its TCP port when its address was given on
+// purpose (command line or config file) or when a target that calls it runs elsewhere.
+func TestAttackInternalPorts(t *testing.T) {
+	internal := []string{"executor gRPC", "retriever gRPC", "inference gRPC"}
+	// tcp reports whether the banner gives name a TCP address.
+	tcp := func(a *App, name string) bool {
+		_, port, err := net.SplitHostPort(endpointOf(t, a, name))
+		return err == nil && port != "0"
+	}
+	t.Run("up", func(t *testing.T) {
+		a, stop, err := launch(t, upArgs, nil, freeDefaults, allTargets...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dir string
+		for _, name := range internal {
+			addr := endpoint(a, name)
+			m := socketAddr.FindStringSubmatch(addr)
+			if m == nil || !strings.Contains(addr, "in-process") {
+				t.Errorf("%s at %q; want an in-process unix socket", name, addr)
+				continue
+			}
+			fi, err := os.Stat(m[1])
+			if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+				t.Errorf("%s: socket %s: %v, %v; want a socket with mode 0600", name, m[1], fi, err)
+			}
+			switch {
+			case dir == "":
+				dir = filepath.Dir(m[1])
+			case filepath.Dir(m[1]) != dir:
+				t.Errorf("%s in %s, the others in %s: want one directory", name, filepath.Dir(m[1]), dir)
+			}
+		}
+		if dir == "" {
+			t.FailNow()
+		}
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+			t.Errorf("socket directory %s: %v, %v; want a directory with mode 0700", dir, fi, err)
+		}
+		base := endpoint(a, "REST")
+		waitReady(t, base, "")
+		attack{method: "POST", path: "/v1/tools/calculator/add:call", contentType: "application/json",
+			body: `{"arguments":{"a":2,"b":3}}`, want: 200, wantIn: `"text":"5"`}.check(t, base)
+		stop()
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("socket directory after stop: %v; want it removed", err)
+		}
+	})
+	t.Run("an address given on purpose", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "toolmesh.yaml")
+		if err := os.WriteFile(file, []byte("inference:\n  grpc-addr: 127.0.0.1:0\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args := append(slices.Clone(upArgs), "--executor.grpc-addr=127.0.0.1:0", "--config="+file)
+		a, _, err := launch(t, args, nil, func(c *Config) { c.Retriever.GRPCAddr = "127.0.0.1:0" }, allTargets...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range map[string]bool{"executor gRPC": true, "retriever gRPC": false, "inference gRPC": true} {
+			if got := tcp(a, name); got != want {
+				t.Errorf("%s at %q: TCP %v, want %v", name, endpoint(a, name), got, want)
+			}
+		}
+		waitReady(t, endpoint(a, "REST"), "")
+	})
+	t.Run("with mutual TLS", func(t *testing.T) {
+		// The executor on a TCP port with mutual TLS (given on purpose), the retriever and
+		// inference on private sockets, which speak no TLS: the api's one set of dial options
+		// reaches all three, the retriever the executor, and a question is answered.
+		ca := tlstest.NewCA(t)
+		d := llamatest.NewDouble(t, llamatest.DoubleOptions{})
+		m := &scriptedModel{scripts: map[string]script{}}
+		d.ScriptFunc(m.reply)
+		m.set("What is 2 plus 3?", addTwoAndThree)
+		args := append(slices.Clone(upArgs), "--executor.grpc-addr=127.0.0.1:0", "--llm-url="+d.URL)
+		args = append(args, tlsFlags(tlstest.NewSecretDir(t, tlstest.Issue(t, ca, "toolmesh", "localhost", "127.0.0.1")).Files())...)
+		a, _, err := launch(t, args, nil, freeDefaults, allTargets...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !tcp(a, "executor gRPC") || tcp(a, "retriever gRPC") || tcp(a, "inference gRPC") {
+			t.Fatalf("endpoints %v; want the executor on TCP, the others private", a.Endpoints)
+		}
+		if _, err := tlstest.HealthCheck(t, endpointOf(t, a, "executor gRPC"), "toolmesh.v1.ExecutorService", grpc.WithTransportCredentials(insecure.NewCredentials())); err == nil {
+			t.Error("the executor's TCP port answered a plaintext client")
+		}
+		base := endpoint(a, "REST")
+		waitReady(t, base, "")
+		if got := query(t, base, `{"query":"What is 2 plus 3?"}`); got.Answer != "2 plus 3 is 5." {
+			t.Errorf("query: %+v", got)
+		}
+	})
+	t.Run("a caller in another process", func(t *testing.T) {
+		// `serve --target=executor`: the api and the retriever that call it run elsewhere.
+		a, _, err := launch(t, upArgs, nil, freeDefaults, "demo", "executor")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !tcp(a, "executor gRPC") {
+			t.Errorf("executor at %q; want its TCP port", endpoint(a, "executor gRPC"))
+		}
+	})
+}
+
+// TestAttackInternalOpenBind: an executor, retriever or inference port beyond loopback without
+// mutual TLS is refused at start, in `up` and alone (`serve --target=...`), as the api's is
+// without tokens (on main they started without a word), naming the flag, mutual TLS and the
+// opt-out; with mutual TLS or --allow-insecure-internal it starts. Validate refuses the same.
+func TestAttackInternalOpenBind(t *testing.T) {
+	ca := tlstest.NewCA(t)
+	mtls := tlsFlags(tlstest.NewSecretDir(t, tlstest.Issue(t, ca, "toolmesh", "localhost", "127.0.0.1")).Files())
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		targets []string
+		refused string // the flag the error names; "" when it must start
+	}{
+		{"executor in up", meshArgs("--executor.grpc-addr=0.0.0.0:0"), allTargets, "executor.grpc-addr"},
+		{"retriever in up", meshArgs("--retriever.grpc-addr=0.0.0.0:0"), allTargets, "retriever.grpc-addr"},
+		{"inference in up", meshArgs("--inference.grpc-addr=:0"), allTargets, "inference.grpc-addr"},
+		{"executor alone", []string{"--executor.grpc-addr=0.0.0.0:0"}, []string{"executor"}, "executor.grpc-addr"},
+		{"retriever alone", []string{"--retriever.grpc-addr=0.0.0.0:0", "--retriever.executor-addr=127.0.0.1:1"}, []string{"retriever"}, "retriever.grpc-addr"},
+		{"inference alone", []string{"--inference.grpc-addr=0.0.0.0:0", "--llm-url=http://127.0.0.1:1"}, []string{"inference"}, "inference.grpc-addr"},
+		{"open on purpose", []string{"--executor.grpc-addr=0.0.0.0:0", "--allow-insecure-internal"}, []string{"executor"}, ""},
+		{"with mutual TLS", append([]string{"--executor.grpc-addr=0.0.0.0:0"}, mtls...), []string{"executor"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--drain-timeout=2s"}, tc.args...)
+			c := demoConfig(t, args...)
+			c.Targets = tc.targets
+			verr := c.Validate()
+			_, _, err := launch(t, args, nil, nil, tc.targets...)
+			if tc.refused == "" {
+				if err != nil || verr != nil {
+					t.Fatalf("refused: %v (Validate: %v)", err, verr)
+				}
+				return
+			}
+			if err == nil || verr == nil {
+				t.Fatalf("an open %s without mutual TLS: start %v, Validate %v; want both refused", tc.refused, err, verr)
+			}
+			for _, want := range []string{tc.refused, "--tls.cert-file", "--allow-insecure-internal"} {
+				if !strings.Contains(err.Error(), want) || !strings.Contains(verr.Error(), want) {
+					t.Errorf("error %q (Validate: %q) does not name %s", err, verr, want)
 				}
 			}
 		})

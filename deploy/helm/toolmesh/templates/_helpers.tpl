@@ -192,6 +192,9 @@ retriever.qdrant.addr. */}}
 {{- if .Values.tls.enabled }}
 {{- $dir := include "toolmesh.tlsDir" . }}
 {{- $_ := set $cfg "tls" (dict "cert-file" (printf "%s/tls.crt" $dir) "key-file" (printf "%s/tls.key" $dir) "ca-file" (printf "%s/ca.crt" $dir)) }}
+{{- else }}
+{{- /* The internal ports listen on the pod's IP; without mTLS they refuse to unless told that is meant. The NetworkPolicies admit only their callers. */}}
+{{- $_ := set $cfg "allow-insecure-internal" true }}
 {{- end }}
 {{- if hasKey .Values.config "mcpServers" }}
 {{- fail "config.mcpServers: declare MCP servers in mcpServers (the chart writes them to mcp.json)" }}
