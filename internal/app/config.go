@@ -138,8 +138,8 @@ func (c *Config) Load(fs *flag.FlagSet, args []string) error {
 	}
 	c.Executor.Servers = servers
 	secret.Read(c.Secrets(), os.LookupEnv)
-	// The api decides by the same servers' rules as the executor (allowDestructive is the
-	// api's alone): in microservices mode give both the same config.
+	// The api decides by the same servers' rules as the executor (what the model is offered,
+	// by allowDestructive, only the api decides): in microservices mode give both the same config.
 	c.API.Policy.Servers = policy.RulesOf(rules)
 	return nil
 }

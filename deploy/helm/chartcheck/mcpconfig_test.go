@@ -6,8 +6,8 @@ import (
 )
 
 // TestAPIGetsMCPConfig: the api decides what the model may be offered and called by the MCP
-// servers' rules (allowedTools, excludedTools, and allowDestructive, which only the api
-// enforces), so its container reads the same mcp.json as the executor's: --mcp-config names
+// servers' rules (allowedTools, excludedTools, and allowDestructive, by which only the api
+// decides what the model is offered), so its container reads the same mcp.json as the executor's: --mcp-config names
 // a file mounted from the same ConfigMap key. Without it a server's allowDestructive: true in
 // the values would reach the executor only, and the api would go on refusing those tools.
 func TestAPIGetsMCPConfig(t *testing.T) {
