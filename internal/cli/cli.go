@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
 
@@ -80,7 +81,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		}
 		return exit.code
 	default:
-		fmt.Fprintf(stderr, "toolmesh %s: %v\n", args[0], err)
+		// An error may quote a URL with its credentials (Go's own errors do).
+		fmt.Fprintf(stderr, "toolmesh %s: %s\n", args[0], redact.Text(err.Error()))
 		return 1
 	}
 }
@@ -97,13 +99,16 @@ func usageError(format string, a ...any) error {
 	return exitError{code: 2, msg: fmt.Sprintf(format, a...)}
 }
 
+// newLogger is every command's logger. Lines logged inside a request carry its trace_id and
+// span_id, and no line carries a URL's credentials (HF_ENDPOINT's, an MCP server's, a signed
+// CDN query): the one redaction, whatever the command.
 func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
-	// Lines logged inside a request carry its trace_id and span_id.
+	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if strings.EqualFold(format, "json") {
-		return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, opts)))
+		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(telemetry.LogHandler(slog.NewTextHandler(w, opts)))
+	return slog.New(redact.Handler(telemetry.LogHandler(h)))
 }
 
 // slogLevel parses a level name for flags.

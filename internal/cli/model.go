@@ -18,8 +18,11 @@ import (
 
 const modelUsage = `Usage:
   toolmesh model pull [NAME|REF]   download a model (default %s), verify its SHA-256, print its path
-  toolmesh model ls                list the models pulled, and the known ones that are not
-  toolmesh model rm NAME|REF       delete a pulled model
+  toolmesh model pull --print-pin [NAME|REF]
+                                   the same, then print its SHA-256 and size to pin it
+  toolmesh model ls                list the models pulled (and what each was checked against),
+                                   downloads left unfinished, and the known models not pulled
+  toolmesh model rm NAME|REF       delete a pulled model, or an unfinished download of it
 
 NAME is a known model: %s.
 REF is hf://OWNER/REPO/FILE@REVISION, optionally followed by #sha256:HEX.
@@ -89,6 +92,8 @@ func runModelPull(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var m modelFlags
 	m.register(fs)
 	every := fs.Duration("progress-every", 10*time.Second, "how often progress is logged when stderr is not a terminal")
+	printPin := fs.Bool("print-pin", false, "ask the hub, hash the file again, and print its SHA-256 and size to pin "+
+		"(a registry entry's SHA256 and Size, an hf:// reference's #sha256:) instead of its path")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -118,8 +123,9 @@ func runModelPull(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	} else {
 		f.Progress = model.LogProgress(logger, *every)
 	}
-	if e, ok, err := c.Lookup(ref); err == nil && ok {
-		logger.Info("model already pulled", "model", ref.String(), "sha256", e.SHA256)
+	// A pin is taken from what the hub states now, never from the cache's word alone.
+	if e, ok, err := c.Lookup(ref, f.Hub()); err == nil && ok && !*printPin {
+		logger.Info("model already pulled", "model", ref.String(), "sha256", e.SHA256, "against", e.Verified)
 		fmt.Fprintln(stdout, e.Path)
 		return nil
 	}
@@ -130,15 +136,50 @@ func runModelPull(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	logger.Info("model verified", "model", ref.String(), "commit", e.Commit, "sha256", e.SHA256, "against", e.Verified, "bytes", e.Size)
-	fmt.Fprintln(stdout, e.Path)
+	if !*printPin {
+		fmt.Fprintln(stdout, e.Path)
+		return nil
+	}
+	logger.Info("hashing the file again for its pin", "path", e.Path)
+	if err := c.Verify(e); err != nil {
+		return err
+	}
+	printModelPin(stdout, e)
 	return nil
 }
 
+// printModelPin prints the pin of a verified file: the lines a maintainer sets on the model's
+// entry in the registry (internal/model/registry.go), and the reference a user can pull it by.
+func printModelPin(w io.Writer, e model.Entry) {
+	what := e.Repo + "/" + e.File
+	if e.Name != "" {
+		what = e.Name + " (" + what + ")"
+	}
+	already := ""
+	if e.Pinned() {
+		already = "; it is pinned already in the " + e.Verified
+	}
+	fmt.Fprintf(w, "# %s at commit %s: %d bytes with sha256 %s, as %s states them, and as the file in the cache hashes%s.\n",
+		what, e.Commit, e.Size, e.SHA256, e.Endpoint, already)
+	fmt.Fprintf(w, "# To pin it in the registry (internal/model/registry.go), set on its entry (a pin is taken from %s itself, not from a mirror):\n", model.DefaultEndpoint)
+	fmt.Fprintf(w, "\t\tSHA256: %q,\n\t\tSize:   %d,\n", e.SHA256, e.Size)
+	fmt.Fprintf(w, "# To pin it in a reference:\n%s%s/%s@%s#sha256:%s\n", model.Scheme, e.Repo, e.File, e.Commit, e.SHA256)
+}
+
+// checkedAgainst says what a cached file's bytes were checked against, for people.
+func checkedAgainst(e model.Entry) string {
+	if e.Pinned() {
+		return "pinned sha256 (" + e.Verified + ")"
+	}
+	return "hub only, not pinned"
+}
+
 func runModelList(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("model ls", stderr, "Usage: toolmesh model ls [flags]\n\nLists the models pulled, and the known ones that are not.")
+	fs := newFlagSet("model ls", stderr, "Usage: toolmesh model ls [flags]\n\nLists the models pulled (with what each was checked against and the hub it came from),\n"+
+		"downloads left unfinished, and the known models not pulled.")
 	var m modelFlags
 	m.register(fs)
-	asJSON := fs.Bool("json", false, "print the pulled models as JSON")
+	asJSON := fs.Bool("json", false, "print the pulled models and unfinished downloads as JSON")
 	if err := parseFlags(fs, func() error { return fs.Parse(args) }); err != nil {
 		return err
 	}
@@ -153,15 +194,27 @@ func runModelList(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	partials, err := c.Partials()
+	if err != nil {
+		return err
+	}
 	if *asJSON {
+		// A partial download is a row too (partial: true, size: the bytes so far, path: the
+		// .part file, no sha256): it takes disk space like the others.
 		type row struct {
 			model.Entry
-			Ref  string `json:"ref"`
-			Path string `json:"path"`
+			Ref     string `json:"ref"`
+			Path    string `json:"path"`
+			Pinned  bool   `json:"pinned"`
+			Partial bool   `json:"partial,omitempty"`
 		}
-		rows := make([]row, len(entries))
-		for i, e := range entries {
-			rows[i] = row{Entry: e, Ref: e.Ref.String(), Path: e.Path}
+		rows := make([]row, 0, len(entries)+len(partials))
+		for _, e := range entries {
+			rows = append(rows, row{Entry: e, Ref: e.Ref.String(), Path: e.Path, Pinned: e.Pinned()})
+		}
+		for _, p := range partials {
+			e := model.Entry{Name: p.Ref.Name, Repo: p.Ref.Repo, File: p.Ref.File, Revision: p.Ref.Revision, Commit: p.Ref.Revision, Size: p.Size}
+			rows = append(rows, row{Entry: e, Ref: p.Ref.String(), Path: p.Path, Partial: true})
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -170,20 +223,30 @@ func runModelList(args []string, stdout, stderr io.Writer) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	pulled := map[string]bool{}
 	if len(entries) > 0 {
-		fmt.Fprintln(tw, "MODEL\tSIZE\tSHA256\tCHECKED AGAINST\tPATH")
+		fmt.Fprintln(tw, "MODEL\tSIZE\tSHA256\tCHECKED AGAINST\tFROM\tPATH")
 	}
+	unpinned := false
 	for _, e := range entries {
 		name := e.Ref.String()
 		if e.Name != "" {
 			pulled[e.Name] = true
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, model.Bytes(e.Size), e.SHA256[:min(12, len(e.SHA256))], e.Verified, e.Path)
+		unpinned = unpinned || !e.Pinned()
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, model.Bytes(e.Size), e.SHA256[:min(12, len(e.SHA256))], checkedAgainst(e), e.Endpoint, e.Path)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if len(entries) == 0 {
 		fmt.Fprintf(stdout, "No models pulled into %s yet.\n", c.Dir)
+	}
+	if unpinned {
+		fmt.Fprintln(stdout, "Not pinned: checked only against the sha256 the hub stated when pulled, and reused for that hub only. "+
+			"To pin one: toolmesh model pull --print-pin NAME|REF")
+	}
+	for _, p := range partials {
+		fmt.Fprintf(stdout, "Unfinished download: %s, %s so far in %s: toolmesh model pull %s resumes it, toolmesh model rm %s deletes it\n",
+			p.Ref, model.Bytes(p.Size), p.Path, p.Ref, p.Ref)
 	}
 	for _, k := range model.Registry() {
 		if !pulled[k.Name] {

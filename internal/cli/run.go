@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/toolmesh/toolmesh/internal/app"
+	"github.com/toolmesh/toolmesh/internal/redact"
 )
 
 func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -84,7 +85,8 @@ func run(ctx context.Context, cfg app.Config, stdout, stderr io.Writer) error {
 	return a.Run(ctx, func() {
 		fmt.Fprintln(stdout, "toolmesh is running:")
 		for _, e := range a.Endpoints {
-			fmt.Fprintf(stdout, "  %-16s %s\n", e.Name, e.Addr)
+			// The one place the banner is printed: no address shows a URL's credentials.
+			fmt.Fprintf(stdout, "  %-16s %s\n", e.Name, redact.Text(e.Addr))
 		}
 		fmt.Fprintln(stdout, "Press Ctrl-C to stop.")
 	})

@@ -62,14 +62,14 @@ func FromCache(ref model.Ref, c model.Cache, logger *slog.Logger) ModelFunc {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return func(ctx context.Context, report func(string)) (string, error) {
+		f := model.FetcherFromEnv(logger)
 		if !ref.Local() {
-			if e, ok, err := c.Lookup(ref); err == nil && ok {
+			if e, ok, err := c.Lookup(ref, f.Hub()); err == nil && ok {
 				return e.Path, nil
 			}
 			report("pulling " + ref.String())
-			logger.Info("pulling the model; it is verified before llama-server starts", "model", ref.String(), "into", c.Dir)
+			logger.Info("pulling the model; it is verified before llama-server starts", "model", ref.String(), "hub", f.Hub(), "into", c.Dir)
 		}
-		f := model.FetcherFromEnv(logger)
 		logged := model.LogProgress(logger, 10*time.Second)
 		f.Progress = func(p model.Progress) {
 			report("downloading " + p.String())

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -17,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/toolmesh/toolmesh/internal/redact"
 )
 
 // Environment variables the fetcher reads: the same names Hugging Face's own client reads.
@@ -39,11 +42,17 @@ var (
 	ErrAccess = errors.New("the hub refused access")
 	// ErrNotFound: no such repository, revision or file on the hub.
 	ErrNotFound = errors.New("not found on the hub")
+	// ErrSpace: the models folder's disk has less room than the file still needs.
+	ErrSpace = errors.New("not enough free disk space")
+	// ErrDeadline: the pull took longer than its deadline (Fetcher.Deadline). It is not
+	// Permanent: what was downloaded is kept, and the next pull resumes it.
+	ErrDeadline = errors.New("the download took longer than its deadline")
 )
 
 // Permanent reports whether err is one that retrying will not fix.
 func Permanent(err error) bool {
-	return errors.Is(err, ErrIntegrity) || errors.Is(err, ErrRevision) || errors.Is(err, ErrAccess) || errors.Is(err, ErrNotFound)
+	return errors.Is(err, ErrIntegrity) || errors.Is(err, ErrRevision) || errors.Is(err, ErrAccess) ||
+		errors.Is(err, ErrNotFound) || errors.Is(err, ErrSpace)
 }
 
 // Fetcher downloads model files from a Hugging Face hub the way its own client does: HEAD on
@@ -76,6 +85,27 @@ type Fetcher struct {
 	IdleTimeout time.Duration
 	// ProgressEvery is the least time between two Progress calls; default 200 ms.
 	ProgressEvery time.Duration
+	// Deadline bounds a whole Pull, its retries included, from the moment the file's size is
+	// known; default PullDeadline(size). The idle timeout alone let a server that sends a
+	// byte a minute hold a pull forever.
+	Deadline time.Duration
+	// FreeSpace says how many bytes the disk holding dir has free for this user, or -1 when
+	// it cannot tell; nil asks the file system. A pull that would not fit is refused before
+	// it starts, rather than failing hours later with a full disk.
+	FreeSpace func(dir string) (int64, error)
+}
+
+// Rates behind PullDeadline.
+const (
+	deadlineBase = 10 * time.Minute
+	minRate      = 100_000 // bytes per second
+)
+
+// PullDeadline is the default deadline of a pull of size bytes: 10 minutes plus the time the
+// file takes at 100 kB/s (about 12 hours for a 4.3 GB model). A slower line can still get the
+// file over several pulls, each resuming where the last stopped.
+func PullDeadline(size int64) time.Duration {
+	return deadlineBase + time.Duration(size/minRate)*time.Second + time.Duration(size%minRate)*time.Second/minRate
 }
 
 // FetcherFromEnv returns a Fetcher for HF_ENDPOINT with the token in HF_TOKEN.
@@ -83,8 +113,9 @@ func FetcherFromEnv(logger *slog.Logger) *Fetcher {
 	return &Fetcher{Endpoint: os.Getenv(EnvEndpoint), Token: os.Getenv(EnvToken), Logger: logger}
 }
 
-// Hub is the base URL requests go to.
-func (f *Fetcher) Hub() string { return f.endpoint() }
+// Hub is the base URL requests go to, its credentials (HF_ENDPOINT's user:password) masked:
+// for logs, messages, manifests and the cache's Lookup.
+func (f *Fetcher) Hub() string { return redact.URL(f.endpoint()) }
 
 func (f *Fetcher) endpoint() string {
 	if f.Endpoint == "" {
@@ -141,11 +172,39 @@ func (f *Fetcher) Pull(ctx context.Context, c Cache, r Ref) (Entry, error) {
 	}
 	attempts := orDefault(f.Attempts, 5)
 	backoff := orDefault(f.BackoffMin, time.Second)
+
+	// The deadline is armed once the first answer states the file's size.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var deadline *time.Timer
+	defer func() {
+		if deadline != nil {
+			deadline.Stop()
+		}
+	}()
+	arm := func(size int64) {
+		if deadline == nil {
+			limit := orDefault(f.Deadline, PullDeadline(size))
+			deadline = time.AfterFunc(limit, func() {
+				cancel(fmt.Errorf("%w of %s: the connection is too slow, or stalls", ErrDeadline, limit))
+			})
+		}
+	}
+	late := func() error {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrDeadline) {
+			return fmt.Errorf("%s: %w; the bytes that came are kept, and pulling again resumes from there", r, cause)
+		}
+		return nil
+	}
+
 	var lastErr error
 	for failures := 0; ; {
-		e, progressed, err := f.pullOnce(ctx, c, r)
+		e, progressed, err := f.pullOnce(ctx, c, r, arm)
 		if err == nil {
 			return e, nil
+		}
+		if lerr := late(); lerr != nil {
+			return Entry{}, lerr
 		}
 		if Permanent(err) || ctx.Err() != nil {
 			return Entry{}, err
@@ -162,6 +221,9 @@ func (f *Fetcher) Pull(ctx context.Context, c Cache, r Ref) (Entry, error) {
 		f.log().Warn("model download failed; trying again", "model", r.String(), "err", err, "retry_in", wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
+			if lerr := late(); lerr != nil {
+				return Entry{}, lerr
+			}
 			return Entry{}, fmt.Errorf("%s: %w (last error: %v)", r, ctx.Err(), lastErr)
 		case <-time.After(wait):
 		}
@@ -173,7 +235,7 @@ func (f *Fetcher) Pull(ctx context.Context, c Cache, r Ref) (Entry, error) {
 type meta struct {
 	commit   string
 	etag     string // normalized: no W/, no quotes
-	size     int64  // -1 when not stated
+	size     int64  // -1 when not stated (X-Linked-Size, or the Content-Length of the file itself)
 	location string // where the bytes are: the resolve URL itself, or the redirect's target
 }
 
@@ -219,13 +281,13 @@ func (f *Fetcher) head(ctx context.Context, r Ref) (meta, error) {
 		req.Header.Set("Accept-Encoding", "identity")
 		resp, err := hc.Do(req)
 		if err != nil {
-			return meta{}, fmt.Errorf("%s: HEAD %s: %w", r, redact(target), err)
+			return meta{}, fmt.Errorf("%s: HEAD %s: %w", r, redact.URL(target), bare(err))
 		}
 		resp.Body.Close()
 		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 			loc, err := resp.Location()
 			if err != nil {
-				return meta{}, fmt.Errorf("%s: HEAD %s: %d without a valid Location", r, redact(target), resp.StatusCode)
+				return meta{}, fmt.Errorf("%s: HEAD %s: %d without a valid Location", r, redact.URL(target), resp.StatusCode)
 			}
 			if f.sameOrigin(loc) && strings.Contains(loc.Path, "/resolve/") {
 				target = loc.String()
@@ -238,14 +300,14 @@ func (f *Fetcher) head(ctx context.Context, r Ref) (meta, error) {
 		}
 		return meta{}, f.statusError(r, "HEAD", target, resp)
 	}
-	return meta{}, fmt.Errorf("%s: HEAD %s: too many redirects", r, redact(f.resolveURL(r)))
+	return meta{}, fmt.Errorf("%s: HEAD %s: too many redirects", r, redact.URL(f.resolveURL(r)))
 }
 
 func (f *Fetcher) metaFrom(r Ref, resp *http.Response, location string) (meta, error) {
 	m := meta{location: location, size: -1}
 	m.commit = resp.Header.Get("X-Repo-Commit")
 	if !commitID.MatchString(m.commit) {
-		return meta{}, fmt.Errorf("%s: the hub's answer has no commit id (X-Repo-Commit %q): is %s a Hugging Face hub?", r, m.commit, f.endpoint())
+		return meta{}, fmt.Errorf("%s: the hub's answer has no commit id (X-Repo-Commit %q): is %s a Hugging Face hub?", r, m.commit, f.Hub())
 	}
 	if r.Pinned() && m.commit != r.Revision {
 		return meta{}, fmt.Errorf("%s: %w: asked for commit %s, the hub answered for %s; refusing the file", r, ErrRevision, r.Revision, m.commit)
@@ -256,7 +318,8 @@ func (f *Fetcher) metaFrom(r Ref, resp *http.Response, location string) (meta, e
 	}
 	m.etag = strings.Trim(strings.TrimPrefix(etag, "W/"), `"`)
 	size := resp.Header.Get("X-Linked-Size")
-	if size == "" {
+	if size == "" && resp.StatusCode == http.StatusOK {
+		// The file itself answered. A redirect's Content-Length is its own body's, not the file's.
 		size = resp.Header.Get("Content-Length")
 	}
 	if n, err := strconv.ParseInt(size, 10, 64); err == nil && n >= 0 {
@@ -294,13 +357,14 @@ func (f *Fetcher) statusError(r Ref, method, target string, resp *http.Response)
 		case "EntryNotFound":
 			what = "file " + r.File + " at revision " + r.Revision
 		}
-		return fmt.Errorf("%s: %w: %s (%s %s: %s)", r, ErrNotFound, what, method, redact(target), detail)
+		return fmt.Errorf("%s: %w: %s (%s %s: %s)", r, ErrNotFound, what, method, redact.URL(target), detail)
 	}
-	return fmt.Errorf("%s: %s %s: %s", r, method, redact(target), detail)
+	return fmt.Errorf("%s: %s %s: %s", r, method, redact.URL(target), detail)
 }
 
-// apiSHA asks the model API for the file's LFS SH-256 and size at commit.
-func (f *Fetcher) apiSHA(ctx context.Context, r Ref, commit string) (string, int64, error) {
+// apiMeta asks the model API for the file's LFS SHA-256 ("" for a plain git file) and size
+// (0 when not listed) at commit.
+func (f *Fetcher) apiMeta(ctx context.Context, r Ref, commit string) (string, int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, orDefault(f.MetaTimeout, 30*time.Second))
 	defer cancel()
 	target := f.endpoint() + "/api/models/" + r.Repo + "/revision/" + commit + "?blobs=true"
@@ -310,7 +374,7 @@ func (f *Fetcher) apiSHA(ctx context.Context, r Ref, commit string) (string, int
 	}
 	resp, err := f.client().Do(req)
 	if err != nil {
-		return "", 0, fmt.Errorf("%s: model API: %w", r, err)
+		return "", 0, fmt.Errorf("%s: model API %s: %w", r, redact.URL(target), bare(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -320,6 +384,7 @@ func (f *Fetcher) apiSHA(ctx context.Context, r Ref, commit string) (string, int
 		SHA      string `json:"sha"`
 		Siblings []struct {
 			RFilename string `json:"rfilename"`
+			Size      int64  `json:"size"`
 			LFS       *struct {
 				SHA256 string `json:"sha256"`
 				Size   int64  `json:"size"`
@@ -333,8 +398,12 @@ func (f *Fetcher) apiSHA(ctx context.Context, r Ref, commit string) (string, int
 		return "", 0, fmt.Errorf("%s: %w: the model API answered for commit %s, not %s", r, ErrRevision, info.SHA, commit)
 	}
 	for _, s := range info.Siblings {
-		if s.RFilename == r.File && s.LFS != nil {
+		switch {
+		case s.RFilename != r.File:
+		case s.LFS != nil:
 			return strings.ToLower(s.LFS.SHA256), s.LFS.Size, nil
+		default:
+			return "", s.Size, nil
 		}
 	}
 	return "", 0, nil
@@ -345,14 +414,18 @@ func (f *Fetcher) expect(ctx context.Context, r Ref, m meta) (sum string, size i
 	hubSum, hubSize := "", m.size
 	if sha256ID.MatchString(strings.ToLower(m.etag)) {
 		hubSum = strings.ToLower(m.etag)
-	} else {
-		// Not an LFS object id (a plain git file's ETag is its git SHA-1): ask the model API.
-		s, n, err := f.apiSHA(ctx, r, m.commit)
+	}
+	// Not an LFS object id (a plain git file's ETag is its git SHA-1), or no size stated and
+	// none pinned: the model API lists both.
+	if hubSum == "" || (hubSize < 0 && r.Size == 0) {
+		s, n, err := f.apiMeta(ctx, r, m.commit)
 		if err != nil {
 			return "", 0, "", err
 		}
-		hubSum = s
-		if n > 0 {
+		if hubSum == "" {
+			hubSum = s
+		}
+		if hubSize < 0 && n > 0 {
 			hubSize = n
 		}
 	}
@@ -378,6 +451,11 @@ func (f *Fetcher) expect(ctx context.Context, r Ref, m meta) (sum string, size i
 		}
 		size = r.Size
 	}
+	if size < 0 {
+		// Without a size nothing bounds the download: a server could fill the disk.
+		return "", 0, "", fmt.Errorf("%s: %w: the hub states no size for %s at %s (no X-Linked-Size, and the model API lists none), so nothing would bound the download; refusing it. Is %s a Hugging Face hub, or a mirror that passes its headers on?",
+			r, ErrIntegrity, r.File, m.commit, f.Hub())
+	}
 	return sum, size, source, nil
 }
 
@@ -386,8 +464,9 @@ const (
 	lockSuffix = ".lock"
 )
 
-// pullOnce is one try; progressed says whether it added bytes to the partial download.
-func (f *Fetcher) pullOnce(ctx context.Context, c Cache, r Ref) (Entry, bool, error) {
+// pullOnce is one try; progressed says whether it added bytes to the partial download. It
+// calls arm with the file's size once it is known.
+func (f *Fetcher) pullOnce(ctx context.Context, c Cache, r Ref, arm func(size int64)) (Entry, bool, error) {
 	m, err := f.head(ctx, r)
 	if err != nil {
 		return Entry{}, false, err
@@ -396,6 +475,7 @@ func (f *Fetcher) pullOnce(ctx context.Context, c Cache, r Ref) (Entry, bool, er
 	if err != nil {
 		return Entry{}, false, err
 	}
+	arm(size)
 	final := c.FilePath(r.Repo, m.commit, r.File)
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
 		return Entry{}, false, fmt.Errorf("models folder: %w", err)
@@ -410,6 +490,9 @@ func (f *Fetcher) pullOnce(ctx context.Context, c Cache, r Ref) (Entry, bool, er
 		return e, false, nil // another process pulled it meanwhile
 	}
 	part := final + partSuffix
+	if err := f.checkSpace(r, filepath.Dir(final), part, size); err != nil {
+		return Entry{}, false, err
+	}
 	h, written, err := f.download(ctx, r, m.location, part, size)
 	if err != nil {
 		return Entry{}, written > 0, err
@@ -424,24 +507,63 @@ func (f *Fetcher) pullOnce(ctx context.Context, c Cache, r Ref) (Entry, bool, er
 	if err != nil {
 		return Entry{}, true, err
 	}
-	if size >= 0 && fi.Size() != size {
+	if fi.Size() != size {
 		_ = os.Remove(part)
 		return Entry{}, true, fmt.Errorf("%s: %w: downloaded %d bytes, want %d; the download was removed", r, ErrIntegrity, fi.Size(), size)
 	}
 	e := Entry{
 		Ref: r, Path: final, Name: r.Name, Repo: r.Repo, File: r.File, Revision: r.Revision, Commit: m.commit,
-		SHA256: sum, Size: fi.Size(), Endpoint: f.endpoint(), PulledAt: time.Now().UTC(), Verified: source,
+		SHA256: sum, Size: fi.Size(), Endpoint: f.Hub(), PulledAt: time.Now().UTC(), Verified: source,
 	}
-	if err := c.writeManifest(e); err != nil {
-		return Entry{}, true, fmt.Errorf("%s: writing its manifest: %w", r, err)
+	// The old manifest (of another hub's file, say) goes first, so that it never describes
+	// the new bytes; a file without a manifest is not trusted, and the next pull replaces it.
+	if err := os.Remove(final + manifestSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return Entry{}, true, fmt.Errorf("%s: replacing its manifest: %w", r, err)
 	}
 	if err := os.Rename(part, final); err != nil {
 		return Entry{}, true, err
 	}
+	if err := c.writeManifest(e); err != nil {
+		return Entry{}, true, fmt.Errorf("%s: writing its manifest: %w", r, err)
+	}
 	return e, true, nil
 }
 
+// checkSpace refuses a download the models folder's disk has no room for: the file's size,
+// less what an earlier try left in part.
+func (f *Fetcher) checkSpace(r Ref, dir, part string, size int64) error {
+	need := size
+	if fi, err := os.Stat(part); err == nil && fi.Size() <= size {
+		need -= fi.Size()
+	}
+	freeSpace := f.FreeSpace
+	if freeSpace == nil {
+		freeSpace = diskFree
+	}
+	free, err := freeSpace(dir)
+	if err != nil {
+		f.log().Warn("cannot tell the free disk space; downloading anyway", "dir", dir, "err", err)
+		return nil
+	}
+	if free < 0 || free >= need {
+		return nil
+	}
+	return fmt.Errorf("%s: %w: %s needs %s more in %s, and %s is free there; free some space, or put the models on a larger disk (--models-dir, or %s)",
+		r, ErrSpace, r.File, Bytes(need), dir, Bytes(free), EnvDir)
+}
+
 var errIdle = errors.New("no bytes received")
+
+// bare is err without the URL Go's client quotes in it (*url.Error): a CDN's URL carries its
+// signature in the query, and the hub's may carry HF_ENDPOINT's credentials. Callers name the
+// URL themselves, through redact.URL.
+func bare(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
 
 // download appends to part from where it ends (Range), hashing as it goes; it returns the
 // SHA-256 of the whole part file and how many bytes this call added.
@@ -456,7 +578,7 @@ func (f *Fetcher) download(ctx context.Context, r Ref, location, part string, si
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading %s: %w", part, err)
 	}
-	if size >= 0 && offset > size {
+	if offset > size {
 		// Longer than the file can be: not a prefix of it.
 		if err := out.Truncate(0); err != nil {
 			return nil, 0, err
@@ -467,7 +589,7 @@ func (f *Fetcher) download(ctx context.Context, r Ref, location, part string, si
 		h.Reset()
 		offset = 0
 	}
-	if size >= 0 && offset == size {
+	if offset == size {
 		return h.Sum(nil), 0, nil
 	}
 
@@ -503,6 +625,12 @@ func (f *Fetcher) download(ctx context.Context, r Ref, location, part string, si
 	default:
 		return nil, 0, f.statusError(r, "GET", location, resp)
 	}
+	if resp.ContentLength > size-offset {
+		_ = out.Close()
+		_ = os.Remove(part)
+		return nil, 0, fmt.Errorf("%s: %w: the server announces %d bytes from byte %d, more than the %d bytes expected; the download was removed",
+			r, ErrIntegrity, resp.ContentLength, offset, size)
+	}
 	if _, err := out.Seek(offset, io.SeekStart); err != nil {
 		return nil, 0, err
 	}
@@ -514,10 +642,10 @@ func (f *Fetcher) download(ctx context.Context, r Ref, location, part string, si
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
 			watchdog.Reset(idle)
-			if size >= 0 && offset+written+int64(n) > size {
+			if offset+written+int64(n) > size {
 				_ = out.Close()
 				_ = os.Remove(part)
-				return nil, written, fmt.Errorf("%s: %w: the server sends more than the %d bytes the hub states; the download was removed", r, ErrIntegrity, size)
+				return nil, written, fmt.Errorf("%s: %w: the server sends more than the %d bytes expected; the download was removed", r, ErrIntegrity, size)
 			}
 			if _, err := out.Write(buf[:n]); err != nil {
 				return nil, written, fmt.Errorf("writing %s: %w", part, err)
@@ -530,13 +658,13 @@ func (f *Fetcher) download(ctx context.Context, r Ref, location, part string, si
 			break
 		}
 		if rerr != nil {
-			if cause := context.Cause(ctx); cause != nil && errors.Is(cause, errIdle) {
-				rerr = cause
+			if ctx.Err() != nil {
+				rerr = context.Cause(ctx) // the idle timer's, the pull's deadline, or the caller's
 			}
-			return nil, written, fmt.Errorf("%s: download cut after %d bytes: %w", r, offset+written, rerr)
+			return nil, written, fmt.Errorf("%s: download cut after %d bytes: %w", r, offset+written, bare(rerr))
 		}
 	}
-	if size >= 0 && offset+written < size {
+	if offset+written < size {
 		return nil, written, fmt.Errorf("%s: download ended at %d of %d bytes", r, offset+written, size)
 	}
 	if err := out.Sync(); err != nil {
@@ -562,10 +690,10 @@ func (f *Fetcher) get(ctx context.Context, r Ref, location string, offset int64)
 		}
 		resp, err := hc.Do(req)
 		if err != nil {
-			if cause := context.Cause(ctx); cause != nil && errors.Is(cause, errIdle) {
-				err = cause
+			if ctx.Err() != nil {
+				err = context.Cause(ctx)
 			}
-			return nil, fmt.Errorf("%s: GET %s: %w", r, redact(target), err)
+			return nil, fmt.Errorf("%s: GET %s: %w", r, redact.URL(target), bare(err))
 		}
 		if resp.StatusCode < 300 || resp.StatusCode >= 400 {
 			return resp, nil
@@ -573,11 +701,11 @@ func (f *Fetcher) get(ctx context.Context, r Ref, location string, offset int64)
 		loc, err := resp.Location()
 		resp.Body.Close()
 		if err != nil {
-			return nil, fmt.Errorf("%s: GET %s: %d without a valid Location", r, redact(target), resp.StatusCode)
+			return nil, fmt.Errorf("%s: GET %s: %d without a valid Location", r, redact.URL(target), resp.StatusCode)
 		}
 		target = loc.String()
 	}
-	return nil, fmt.Errorf("%s: GET %s: too many redirects", r, redact(location))
+	return nil, fmt.Errorf("%s: GET %s: too many redirects", r, redact.URL(location))
 }
 
 // reporter calls f.Progress at most every ProgressEvery, and always for the last call.
@@ -625,16 +753,6 @@ func contentRangeStart(v string) int64 {
 	return n
 }
 
-// redact drops the query (a CDN's signature) and any user:password from a URL for messages.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	u.RawQuery, u.Fragment, u.User = "", "", nil
-	return u.String()
-}
-
 // Ensure returns the path of r's file: a local file as it is (it must exist), a cached file
 // at once, and otherwise what Pull fetches.
 func Ensure(ctx context.Context, f *Fetcher, c Cache, r Ref) (string, error) {
@@ -648,7 +766,7 @@ func Ensure(ctx context.Context, f *Fetcher, c Cache, r Ref) (string, error) {
 		}
 		return r.Path, nil
 	}
-	if e, ok, err := c.Lookup(r); err != nil {
+	if e, ok, err := c.Lookup(r, f.Hub()); err != nil {
 		return "", err
 	} else if ok {
 		return e.Path, nil

@@ -174,7 +174,7 @@ func TestPullRefusesCorruptBytes(t *testing.T) {
 	if left := leftovers(t, c); len(left) != 0 {
 		t.Errorf("files left after a refused download: %v", left)
 	}
-	if _, ok, _ := c.Lookup(ref(t, pinned())); ok {
+	if _, ok, _ := c.Lookup(ref(t, pinned()), f.Hub()); ok {
 		t.Error("a refused file is found in the cache")
 	}
 }
@@ -277,7 +277,7 @@ func TestPullBranchAndAPI(t *testing.T) {
 	if e.Commit != commit || e.Revision != "main" || e.Path != c.FilePath(repoID, commit, file) {
 		t.Errorf("entry %+v, want main resolved to %s and stored under it", e, commit)
 	}
-	if got, ok, err := c.Lookup(ref(t, "hf://"+repoID+"/"+file+"@main")); err != nil || !ok || got.Path != e.Path {
+	if got, ok, err := c.Lookup(ref(t, "hf://"+repoID+"/"+file+"@main"), f.Hub()); err != nil || !ok || got.Path != e.Path {
 		t.Errorf("Lookup by branch = %+v, %v, %v", got, ok, err)
 	}
 
@@ -292,7 +292,7 @@ func TestPullBranchAndAPI(t *testing.T) {
 	if err != nil || e.Verified != "reference" {
 		t.Errorf("Pull with the checksum pinned in the reference: %+v, %v", e, err)
 	}
-	if e, _, _ := c.Lookup(ref(t, pinned())); e.SHA256 != "" && e.SHA256 != sum {
+	if e, _, _ := c.Lookup(ref(t, pinned()), f.Hub()); e.SHA256 != "" && e.SHA256 != sum {
 		t.Errorf("cached sha256 %s, want %s", e.SHA256, sum)
 	}
 }

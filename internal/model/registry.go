@@ -9,8 +9,10 @@ import (
 )
 
 // Known is a model toolmesh knows by name. Its revision is a commit id, so the bytes behind
-// the name never change; its SHA-256 is pinned when it has been seen, and otherwise taken
-// from what the hub states for that commit (X-Linked-Etag, or the model API's lfs.sha256).
+// the name never change; its SHA-256 and size are pinned when a maintainer has seen them, and
+// otherwise taken from what the hub states for that commit (X-Linked-Etag, or the model API's
+// lfs.sha256): trust on first use, which `toolmesh model ls` shows as "hub only, not pinned",
+// and a file so checked is reused only for the hub it came from.
 type Known struct {
 	// Name is what users type: `toolmesh model pull NAME`, `toolmesh up --model NAME`.
 	Name string
@@ -41,6 +43,16 @@ const (
 
 // registry is every model toolmesh knows by name. Pins were read from public sources, not
 // from the hub itself (it cannot be reached where this was written); Source says which.
+//
+// To pin a model's SHA-256 and size, a maintainer runs, with HF_ENDPOINT unset (so the answer
+// is huggingface.co's own, not a mirror's):
+//
+//	toolmesh model pull --print-pin NAME
+//
+// which asks the hub for the pinned commit, downloads or reuses the file, hashes it again and
+// prints the SHA256 and Size lines to set on the entry below (and the hf://...#sha256:
+// reference with the same pin). From then on every pull is checked against the pin, whatever
+// hub or mirror serves it, and a hub that states another digest is refused up front.
 var registry = []Known{
 	{
 		Name:     Default,
@@ -49,8 +61,9 @@ var registry = []Known{
 		Revision: "bab1cf50a4dd54be06c5ea16fd00e60e872bcd9a",
 		About:    "Gorilla OpenFunctions v2, Q4_K_M, about 4.3 GB: function calling (inference)",
 		Source: "repository linked from the Gorilla model card; revision is the snapshot a public " +
-			"README shows after downloading this file. SHA-256 and size not pinned yet: the hub's " +
-			"X-Linked-Etag (or the model API's lfs.sha256) for this commit is checked instead",
+			"README shows after downloading this file. SHA-256 and size not pinned yet (pin them with " +
+			"`toolmesh model pull --print-pin`): the hub's X-Linked-Etag (or the model API's lfs.sha256) " +
+			"for this commit is checked instead",
 	},
 	{
 		Name:     DefaultEmbedding,
@@ -59,7 +72,8 @@ var registry = []Known{
 		Revision: "544f204f2eaa2d71361ffc74d6df7170285b286a",
 		About:    "all-MiniLM-L6-v2, f16, about 46 MB: embeddings (retriever, dense search)",
 		Source: "revision is the snapshot public benchmark scripts load this file from; SHA-256 " +
-			"and size not pinned yet: the hub's X-Linked-Etag (or lfs.sha256) for this commit is checked instead",
+			"and size not pinned yet (pin them with `toolmesh model pull --print-pin`): the hub's " +
+			"X-Linked-Etag (or lfs.sha256) for this commit is checked instead",
 	},
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolmesh/toolmesh/internal/llamaserver"
 	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/redact"
 )
 
 // backend is the llama-server the service talks to: one the user runs (LLM.URL), one toolmesh
@@ -43,7 +44,7 @@ func newBackend(cfg Config, logger *slog.Logger) (backend, error) {
 		_, binErr := llamaserver.LookPath(cfg.Server.Bin)
 		pulled := false
 		if cacheErr == nil {
-			_, pulled, _ = cache.Lookup(ref)
+			_, pulled, _ = cache.Lookup(ref, model.FetcherFromEnv(nil).Hub())
 		}
 		switch {
 		case binErr != nil:
@@ -78,15 +79,16 @@ func newBackend(cfg Config, logger *slog.Logger) (backend, error) {
 	return b, nil
 }
 
-// describe says where the model is, for the endpoints `up` prints.
+// describe says where the model is, for the endpoints `up` prints: the URL of a llama-server
+// the user runs may carry credentials (user:password@, ?api_key=), which are masked.
 func (b backend) describe() string {
 	switch {
 	case b.sup != nil:
 		return fmt.Sprintf("%s on llama-server %s, run by toolmesh", b.name, b.sup.Bin())
 	case b.why != "":
-		return fmt.Sprintf("no model yet: %s; to fix: %s", b.why, b.fix())
+		return redact.Text(fmt.Sprintf("no model yet: %s; to fix: %s", b.why, b.fix()))
 	}
-	return "llama-server " + b.url
+	return "llama-server " + redact.URL(b.url)
 }
 
 // fix is the one command that makes questions answerable, or "" when waiting is enough.

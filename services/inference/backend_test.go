@@ -43,9 +43,11 @@ func defaultConfig(t *testing.T) Config {
 func pullDefault(t *testing.T, dir string) {
 	t.Helper()
 	k, _ := model.Lookup(model.Default)
-	hub := hubtest.New(t)
+	// The hub the service asks (HF_ENDPOINT): a file the hub's word vouched for is found only
+	// for the hub it came from.
+	hub := hubtest.NewFromEnv(t)
 	hub.File(k.Repo, k.Revision, k.File, []byte("GGUF not really"), true)
-	f := &model.Fetcher{Endpoint: hub.URL}
+	f := model.FetcherFromEnv(nil)
 	if _, err := f.Pull(context.Background(), model.Cache{Dir: dir}, k.Ref()); err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +116,32 @@ func TestBackendChoice(t *testing.T) {
 			t.Errorf("Validate: %v", err)
 		}
 	})
+}
+
+// TestBackendHidesCredentials: the backend's description (the `up` banner's inference line)
+// masks credentials in the URL of a llama-server or OpenAI-compatible server the user runs
+// (issue 26 item 8).
+func TestBackendHidesCredentials(t *testing.T) {
+	const u = "https://user:S3CRET@gpu.example:8443/?api_key=S3CRET"
+	for name, cfg := range map[string]func(*Config){
+		"llama-server": func(c *Config) { c.LLM.URL = u },
+		"openai": func(c *Config) {
+			c.Backend, c.ChatURL, c.ChatModel = "openai", "https://user:S3CRET@gpu.example:8443/v1", "m"
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := defaultConfig(t)
+			cfg(&c)
+			s, err := New(c, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if got := s.Backend(); strings.Contains(got, "S3CRET") || !strings.Contains(got, "gpu.example:8443") {
+				t.Errorf("Backend() = %q; want the server's address without its credentials", got)
+			}
+		})
+	}
 }
 
 // TestManagedModel pulls the tiny model from the hub double (HF_ENDPOINT), runs the real

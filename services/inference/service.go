@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/services/inference/chat"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
@@ -104,7 +105,7 @@ func (s *Service) Close() { _ = s.closer() }
 // yet and what to do about it.
 func (s *Service) Backend() string {
 	if s.chat != nil {
-		return "OpenAI-compatible server " + s.cfg.ChatURL
+		return "OpenAI-compatible server " + redact.URL(s.cfg.ChatURL)
 	}
 	return s.backend.describe()
 }

@@ -9,22 +9,28 @@
 //     a token it accepts.
 //   - GET ENDPOINT/api/models/OWNER/REPO/revision/REVISION?blobs=true: id, sha and siblings
 //     with rfilename, size, blobId and lfs {sha256, size, pointerSize}.
-//   - the CDN: GET /blobs/SHA256 with Range (206 and Content-Range), like the hub's signed
-//     CDN URLs but without a signature.
+//   - the CDN: GET /blobs/SHA256 with Range (206 and Content-Range). The redirect to it is
+//     signed as the hub's are (X-Amz-Algorithm, X-Amz-Credential, X-Amz-Expires,
+//     X-Amz-Signature in the query) and the CDN refuses a request without that signature
+//     (403), so a client must follow the Location as given; Signature is the secret part,
+//     for tests that check it never reaches a log, an error or a file.
 //
-// Failure modes are set per test: cut the connection mid-file, serve wrong bytes, answer
-// 5xx a number of times, claim another commit than the one asked for, or leave X-Linked-Etag
-// out (the model API then tells the SHA-256). Every request is
-// recorded with its host and whether it carried Authorization.
+// Failure modes are set per test: cut the connection mid-file, hang up before answering,
+// serve wrong bytes, more bytes than stated, or a trickle, answer 5xx a number of times,
+// claim another commit than the one asked for, leave X-Linked-Etag out (the model API then
+// tells the SHA-256) or state no size at all. Every request is recorded with its host and
+// whether it carried Authorization.
 package hubtest
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -37,9 +43,11 @@ import (
 )
 
 // Hub is a running hub double: URL is the endpoint (HF_ENDPOINT), CDNURL the separate server
-// the bytes of LFS files come from.
+// the bytes of LFS files come from. Signature is the X-Amz-Signature of every redirect to the
+// CDN: a secret as far as logs and errors are concerned.
 type Hub struct {
 	URL, CDNURL string
+	Signature   string
 
 	hub, cdn *httptest.Server
 
@@ -53,7 +61,11 @@ type Hub struct {
 	corrupt    int   // serve altered bytes this many more times
 	fail5xx    int   // answer 503 this many more times (hub and CDN)
 	otherCommt string
-	noLinked   bool // leave X-Linked-Etag out
+	noLinked   bool          // leave X-Linked-Etag out
+	noSize     bool          // state no size: no X-Linked-Size, Content-Length or API size
+	overlong   int           // the CDN sends this many bytes more than the file has
+	trickle    time.Duration // the CDN sends one byte per this interval
+	hangups    int           // the CDN closes this many more connections without answering
 }
 
 type repo struct {
@@ -77,7 +89,7 @@ type Request struct {
 
 // New starts the hub and its CDN; both stop when the test ends.
 func New(t testing.TB) *Hub {
-	h := &Hub{repos: map[string]*repo{}, blobs: map[string][]byte{}}
+	h := &Hub{repos: map[string]*repo{}, blobs: map[string][]byte{}, Signature: rand.Text()}
 	h.hub = httptest.NewServer(http.HandlerFunc(h.serveHub))
 	h.cdn = httptest.NewServer(http.HandlerFunc(h.serveCDN))
 	h.URL, h.CDNURL = h.hub.URL, h.cdn.URL
@@ -170,6 +182,39 @@ func (h *Hub) OmitLinkedEtag() {
 	h.noLinked = true
 }
 
+// OmitSize states no size anywhere: no X-Linked-Size, no Content-Length on the resolve
+// answers (a body of unknown length), no size in the model API, as a mirror that streams
+// what it proxies might.
+func (h *Hub) OmitSize() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.noSize = true
+}
+
+// Overlong makes the CDN send extra bytes after the file's (and say so in its
+// Content-Length), as a server serving another, larger file would.
+func (h *Hub) Overlong(extra int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.overlong = extra
+}
+
+// Trickle makes the CDN send one byte every interval, each flushed at once: the connection is
+// never idle for long, and the file takes forever.
+func (h *Hub) Trickle(every time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.trickle = every
+}
+
+// Hangup makes the CDN close the next times connections without answering, so that the
+// client's request fails with a transport error (Go's *url.Error, which quotes the URL).
+func (h *Hub) Hangup(times int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.hangups = times
+}
+
 // Requests returns what the double received so far.
 func (h *Hub) Requests() []Request {
 	h.mu.Lock()
@@ -217,7 +262,7 @@ func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 	repoID, rev, name := parts[0]+"/"+parts[1], parts[3], parts[4]
 	h.mu.Lock()
 	commit, f, status, code := h.find(r, repoID, rev, name)
-	claim, noLinked := h.otherCommt, h.noLinked
+	claim, noLinked, noSize := h.otherCommt, h.noLinked, h.noSize
 	h.mu.Unlock()
 	if status != 0 {
 		hubError(w, status, code, code)
@@ -230,7 +275,13 @@ func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 	if !f.lfs {
 		// A plain git file: served here, its ETag the git blob id (not a SHA-256).
 		w.Header().Set("ETag", `"`+gitBlobID(f.data)+`"`)
-		w.Header().Set("Content-Length", strconv.Itoa(len(f.data)))
+		if noSize {
+			// Flushed before the body: net/http then sends it chunked, with no length.
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+		} else {
+			w.Header().Set("Content-Length", strconv.Itoa(len(f.data)))
+		}
 		if r.Method == http.MethodGet {
 			_, _ = w.Write(f.data)
 		}
@@ -241,11 +292,21 @@ func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 	if !noLinked {
 		w.Header().Set("X-Linked-Etag", `"`+oid+`"`)
 	}
-	w.Header().Set("X-Linked-Size", strconv.Itoa(len(f.data)))
+	if !noSize {
+		w.Header().Set("X-Linked-Size", strconv.Itoa(len(f.data)))
+	}
 	w.Header().Set("ETag", `"`+gitBlobID(pointer(oid, len(f.data)))+`"`)
-	w.Header().Set("Location", h.CDNURL+"/blobs/"+oid+"?expires="+strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10))
+	w.Header().Set("Location", h.CDNURL+"/blobs/"+oid+"?"+h.signedQuery())
+	// A redirect's Content-Length is its own (empty) body's, never the file's.
 	w.Header().Set("Content-Length", "0")
 	w.WriteHeader(http.StatusFound)
+}
+
+// signedQuery is the query of a presigned S3 URL, as the hub's redirects to its CDN carry.
+func (h *Hub) signedQuery() string {
+	return "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAHUBTEST%2F" + time.Now().UTC().Format("20060102") +
+		"%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=" + time.Now().UTC().Format("20060102T150405Z") +
+		"&X-Amz-Expires=3600&X-Amz-Signature=" + h.Signature + "&X-Amz-SignedHeaders=host"
 }
 
 // find resolves repo, revision and file; status is non-zero for an error answer. Called with mu held.
@@ -284,7 +345,7 @@ func (h *Hub) serveAPI(w http.ResponseWriter, r *http.Request, rest string) {
 	commit, _, status, code := h.find(r, repoID, parts[3], "")
 	type lfs struct {
 		SHA256      string `json:"sha256"`
-		Size        int    `json:"size"`
+		Size        int    `json:"size,omitempty"`
 		PointerSize int    `json:"pointerSize"`
 	}
 	type sibling struct {
@@ -299,12 +360,15 @@ func (h *Hub) serveAPI(w http.ResponseWriter, r *http.Request, rest string) {
 			s := sibling{RFilename: name}
 			if r.URL.Query().Get("blobs") == "true" {
 				s.Size = len(f.data)
+				if h.noSize {
+					s.Size = 0
+				}
 				s.BlobID = gitBlobID(f.data)
 				if f.lfs {
 					sum := sha256.Sum256(f.data)
 					oid := hex.EncodeToString(sum[:])
 					s.BlobID = gitBlobID(pointer(oid, len(f.data)))
-					s.LFS = &lfs{SHA256: oid, Size: len(f.data), PointerSize: len(pointer(oid, len(f.data)))}
+					s.LFS = &lfs{SHA256: oid, Size: s.Size, PointerSize: len(pointer(oid, len(f.data)))}
 				}
 			}
 			siblings = append(siblings, s)
@@ -327,10 +391,18 @@ func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request) {
 	oid, ok := strings.CutPrefix(r.URL.Path, "/blobs/")
 	h.mu.Lock()
 	data, found := h.blobs[oid]
+	hangup := h.hangups > 0
+	if hangup {
+		h.hangups--
+	}
 	cut := int64(-1)
 	if h.cuts > 0 {
 		h.cuts--
 		cut = h.cutAfter
+	}
+	trickle := h.trickle
+	if found && h.overlong > 0 {
+		data = append(bytes.Clone(data), make([]byte, h.overlong)...)
 	}
 	if found && h.corrupt > 0 {
 		h.corrupt--
@@ -340,8 +412,24 @@ func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.mu.Unlock()
+	if hangup {
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			conn.Close()
+		}
+		return
+	}
+	if r.URL.Query().Get("X-Amz-Signature") != h.Signature {
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = io.WriteString(w, "<Error><Code>SignatureDoesNotMatch</Code></Error>")
+		return
+	}
 	if !ok || !found || r.Method != http.MethodGet {
 		http.Error(w, "no such blob", http.StatusNotFound)
+		return
+	}
+	if trickle > 0 {
+		h.serveTrickle(w, r, data, trickle)
 		return
 	}
 	if cut < 0 {
@@ -369,6 +457,35 @@ func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request) {
 	if hj, ok := w.(http.Hijacker); ok {
 		if conn, _, err := hj.Hijack(); err == nil {
 			conn.Close()
+		}
+	}
+}
+
+// serveTrickle sends data from the requested offset one byte per interval until it is all
+// sent or the client goes away.
+func (h *Hub) serveTrickle(w http.ResponseWriter, r *http.Request, data []byte, every time.Duration) {
+	start := int64(0)
+	if v, ok := strings.CutPrefix(r.Header.Get("Range"), "bytes="); ok {
+		start, _ = strconv.ParseInt(strings.TrimSuffix(v, "-"), 10, 64)
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", start, len(data)-1, len(data)))
+		w.Header().Set("Content-Length", strconv.FormatInt(int64(len(data))-start, 10))
+		w.WriteHeader(http.StatusPartialContent)
+	} else {
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		w.WriteHeader(http.StatusOK)
+	}
+	fl := w.(http.Flusher)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for i := start; i < int64(len(data)); i++ {
+		if _, err := w.Write(data[i : i+1]); err != nil {
+			return
+		}
+		fl.Flush()
+		select {
+		case <-r.Context().Done():
+			return
+		case <-t.C:
 		}
 	}
 }
