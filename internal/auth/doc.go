@@ -39,7 +39,9 @@
 // work and not only requests.
 //
 // With MaxInFlight, a token may have at most that many requests running at once (a streamed
-// question holds its slot until it ends); one more is refused the same way, with a wait of 1 s.
+// question holds its slot until it ends; a call posted to a legacy MCP SSE session, answered 202,
+// until its result is written on the stream: see Hold); one more is refused the same way, with a
+// wait of 1 s.
 //
 // Failed attempts (an unknown token) are counted per client address (its IP; for IPv6 its
 // /64): FailuresPerMinute at once, then that many a minute. A call with no token (no or another

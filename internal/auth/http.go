@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"path"
@@ -40,8 +41,13 @@ func (g *Guard) HTTP(next http.Handler, skip, forwarded func(*http.Request) bool
 			writeDenial(w, r, d)
 			return
 		}
-		defer g.leave(i)
-		next.ServeHTTP(w, r.WithContext(withName(r.Context(), name)))
+		ctx := withName(r.Context(), name)
+		if i >= 0 && g.inFlight != nil {
+			s := &slot{g: g, i: i}
+			defer s.end() // unless the handler holds the slot (Hold)
+			ctx = context.WithValue(ctx, slotKey{}, s)
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

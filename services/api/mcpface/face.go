@@ -29,7 +29,8 @@
 // across replicas behind a load balancer without sticky sessions. DELETE is answered 405: there
 // is nothing to end. The legacy SSE transport at /sse cannot be stateless (a session is an open
 // stream, and its responses travel on it): its session ids live in one process, are bound to the
-// token that opened the stream, and end with it.
+// token that opened the stream, and end with it, and so do its calls, which are held to the
+// limits a streamable HTTP call is held to (sse.go).
 package mcpface
 
 import (
@@ -77,6 +78,9 @@ type Config struct {
 	// SessionIdle is how long a 2025-era session may stay unused before its state (its
 	// registration for notifications) is dropped; the client may go on using its id.
 	SessionIdle time.Duration
+	// SSEMaxCalls is how many calls one legacy SSE session may have running or waiting for
+	// their result to be written to its stream; more are refused with 429.
+	SSEMaxCalls int
 	// RPCTimeout bounds the executor calls the face makes itself (ListServers).
 	RPCTimeout time.Duration
 	// Version is what the face reports as its server version.
@@ -84,6 +88,8 @@ type Config struct {
 	// HostAllowed is the Host rule, the REST port's web guard's (webguard.Guard.HostAllowed);
 	// nil is webguard.DefaultHostAllowed.
 	HostAllowed func(hostport string) bool
+
+	prefix string // of the flag names (RegisterFlags), for messages naming a limit
 }
 
 // Defaults and bounds of Config.
@@ -96,16 +102,25 @@ const (
 	// the least recently opened is dropped (its client keeps working, and gets notifications
 	// again on its GET stream, which registers it anew).
 	maxSessions = 4096
+
+	// DefaultSSEMaxCalls is what a token may have in flight by default (auth.DefaultMaxInFlight):
+	// with tokens that limit is met first (the stream itself holds one place); without them, one
+	// session still cannot take all of an MCP server's 16 slots.
+	DefaultSSEMaxCalls = 8
+	maxSSEMaxCalls     = 10000
 )
 
 // RegisterFlags sets the defaults and binds them to prefix+"page-size" and so on (the api
 // passes "api.mcp-").
 func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
+	c.prefix = prefix
 	fs.IntVar(&c.PageSize, prefix+"page-size", DefaultPageSize, "tools in one page of the MCP endpoint's tools/list")
 	fs.DurationVar(&c.ListChangedDelay, prefix+"list-changed-delay", DefaultListChangedDelay,
 		"how long after the tool catalog changes MCP clients get notifications/tools/list_changed; the changes in between make one notification")
 	fs.DurationVar(&c.SessionIdle, prefix+"session-idle", DefaultSessionIdle,
 		"how long an MCP session (protocol 2025-11-25 and older) may stay unused before the api forgets it; the client may still use its id")
+	fs.IntVar(&c.SSEMaxCalls, prefix+"sse-max-calls", DefaultSSEMaxCalls,
+		"calls one legacy SSE session (/sse) may have running or with a result not yet written to its stream; more are refused with 429. A call also holds its token's place in flight (--api.max-in-flight) until then")
 }
 
 // Validate reports the first bad value, naming its flag (prefix as given to RegisterFlags).
@@ -117,6 +132,8 @@ func (c *Config) Validate(prefix string) error {
 		return fmt.Errorf("%slist-changed-delay: %s must be between 0 and 1m", prefix, c.ListChangedDelay)
 	case c.SessionIdle < time.Second:
 		return fmt.Errorf("%ssession-idle: %s must be at least 1s", prefix, c.SessionIdle)
+	case c.SSEMaxCalls < 1 || c.SSEMaxCalls > maxSSEMaxCalls:
+		return fmt.Errorf("%ssse-max-calls: %d must be between 1 and %d", prefix, c.SSEMaxCalls, maxSSEMaxCalls)
 	}
 	return nil
 }
@@ -127,6 +144,12 @@ func (c *Config) defaults() {
 	}
 	if c.SessionIdle == 0 {
 		c.SessionIdle = DefaultSessionIdle
+	}
+	if c.SSEMaxCalls == 0 {
+		c.SSEMaxCalls = DefaultSSEMaxCalls
+	}
+	if c.prefix == "" {
+		c.prefix = "api.mcp-" // the api's, when the flags were not registered (tests)
 	}
 	if c.RPCTimeout == 0 {
 		c.RPCTimeout = 10 * time.Second
@@ -149,7 +172,7 @@ type Face struct {
 	catalog *view
 	search  *view
 	sse     *server.SSEServer
-	owners  sync.Map // SSE session id → token name (auth.Name) of the stream that opened it
+	streams sync.Map // SSE session id → *sseStream, while the stream is open
 
 	mu      sync.Mutex
 	servers map[string]*view // one server's view, made the first time it is asked for or seen

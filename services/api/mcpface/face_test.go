@@ -652,7 +652,7 @@ func TestSSE(t *testing.T) {
 		t.Errorf("SSE call: %q, %v", text(res), err)
 	}
 	var sid string
-	h.face.owners.Range(func(k, _ any) bool { sid = k.(string); return false })
+	h.face.streams.Range(func(k, _ any) bool { sid = k.(string); return false })
 	code, _ := post(t, h.url+SSEMessagePath+"?sessionId="+sid, "other-token-0123456789", `{"jsonrpc":"2.0","id":9,"method":"tools/list"}`)
 	if code != http.StatusNotFound {
 		t.Errorf("another token posting to the session: %d, want 404", code)

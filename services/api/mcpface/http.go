@@ -149,14 +149,9 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		v.serve(w, r)
 	case p == SSEPath:
-		f.sse.SSEHandler().ServeHTTP(w, r)
+		f.serveSSE(w, r)
 	case p == SSEMessagePath:
-		if id := r.URL.Query().Get("sessionId"); id != "" && !f.sseOwner(r.Context(), id) {
-			// Another token's session, or none: the same answer either way.
-			writeError(w, http.StatusNotFound, codes.NotFound, "no SSE session "+id+" of this token: open one with GET "+SSEPath)
-			return
-		}
-		f.sse.MessageHandler().ServeHTTP(w, r)
+		f.postSSE(w, r)
 	default:
 		writeError(w, http.StatusNotFound, codes.NotFound, fmt.Sprintf("no MCP endpoint at %s: the endpoints are %s, %s, %sSERVER and %s (legacy SSE)",
 			p, CatalogPath, SearchPath, ServersPath, SSEPath))

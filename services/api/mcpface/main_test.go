@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,6 +125,13 @@ type toolsDouble struct {
 	reports     []*toolmeshv1.CallProgress
 	reportEvery time.Duration
 	asked       []bool // whether each call asked for progress
+	// wait makes each call take that long, or until its context ends; slots, when set, holds
+	// each call until it gets one, as the executor's per-server concurrency does.
+	wait  time.Duration
+	slots chan struct{}
+	// running counts the calls under way (after their slot); ended, the calls whose context
+	// ended before they were done.
+	running, ended atomic.Int32
 }
 
 func (d *toolsDouble) CallToolProgress(ctx context.Context, req *toolmeshv1.CallToolRequest, progress func(*toolmeshv1.CallProgress)) (*toolmeshv1.CallToolResponse, error) {
@@ -138,8 +146,27 @@ func (d *toolsDouble) CallToolProgress(ctx context.Context, req *toolmeshv1.Call
 	d.calls = append(d.calls, req)
 	d.callers = append(d.callers, auth.Name(ctx))
 	d.spans = append(d.spans, trace.SpanContextFromContext(ctx))
-	block, canceled, result := d.block, d.canceled, d.result
+	block, canceled, result, wait, slots := d.block, d.canceled, d.result, d.wait, d.slots
 	d.mu.Unlock()
+	if slots != nil {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		case <-ctx.Done():
+			d.ended.Add(1)
+			return nil, ctx.Err()
+		}
+	}
+	d.running.Add(1)
+	defer d.running.Add(-1)
+	if wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			d.ended.Add(1)
+			return nil, ctx.Err()
+		}
+	}
 	if block != nil {
 		select {
 		case <-block:
@@ -208,6 +235,7 @@ type harnessOptions struct {
 	tokens string // TOOLMESH_API_TOKENS-style NAME:TOKEN list; "" turns auth off
 	policy policy.Config
 	tel    *telemetry.Service
+	auth   auth.Config // the REST port's limits per token (MaxInFlight, ...)
 }
 
 func newHarness(t *testing.T, exec *executorDouble, opts harnessOptions) *harness {
@@ -227,7 +255,7 @@ func newHarness(t *testing.T, exec *executorDouble, opts harnessOptions) *harnes
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard, err := auth.New(auth.Config{}, opts.tokens, slog.New(slog.DiscardHandler))
+	guard, err := auth.New(opts.auth, opts.tokens, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,6 @@ import (
 	"sync"
 
 	"github.com/mark3labs/mcp-go/server"
-
-	"github.com/toolmesh/toolmesh/internal/auth"
 )
 
 // sessionPrefix starts every 2025-era session id the face hands out.
@@ -103,18 +101,4 @@ func (r *registry) registered(ctx context.Context, s server.ClientSession) {
 	for _, id := range evict {
 		srv.UnregisterSession(ctx, id)
 	}
-}
-
-// newSSESession names a new SSE session and remembers which token opened it: the session's
-// responses travel on that stream, so only that token may post messages to it.
-func (f *Face) newSSESession(ctx context.Context, _ *http.Request) (string, error) {
-	id := rand.Text()
-	f.owners.Store(id, auth.Name(ctx))
-	return id, nil
-}
-
-// sseOwner reports whether the caller in ctx opened SSE session id.
-func (f *Face) sseOwner(ctx context.Context, id string) bool {
-	name, ok := f.owners.Load(id)
-	return ok && name.(string) == auth.Name(ctx)
 }

@@ -66,10 +66,6 @@ func (f *Face) newView(kind viewKind, srv string) *view {
 	hooks := &server.Hooks{}
 	f.ins.install(hooks, v.path)
 	reg.hooks(hooks)
-	if kind == viewCatalog {
-		// The catalog also serves the SSE transport, whose sessions end here.
-		hooks.AddOnUnregisterSession(func(_ context.Context, s server.ClientSession) { f.owners.Delete(s.SessionID()) })
-	}
 	opts := []server.ServerOption{
 		server.WithToolCapabilities(kind != viewSearch),
 		server.WithPaginationLimit(f.cfg.PageSize),
@@ -80,6 +76,11 @@ func (f *Face) newView(kind viewKind, srv string) *view {
 	}
 	if kind != viewSearch {
 		opts = append(opts, server.WithToolFilter(f.visible))
+	}
+	if kind == viewCatalog {
+		// The catalog also serves the legacy SSE transport, whose calls run detached from
+		// their POST: they end with their stream instead (see sse.go).
+		opts = append(opts, server.WithToolHandlerMiddleware(cancelWithStream))
 	}
 	v.mcp = server.NewMCPServer(name, f.cfg.Version, opts...)
 	reg.srv = v.mcp
