@@ -123,29 +123,37 @@ type row struct {
 func (r *report) rows() []row {
 	var out []row
 	for _, k := range append(slices.Clone(kinds), "all") {
-		var lat []time.Duration
-		x := row{kind: k}
+		var of []result
 		for _, res := range r.results {
-			if k != "all" && res.kind != k {
-				continue
+			if k == "all" || res.kind == k {
+				of = append(of, res)
 			}
-			x.sent++
-			if res.err != nil {
-				x.errs++
-				continue
-			}
-			x.ok++
-			lat = append(lat, res.latency)
 		}
-		if x.sent == 0 {
-			continue
+		if len(of) > 0 {
+			out = append(out, tally(k, of, r.elapsed))
 		}
-		slices.Sort(lat)
-		x.p50, x.p99, x.p999 = percentile(lat, 0.50), percentile(lat, 0.99), percentile(lat, 0.999)
-		x.rate = float64(x.ok) / r.elapsed.Seconds()
-		out = append(out, x)
 	}
 	return out
+}
+
+// tally is the row of results under the name kind: how many were sent, answered right and
+// failed, the answers' latency percentiles and their rate over elapsed.
+func tally(kind string, results []result, elapsed time.Duration) row {
+	x := row{kind: kind}
+	var lat []time.Duration
+	for _, res := range results {
+		x.sent++
+		if res.err != nil {
+			x.errs++
+			continue
+		}
+		x.ok++
+		lat = append(lat, res.latency)
+	}
+	slices.Sort(lat)
+	x.p50, x.p99, x.p999 = percentile(lat, 0.50), percentile(lat, 0.99), percentile(lat, 0.999)
+	x.rate = float64(x.ok) / elapsed.Seconds()
+	return x
 }
 
 // percentile of sorted durations: the smallest value at or above the fraction p of them.
@@ -576,10 +584,22 @@ func startMesh(modelURL string, targets []string, extra ...string) (string, func
 
 // waitReady waits until the api at base says /readyz 200.
 func waitReady(ctx context.Context, base string, within time.Duration) error {
+	return waitReadyAs(ctx, base, "", within)
+}
+
+// waitReadyAs is waitReady for an api with API tokens, asking with token.
+func waitReadyAs(ctx context.Context, base, token string, within time.Duration) error {
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	deadline := time.Now().Add(within)
 	for {
-		resp, err := hc.Get(base + "/readyz")
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := hc.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

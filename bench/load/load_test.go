@@ -119,3 +119,28 @@ func TestRestartTally(t *testing.T) {
 		t.Errorf("after: sent %d failed %d; want 2 1", got.after, got.afterFailed)
 	}
 }
+
+// TestLoadSSEShort runs the legacy SSE phase briefly (1 s each way): the other token's calls
+// all answered, alone and beside the flood; the flood has calls accepted and calls refused
+// (its token may have 8 requests in flight, far fewer than 48).
+func TestLoadSSEShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a mesh and floods it for a few seconds; skipped with -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := ssePhase(ctx, sseOptions{Calls: 48, Duration: time.Second, Rate: 8})
+	if r != nil {
+		t.Logf("\n%s", r.table())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := r.figures()
+	if f.Alone.Sent != 8 || f.Beside.Sent != 8 || f.Alone.Errors+f.Beside.Errors > 0 {
+		t.Errorf("the other token: %d and %d calls sent, %d and %d failed; want 8 and 8, none failed", f.Alone.Sent, f.Beside.Sent, f.Alone.Errors, f.Beside.Errors)
+	}
+	if f.Accepted == 0 || f.Refused == 0 || f.Failed > 0 || f.Posted != f.Accepted+f.Refused+f.Failed {
+		t.Errorf("the flood: %d posted, %d accepted, %d refused, %d failed; want some accepted, some refused, none failed", f.Posted, f.Accepted, f.Refused, f.Failed)
+	}
+}

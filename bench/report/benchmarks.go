@@ -340,11 +340,20 @@ func runLoad(ctx context.Context, r *runner, s *section) {
 			"while the executor was away (from the stop until a tool call is served through the api " +
 			"again), or after the last restart. Targets: no request sent before a stop fails; those sent " +
 			"while it is away fail fast (read as within 1 s) with 503; none fails after the restart.",
+		"Then legacy SSE (issue 26), on a third mesh with two API tokens (8 requests in flight each, " +
+			"the default) and the bench's `slow` MCP server (250 ms a call; the executor runs 16 calls at " +
+			"once per server): one token's calls of the slow tool through REST are timed at 8 a second, " +
+			"alone and then while the other token keeps 48 calls of the same tool posted to one legacy SSE " +
+			"session (`/sse/message`, answered 202 with the result on the stream; a refused call is posted " +
+			"again after 100 ms). Target: the first token's p99 beside the flood within its own call time " +
+			"(its p50 alone) plus 100 ms.",
 	}
 	runFigures(ctx, r, s, spec{
 		shown: "go run ./bench/load", bin: r.program("./bench/load"), timeout: r.timeout(9 * time.Minute),
-		args: append(r.pick([]string{"-duration", "60s", "-rate", "200", "-settle", "95s", "-restarts", "2", "-restart-duration", "20s"},
-			[]string{"-duration", "2s", "-rate", "20", "-warmup", "200ms", "-restarts", "2", "-restart-duration", "4s"}),
+		args: append(r.pick([]string{"-duration", "60s", "-rate", "200", "-settle", "95s", "-restarts", "2", "-restart-duration", "20s",
+			"-sse-calls", "48", "-sse-duration", "10s"},
+			[]string{"-duration", "2s", "-rate", "20", "-warmup", "200ms", "-restarts", "2", "-restart-duration", "4s",
+				"-sse-calls", "48", "-sse-duration", "2s"}),
 			"-binary", r.program("./cmd/toolmesh")),
 	}, "load.json", loadRows)
 }

@@ -67,6 +67,12 @@ var (
 		{On: false, Row: figures.LoopRow{P50: 2.20, QPS: 411.4, CPUPerQuery: 2664}},
 		{On: true, Row: figures.LoopRow{P50: 2.44, QPS: 363.4, CPUPerQuery: 3107}},
 	}
+	// The legacy SSE phase: the other token's calls of a 250 ms tool, alone and beside 48 calls
+	// kept posted to one SSE session, within 100 ms of their own time.
+	cannedSSE = &figures.LoadSSE{Calls: 48, CallMs: 250, Rate: 8, DurationSeconds: 10,
+		Alone:  figures.LoadRow{Kind: "alone", Sent: 80, OK: 80, P50: 252.1, P99: 256.3},
+		Beside: figures.LoadRow{Kind: "beside the flood", Sent: 80, OK: 80, P50: 252.7, P99: 301.6},
+		Posted: 5000, Accepted: 280, Refused: 4720}
 	cannedLoad = figures.Load{Rate: 200, DurationSeconds: 60, SettleSeconds: 95,
 		Kinds:     []figures.LoadRow{{Kind: "search", Sent: 3000, OK: 3000}, {Kind: "all", Sent: 12000, OK: 12000, P50: 2.15, P99: 1626.68, P999: 2303.19}},
 		RSSBefore: 479 * (1 << 20) / 10, RSSAfter: 467 * (1 << 20) / 10, HeapBefore: 135 * (1 << 20) / 10, HeapAfter: 105 * (1 << 20) / 10,
@@ -74,6 +80,32 @@ var (
 )
 
 // find returns the row whose measure contains substr.
+// TestLoadPhasesAlone: a run of a phase alone (-duration 0) has no load mix, and reads as that
+// phase's rows, not as a failed load.
+func TestLoadPhasesAlone(t *testing.T) {
+	for name, f := range map[string]figures.Load{"restart": {Restart: cannedRestart}, "sse": {SSE: cannedSSE}} {
+		rows := loadRows(f)
+		if len(rows) == 0 {
+			t.Errorf("%s: no rows", name)
+		}
+		for _, r := range rows {
+			if r.Verdict == failed {
+				t.Errorf("%s: row %+v failed", name, r)
+			}
+		}
+	}
+	if rows := loadRows(figures.Load{}); len(rows) != 1 || rows[0].Verdict != failed {
+		t.Errorf("no phase at all: %+v, want one failed row", rows)
+	}
+}
+
+// sseWith is a copy of cannedSSE changed by edit.
+func sseWith(edit func(*figures.LoadSSE)) *figures.LoadSSE {
+	f := *cannedSSE
+	edit(&f)
+	return &f
+}
+
 func find(t *testing.T, rows []row, substr string) row {
 	t.Helper()
 	for _, r := range rows {
@@ -183,6 +215,15 @@ func TestSummaryRows(t *testing.T) {
 			"1 of 1,500", "—", "—", "0", notMet},
 		{"restart: times per restart", loadRows(figures.Load{Restart: cannedRestart}), "per restart",
 			"568, 496 ms (233, 200; 330, 292)", "—", "—", "—", info},
+		{"sse: the other token within its own call time + 100 ms", loadRows(figures.Load{SSE: cannedSSE}), "another token's call p99 (p50 252.7 ms) while one token keeps 48 calls of a 250 ms tool posted to a legacy SSE session",
+			"301.6 ms", "252.1 ms", "1.20×", "≤ own call time + 100 ms (here +49.5 ms)", met},
+		{"sse: the other token waiting behind the flood", loadRows(figures.Load{SSE: sseWith(func(f *figures.LoadSSE) { f.Beside.P99 = 11864.2 })}),
+			"another token's call p99", "11864.2 ms", "252.1 ms", "47.06×", "≤ own call time + 100 ms (here +11612.1 ms)", notMet},
+		{"sse: within the time but a call failed", loadRows(figures.Load{SSE: sseWith(func(f *figures.LoadSSE) { f.Beside.Errors = 1 })}),
+			"another token's call p99", "301.6 ms", "252.1 ms", "1.20×", "≤ own call time + 100 ms (here +49.5 ms)", notMet},
+		{"sse: the other token's errors", loadRows(figures.Load{SSE: sseWith(func(f *figures.LoadSSE) { f.Alone.Errors = 2 })}),
+			"the other token's failed calls", "2 of 160", "—", "—", "0", notMet},
+		{"sse: the flood's calls", loadRows(func() figures.Load { l := cannedLoad; l.SSE = cannedSSE; return l }()), "the flood's calls", "280, 4,720, 0 of 5,000", "—", "—", "—", info},
 		{"console bytes", consoleRows(consoleFigures{Requests: 5, TransferKB: 51.5, HaveTransfer: true}), "bytes transferred",
 			"51.5 KB", "target 200 KB", "0.26×", "< 200 KB", met},
 		{"console slow", consoleRows(consoleFigures{MinMS: 250, MedianMS: 320, MaxMS: 480, HaveServersMS: true}), "on screen",

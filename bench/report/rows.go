@@ -68,6 +68,9 @@ const (
 	// call that waited for the executor instead would take the whole gap (half a second or
 	// more) or the api's own timeouts (10 s per RPC, 2 min per tool call)
 	restartMaxFailMS = 1000.0
+	// issue 26: another token's calls beside a legacy SSE flood take at most their own call
+	// time (p50 alone) plus this
+	sseMaxExtraMS = 100.0
 	// issue 9
 	consoleBudgetKB = 200.0
 	consoleGoalMS   = 300.0
@@ -424,12 +427,17 @@ func tracingRows(runs []tracingRun, sink string) []row {
 }
 
 // loadRows hold the open-loop load's errors and the process's memory before and after (issue
-// 8), then the rolling-restart phase's rows when it ran (issue 17).
+// 8), then the rolling-restart phase's rows when it ran (issue 17) and the legacy SSE phase's
+// (issue 26).
 func loadRows(f figures.Load) []row {
 	issue := "8 load"
+	phases := append(restartRows(f.Restart), sseRows(f.SSE)...)
 	all, ok := f.All()
 	if !ok {
-		return append([]row{{issue, "load", "no requests", "", math.NaN(), "", failed}}, restartRows(f.Restart)...)
+		if len(phases) > 0 {
+			return phases // the phases ran alone (-duration 0)
+		}
+		return []row{{issue, "load", "no requests", "", math.NaN(), "", failed}}
 	}
 	what := fmt.Sprintf("%.0f req/s for %.0f s", f.Rate, f.DurationSeconds)
 	mib := func(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
@@ -445,7 +453,34 @@ func loadRows(f figures.Load) []row {
 			ratio(float64(f.GoroutinesAfter), float64(f.GoroutinesBefore)), "—", info},
 		{issue, "latency p50 / p99 / p99.9, all kinds", fmt.Sprintf("%.2f / %.2f / %.2f ms", all.P50, all.P99, all.P999), "—",
 			math.NaN(), "—", info},
-	}, restartRows(f.Restart)...)
+	}, phases...)
+}
+
+// sseRows hold the load's legacy SSE phase (issue 26): one token keeps many slow calls posted to
+// a legacy SSE session while another token's calls of the same tool are timed, alone and then
+// beside it. The other token's p99 beside the flood must stay within its own call time (p50
+// alone) plus 100 ms, none of its calls failing.
+func sseRows(f *figures.LoadSSE) []row {
+	if f == nil {
+		return nil
+	}
+	issue := "26 legacy SSE"
+	if f.Beside.Sent == 0 || f.Alone.OK == 0 {
+		return []row{{issue, "another token's calls beside a legacy SSE flood", "none answered", "", math.NaN(), "", failed}}
+	}
+	extra := f.Beside.P99 - f.Alone.P50
+	errs := f.Alone.Errors + f.Beside.Errors
+	return []row{
+		{issue, fmt.Sprintf("another token's call p99 (p50 %.1f ms) while one token keeps %d calls of a %.0f ms tool posted to a legacy SSE session, vs its own call time (p50 alone)",
+			f.Beside.P50, f.Calls, f.CallMs),
+			fmt.Sprintf("%.1f ms", f.Beside.P99), fmt.Sprintf("%.1f ms", f.Alone.P50), ratio(f.Beside.P99, f.Alone.P50),
+			fmt.Sprintf("≤ own call time + %.0f ms (here %+.1f ms)", sseMaxExtraMS, extra), judge(extra <= sseMaxExtraMS && errs == 0)},
+		{issue, "the other token's failed calls, alone and beside the flood",
+			fmt.Sprintf("%d of %s", errs, thousands(float64(f.Alone.Sent+f.Beside.Sent), 0)), "—", math.NaN(), "0", judge(errs == 0)},
+		{issue, "the flood's calls: accepted (results read), refused with 429, failed otherwise",
+			fmt.Sprintf("%s, %s, %d of %s", thousands(float64(f.Accepted), 0), thousands(float64(f.Refused), 0), f.Failed, thousands(float64(f.Posted), 0)),
+			"—", math.NaN(), "—", info},
+	}
 }
 
 // restartRows hold the load's rolling-restart phase (issue 17): the executor, its own process,

@@ -215,6 +215,28 @@ type Load struct {
 	GoroutinesAfter  int       `json:"goroutines_after"`
 	// Restart is the rolling-restart phase, when it ran (-restarts).
 	Restart *LoadRestart `json:"restart,omitempty"`
+	// SSE is the legacy SSE phase, when it ran (-sse-calls).
+	SSE *LoadSSE `json:"sse,omitempty"`
+}
+
+// LoadSSE is bench/load's legacy SSE phase (issue 26): one token keeps Calls slow calls posted
+// to one legacy SSE session while another token's calls of the same tool are timed, first alone
+// and then beside that flood; latencies in ms.
+type LoadSSE struct {
+	Calls           int     `json:"calls"`        // the flood's calls kept posted at once
+	CallMs          float64 `json:"call_ms"`      // what the slow tool takes at its server
+	Rate            float64 `json:"rate_per_sec"` // the other token's calls
+	DurationSeconds float64 `json:"duration_s"`   // of each of the two timed runs
+	// Alone and Beside are the other token's calls without and with the flood (Kind "alone",
+	// "beside the flood").
+	Alone  LoadRow `json:"alone"`
+	Beside LoadRow `json:"beside"`
+	// The flood's POSTs: accepted (202, their results read from the stream), refused with 429
+	// (posted again after a pause), and failed otherwise.
+	Posted   int `json:"flood_posted"`
+	Accepted int `json:"flood_accepted"`
+	Refused  int `json:"flood_refused_429"`
+	Failed   int `json:"flood_failed"`
 }
 
 // LoadRestart is bench/load's rolling-restart phase: the executor, its own process, stopped

@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/toolname"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
@@ -74,7 +75,7 @@ func (c Config) Validate() error {
 		return err
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Errorf("chat: URL: %q has a query or fragment", u.Redacted())
+		return fmt.Errorf("chat: URL: %q has a query or fragment (put the key in TOOLMESH_LLM_API_KEY)", redact.URL(u.String()))
 	}
 	if strings.TrimSpace(c.Model) == "" {
 		return errors.New("chat: Model: required (vLLM and Ollama choose the model by it)")

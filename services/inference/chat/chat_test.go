@@ -426,15 +426,16 @@ func TestConfigValidate(t *testing.T) {
 		mod  func(*Config)
 		want string
 	}{
-		"no url":          {func(c *Config) { c.URL = "" }, "URL: required"},
-		"bad scheme":      {func(c *Config) { c.URL = "ftp://h" }, "scheme"},
-		"no host":         {func(c *Config) { c.URL = "http://" }, "no host"},
-		"password hidden": {func(c *Config) { c.URL = "http://u:pw@/x" }, "xxxxx"},
-		"no model":        {func(c *Config) { c.Model = " " }, "Model: required"},
-		"neg timeout":     {func(c *Config) { c.Timeout = -1 }, "Timeout"},
-		"neg max tokens":  {func(c *Config) { c.MaxTokens = -1 }, "MaxTokens"},
-		"temperature":     {func(c *Config) { c.Temperature = new(3.0) }, "Temperature"},
-		"key newline":     {func(c *Config) { c.APIKey = "a\nb" }, "APIKey"},
+		"no url":           {func(c *Config) { c.URL = "" }, "URL: required"},
+		"bad scheme":       {func(c *Config) { c.URL = "ftp://h" }, "scheme"},
+		"no host":          {func(c *Config) { c.URL = "http://" }, "no host"},
+		"password hidden":  {func(c *Config) { c.URL = "http://u:pw@/x" }, "xxxxx"},
+		"no model":         {func(c *Config) { c.Model = " " }, "Model: required"},
+		"neg timeout":      {func(c *Config) { c.Timeout = -1 }, "Timeout"},
+		"neg max tokens":   {func(c *Config) { c.MaxTokens = -1 }, "MaxTokens"},
+		"temperature":      {func(c *Config) { c.Temperature = new(3.0) }, "Temperature"},
+		"key newline":      {func(c *Config) { c.APIKey = "a\nb" }, "APIKey"},
+		"key in the query": {func(c *Config) { c.URL = "http://h:1/v1?api_key=pw-secret" }, "TOOLMESH_LLM_API_KEY"},
 	} {
 		c := ok
 		tc.mod(&c)
