@@ -406,6 +406,10 @@ func (a *App) privateAddr(env targetEnv, addr string) (string, bool, error) {
 	if a.sockets == "" {
 		dir, err := os.MkdirTemp(runtimeDir(), "toolmesh-")
 		if err != nil {
+			// $XDG_RUNTIME_DIR may be another user's (after su).
+			dir, err = os.MkdirTemp("", "toolmesh-")
+		}
+		if err != nil {
 			return "", false, fmt.Errorf("private socket directory: %w", err)
 		}
 		// MkdirTemp makes it 0700 less the umask: nobody else may enter it, whatever the
