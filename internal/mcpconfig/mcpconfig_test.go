@@ -154,6 +154,26 @@ func TestParseErrors(t *testing.T) {
 			[]string{`mcp server "calc": maxConcurrency: must be an integer, not a string`}},
 		{"bad protocolVersion", `{"mcpServers":{"calc":{"url":"http://h/","protocolVersion":"latest"}}}`,
 			[]string{`mcp server "calc": protocolVersion: must be an MCP protocol version`}},
+		{"unknown pinning", `{"mcpServers":{"calc":{"url":"http://h/","pinning":"strict"}}}`,
+			[]string{`mcp server "calc": pinning: "strict" is not off, warn or enforce`}},
+		{"pinning without a value", `{"mcpServers":{"calc":{"url":"http://h/","pinning":null}}}`,
+			[]string{`mcp server "calc": pinning: has no value`}},
+		{"maxResultBytes zero", `{"mcpServers":{"calc":{"url":"http://h/","maxResultBytes":0}}}`,
+			[]string{`mcp server "calc": maxResultBytes: must be a whole number of bytes`}},
+		{"maxResultBytes a string", `{"mcpServers":{"calc":{"url":"http://h/","maxResultBytes":"1MB"}}}`,
+			[]string{`mcp server "calc": maxResultBytes: must be a whole number of bytes`}},
+		{"rateLimit not an object", `{"mcpServers":{"calc":{"url":"http://h/","rateLimit":10}}}`,
+			[]string{`mcp server "calc": rateLimit: must be {"calls": N, "per": "1m"}, not a number`}},
+		{"rateLimit without calls", `{"mcpServers":{"calc":{"url":"http://h/","rateLimit":{"per":"1m"}}}}`,
+			[]string{`mcp server "calc": rateLimit.calls: must be at least 1`}},
+		{"rateLimit with a bad per", `{"mcpServers":{"calc":{"url":"http://h/","rateLimit":{"calls":5,"per":"soon"}}}}`,
+			[]string{`mcp server "calc": rateLimit.per: must be a duration`}},
+		{"rateLimit with a typo", `{"mcpServers":{"calc":{"url":"http://h/","rateLimit":{"calls":5,"per":"1m","burst":2}}}}`,
+			[]string{`mcp server "calc": rateLimit.burst: unknown key`}},
+		{"a tool's settings with a typo", `{"mcpServers":{"calc":{"url":"http://h/","tools":{"add":{"maxResultByte":5}}}}}`,
+			[]string{`mcp server "calc": tools.add.maxResultByte: unknown key`}},
+		{"a tool's bad rate limit", `{"mcpServers":{"calc":{"url":"http://h/","tools":{"add":{"rateLimit":{"calls":0,"per":"1s"}}}}}}`,
+			[]string{`mcp server "calc": tools.add.rateLimit.calls: must be at least 1`}},
 		{"excludedTools without a value", `{"mcpServers":{"calc":{"url":"http://h/","excludedTools":null}}}`,
 			[]string{`mcp server "calc": excludedTools: has no value`}},
 		{"allowedTools without a value", `{"mcpServers":{"calc":{"url":"http://h/","allowedTools":null}}}`,
@@ -276,6 +296,40 @@ func TestParseBadFiles(t *testing.T) {
 				last = i
 			}
 		})
+	}
+}
+
+// TestTrustSettings: pinning, result bounds and rate limits, per server and per tool.
+func TestTrustSettings(t *testing.T) {
+	got, err := Parse([]byte(`{"mcpServers":{
+		"calc": {"url": "http://h/", "pinning": "enforce", "maxResultBytes": 65536, "rateLimit": {"calls": 10, "per": "1m"},
+			"tools": {"add": {"maxResultBytes": 1024}, "divide": {"rateLimit": {"calls": 2, "per": 30}}}},
+		"plain": {"url": "http://h/"}}}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calc, plain := got["calc"], got["plain"]
+	if calc.PinningMode() != PinningEnforce || plain.PinningMode() != PinningWarn {
+		t.Errorf("pinning %q and %q, want enforce and the default warn", calc.PinningMode(), plain.PinningMode())
+	}
+	for _, tc := range []struct {
+		tool  string
+		bytes int
+		limit *RateLimit
+	}{
+		{"add", 1024, &RateLimit{10, time.Minute}},
+		{"divide", 65536, &RateLimit{2, 30 * time.Second}},
+		{"other", 65536, &RateLimit{10, time.Minute}},
+	} {
+		if b, l := calc.ResultLimit(tc.tool), calc.RateLimitOf(tc.tool); b != tc.bytes || *l != *tc.limit {
+			t.Errorf("%s: result limit %d, rate limit %+v; want %d, %+v", tc.tool, b, l, tc.bytes, tc.limit)
+		}
+	}
+	if plain.ResultLimit("x") != 0 || plain.RateLimitOf("x") != nil {
+		t.Errorf("a server without settings has %d, %v", plain.ResultLimit("x"), plain.RateLimitOf("x"))
+	}
+	if len(calc.Warnings) != 0 {
+		t.Errorf("warnings %v", calc.Warnings)
 	}
 }
 

@@ -245,6 +245,18 @@ func parseEntry(name string, raw any, lookup func(string) (string, bool), rulesO
 	s.AllowedTools = e.strSlice("allowedTools")
 	s.ExcludedTools = e.strSlice("excludedTools")
 	s.AllowDestructive = e.boolean("allowDestructive")
+	if raw, ok := e.obj["pinning"]; ok && raw == nil {
+		e.fail("pinning", "has no value: give off, warn or enforce, or leave the key out (warn)")
+	}
+	if pinning, ok := e.str("pinning", false); ok {
+		if _, err := ParsePinning(pinning); err != nil {
+			e.fail("pinning", "%v", err)
+		}
+		s.Pinning = Pinning(pinning)
+	}
+	s.MaxResultBytes = e.resultBytes("maxResultBytes", e.obj)
+	s.RateLimit = e.rateLimit("rateLimit", e.obj)
+	s.Tools = e.toolSettings("tools")
 	s.Warnings = unknownKeys(obj)
 	if len(e.errs) > 0 {
 		return Server{}, false, errors.Join(append(e.errs, hints(name, s.Warnings)...)...)
@@ -361,6 +373,99 @@ func (e *entry) strMap(key string) map[string]string {
 		out[k] = e.expand(field, v)
 	}
 	return out
+}
+
+// maxResultBytesLimit bounds maxResultBytes: a result is held whole before it is cut, so a
+// bound past this is no bound.
+const maxResultBytesLimit = 256 << 20
+
+// resultBytes reads a maxResultBytes of obj (the server's, or one tool's under field's name).
+func (e *entry) resultBytes(field string, obj map[string]any) int {
+	raw, ok := obj[lastKey(field)]
+	if !ok || raw == nil {
+		if ok {
+			e.fail(field, "has no value: give a number of bytes, or leave the key out")
+		}
+		return 0
+	}
+	n, ok := number(raw)
+	if !ok || n != math.Trunc(n) || n < 1 || n > maxResultBytesLimit {
+		e.fail(field, "must be a whole number of bytes between 1 and %d", maxResultBytesLimit)
+		return 0
+	}
+	return int(n)
+}
+
+// rateLimit reads {"calls": N, "per": DURATION} of obj.
+func (e *entry) rateLimit(field string, obj map[string]any) *RateLimit {
+	raw, ok := obj[lastKey(field)]
+	if !ok {
+		return nil
+	}
+	m, isObj := asObject(raw)
+	if !isObj {
+		e.fail(field, `must be {"calls": N, "per": "1m"}, not %s`, TypeName(raw))
+		return nil
+	}
+	sub := &entry{server: e.server, obj: m, lookup: e.lookup}
+	calls, per := sub.integer("calls"), sub.duration("per")
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if k != "calls" && k != "per" {
+			e.fail(field+"."+k, `unknown key; a rate limit is {"calls": N, "per": "1m"}`)
+		}
+	}
+	for _, err := range sub.errs {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			e.fail(field+"."+fe.Field, "%s", fe.Msg)
+		}
+	}
+	switch {
+	case calls < 1:
+		e.fail(field+".calls", "must be at least 1")
+	case per <= 0:
+		e.fail(field+".per", `must be a duration above 0, like "1m"`)
+	default:
+		return &RateLimit{Calls: calls, Per: per}
+	}
+	return nil
+}
+
+// toolSettings reads {"TOOL": {"maxResultBytes": N, "rateLimit": {...}}}.
+func (e *entry) toolSettings(key string) map[string]ToolSettings {
+	raw, ok := e.obj[key]
+	if !ok || raw == nil {
+		return nil
+	}
+	m, isObj := asObject(raw)
+	if !isObj {
+		e.fail(key, "must be an object of tool names to settings, not %s", TypeName(raw))
+		return nil
+	}
+	out := make(map[string]ToolSettings, len(m))
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		field := key + "." + name
+		obj, isObj := asObject(m[name])
+		if !isObj {
+			e.fail(field, "must be an object like {\"maxResultBytes\": 65536}, not %s", TypeName(m[name]))
+			continue
+		}
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
+			if k != "maxResultBytes" && k != "rateLimit" {
+				e.fail(field+"."+k, "unknown key; a tool's settings are maxResultBytes and rateLimit")
+			}
+		}
+		out[name] = ToolSettings{MaxResultBytes: e.resultBytes(field+".maxResultBytes", obj), RateLimit: e.rateLimit(field+".rateLimit", obj)}
+	}
+	return out
+}
+
+// lastKey is the key a dotted field name ends in.
+func lastKey(field string) string {
+	if i := strings.LastIndexByte(field, '.'); i >= 0 {
+		return field[i+1:]
+	}
+	return field
 }
 
 // duration accepts a Go duration string ("30s", "1m30s") or a number of seconds.
@@ -485,6 +590,7 @@ func hasSuffixFold(s, suffix string) bool {
 var knownKeys = []string{
 	"disabled", "transport", "type", "transportType", "url", "serverUrl", "headers", "command", "args", "env",
 	"timeout", "maxConcurrency", "protocolVersion", "allowedTools", "excludedTools", "allowDestructive",
+	"pinning", "maxResultBytes", "rateLimit", "tools",
 }
 
 // otherHostsKeys are keys other MCP hosts write into the same map (Cline, Roo, VS Code's

@@ -58,10 +58,85 @@ type Server struct {
 	// say they are read-only or non-destructive; without it only apps call them, directly.
 	AllowDestructive bool
 
+	// Pinning says what the executor does when one of this server's tools changes its
+	// definition after it was first seen; "" is the default (PinningMode).
+	Pinning Pinning
+	// MaxResultBytes bounds one tool result of this server; zero means the executor's default.
+	MaxResultBytes int
+	// RateLimit bounds the calls each API token makes of each of this server's tools; nil
+	// means none.
+	RateLimit *RateLimit
+	// Tools holds settings of single tools, by the tool's name on its server; they win over
+	// the server's.
+	Tools map[string]ToolSettings
+
 	// Warnings are what the entry held that toolmesh did not use: unknown keys, each with the
 	// closest known one (a typo like "comand" would otherwise pass silently). The executor
 	// logs them at start.
 	Warnings []string
+}
+
+// Pinning is what happens to a tool whose definition changed since it was first seen (a
+// "rug pull": a server that changes an approved tool's description).
+type Pinning string
+
+const (
+	// PinningOff trusts whatever the server says now.
+	PinningOff Pinning = "off"
+	// PinningWarn keeps a changed tool callable and flags it until it is approved; the default,
+	// so that an existing install keeps working after an upgrade and still hears of changes.
+	PinningWarn Pinning = "warn"
+	// PinningEnforce quarantines a changed tool (not offered, listed or callable) until it is
+	// approved.
+	PinningEnforce Pinning = "enforce"
+)
+
+// ParsePinning reads a pinning mode; "" is PinningWarn.
+func ParsePinning(s string) (Pinning, error) {
+	switch p := Pinning(s); p {
+	case "":
+		return PinningWarn, nil
+	case PinningOff, PinningWarn, PinningEnforce:
+		return p, nil
+	}
+	return "", fmt.Errorf("%q is not off, warn or enforce", s)
+}
+
+// RateLimit is at most Calls calls every Per.
+type RateLimit struct {
+	Calls int
+	Per   time.Duration
+}
+
+// ToolSettings are the settings of one tool that win over its server's.
+type ToolSettings struct {
+	MaxResultBytes int
+	RateLimit      *RateLimit
+}
+
+// PinningMode is the server's pinning, PinningWarn when it sets none.
+func (s Server) PinningMode() Pinning {
+	if s.Pinning == "" {
+		return PinningWarn
+	}
+	return s.Pinning
+}
+
+// ResultLimit is the bound on tool's results: the tool's own, else the server's (0: the
+// executor's default).
+func (s Server) ResultLimit(tool string) int {
+	if t, ok := s.Tools[tool]; ok && t.MaxResultBytes > 0 {
+		return t.MaxResultBytes
+	}
+	return s.MaxResultBytes
+}
+
+// RateLimitOf is the rate limit of tool: the tool's own, else the server's (nil: none).
+func (s Server) RateLimitOf(tool string) *RateLimit {
+	if t, ok := s.Tools[tool]; ok && t.RateLimit != nil {
+		return t.RateLimit
+	}
+	return s.RateLimit
 }
 
 // IsRemote reports whether t is a network transport (sse or streamable-http).
@@ -102,6 +177,9 @@ func (s Server) Validate() error {
 	}
 	if !toolid.ValidServer(s.Name) {
 		add("name", "must match %s (tool ids are SERVER.TOOL and the first dot splits them)", toolid.ServerRule)
+	}
+	if _, err := ParsePinning(string(s.Pinning)); err != nil {
+		add("pinning", "%v", err)
 	}
 	both := s.URL != "" && s.Command != ""
 	if both {
