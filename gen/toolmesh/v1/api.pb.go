@@ -150,6 +150,202 @@ func (StopReason) EnumDescriptor() ([]byte, []int) {
 	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{1}
 }
 
+type ListPendingToolsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// server limits the list to one server; empty lists all.
+	Server        string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPendingToolsRequest) Reset() {
+	*x = ListPendingToolsRequest{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPendingToolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPendingToolsRequest) ProtoMessage() {}
+
+func (x *ListPendingToolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPendingToolsRequest.ProtoReflect.Descriptor instead.
+func (*ListPendingToolsRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListPendingToolsRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+type ListPendingToolsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tools         []*PendingTool         `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPendingToolsResponse) Reset() {
+	*x = ListPendingToolsResponse{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPendingToolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPendingToolsResponse) ProtoMessage() {}
+
+func (x *ListPendingToolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPendingToolsResponse.ProtoReflect.Descriptor instead.
+func (*ListPendingToolsResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListPendingToolsResponse) GetTools() []*PendingTool {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+type ApproveToolRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Server string                 `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	Name   string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// hash, when set, is the definition the approver read (PendingTool.tool.hash, which `toolmesh
+	// tools pending` prints): another one listed meanwhile is not approved.
+	Hash          string `protobuf:"bytes,3,opt,name=hash,proto3" json:"hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveToolRequest) Reset() {
+	*x = ApproveToolRequest{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveToolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveToolRequest) ProtoMessage() {}
+
+func (x *ApproveToolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveToolRequest.ProtoReflect.Descriptor instead.
+func (*ApproveToolRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ApproveToolRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *ApproveToolRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ApproveToolRequest) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+type ApproveToolResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tool is the definition now pinned.
+	Tool          *Tool `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveToolResponse) Reset() {
+	*x = ApproveToolResponse{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveToolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveToolResponse) ProtoMessage() {}
+
+func (x *ApproveToolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveToolResponse.ProtoReflect.Descriptor instead.
+func (*ApproveToolResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ApproveToolResponse) GetTool() *Tool {
+	if x != nil {
+		return x.Tool
+	}
+	return nil
+}
+
 type ListToolsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// server limits the list to one server; empty lists all.
@@ -160,7 +356,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[0]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -172,7 +368,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[0]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -185,7 +381,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{0}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListToolsRequest) GetServer() string {
@@ -204,7 +400,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[1]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -216,7 +412,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[1]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -229,7 +425,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{1}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListToolsResponse) GetTools() []*Tool {
@@ -253,7 +449,7 @@ type SearchToolsRequest struct {
 
 func (x *SearchToolsRequest) Reset() {
 	*x = SearchToolsRequest{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[2]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -265,7 +461,7 @@ func (x *SearchToolsRequest) String() string {
 func (*SearchToolsRequest) ProtoMessage() {}
 
 func (x *SearchToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[2]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -278,7 +474,7 @@ func (x *SearchToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchToolsRequest.ProtoReflect.Descriptor instead.
 func (*SearchToolsRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{2}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SearchToolsRequest) GetQ() string {
@@ -311,7 +507,7 @@ type SearchToolsResponse struct {
 
 func (x *SearchToolsResponse) Reset() {
 	*x = SearchToolsResponse{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[3]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -323,7 +519,7 @@ func (x *SearchToolsResponse) String() string {
 func (*SearchToolsResponse) ProtoMessage() {}
 
 func (x *SearchToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[3]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -336,7 +532,7 @@ func (x *SearchToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchToolsResponse.ProtoReflect.Descriptor instead.
 func (*SearchToolsResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{3}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SearchToolsResponse) GetResults() []*ScoredTool {
@@ -357,7 +553,7 @@ type CallToolRequest struct {
 
 func (x *CallToolRequest) Reset() {
 	*x = CallToolRequest{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[4]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +565,7 @@ func (x *CallToolRequest) String() string {
 func (*CallToolRequest) ProtoMessage() {}
 
 func (x *CallToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[4]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +578,7 @@ func (x *CallToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolRequest.ProtoReflect.Descriptor instead.
 func (*CallToolRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{4}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CallToolRequest) GetServer() string {
@@ -419,7 +615,7 @@ type CallToolResponse struct {
 
 func (x *CallToolResponse) Reset() {
 	*x = CallToolResponse{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[5]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -431,7 +627,7 @@ func (x *CallToolResponse) String() string {
 func (*CallToolResponse) ProtoMessage() {}
 
 func (x *CallToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[5]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -444,7 +640,7 @@ func (x *CallToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolResponse.ProtoReflect.Descriptor instead.
 func (*CallToolResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{5}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CallToolResponse) GetContent() []*Content {
@@ -483,7 +679,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[6]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -495,7 +691,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[6]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -508,7 +704,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{6}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{10}
 }
 
 type ListServersResponse struct {
@@ -520,7 +716,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[7]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +728,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[7]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +741,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{7}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListServersResponse) GetServers() []*Server {
@@ -563,7 +759,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[8]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +771,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[8]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +784,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{8}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{12}
 }
 
 type ListModelsResponse struct {
@@ -600,7 +796,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[9]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +808,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[9]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +821,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{9}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -651,7 +847,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[10]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +859,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[10]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +872,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{10}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Model) GetId() string {
@@ -734,7 +930,7 @@ type QueryRequest struct {
 
 func (x *QueryRequest) Reset() {
 	*x = QueryRequest{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[11]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +942,7 @@ func (x *QueryRequest) String() string {
 func (*QueryRequest) ProtoMessage() {}
 
 func (x *QueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[11]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +955,7 @@ func (x *QueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryRequest.ProtoReflect.Descriptor instead.
 func (*QueryRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{11}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *QueryRequest) GetQuery() string {
@@ -844,7 +1040,7 @@ type ToolChoice struct {
 
 func (x *ToolChoice) Reset() {
 	*x = ToolChoice{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[12]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +1052,7 @@ func (x *ToolChoice) String() string {
 func (*ToolChoice) ProtoMessage() {}
 
 func (x *ToolChoice) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[12]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +1065,7 @@ func (x *ToolChoice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
 func (*ToolChoice) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{12}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ToolChoice) GetMode() ToolChoiceMode {
@@ -910,7 +1106,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[13]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +1118,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[13]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -935,7 +1131,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Step) GetNumber() int32 {
@@ -1041,7 +1237,7 @@ type QueryResponse struct {
 
 func (x *QueryResponse) Reset() {
 	*x = QueryResponse{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[14]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1249,7 @@ func (x *QueryResponse) String() string {
 func (*QueryResponse) ProtoMessage() {}
 
 func (x *QueryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[14]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1262,7 @@ func (x *QueryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryResponse.ProtoReflect.Descriptor instead.
 func (*QueryResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *QueryResponse) GetAnswer() string {
@@ -1197,7 +1393,7 @@ type QueryStreamRequest struct {
 
 func (x *QueryStreamRequest) Reset() {
 	*x = QueryStreamRequest{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[15]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1405,7 @@ func (x *QueryStreamRequest) String() string {
 func (*QueryStreamRequest) ProtoMessage() {}
 
 func (x *QueryStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[15]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1418,7 @@ func (x *QueryStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryStreamRequest.ProtoReflect.Descriptor instead.
 func (*QueryStreamRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *QueryStreamRequest) GetQuery() string {
@@ -1312,7 +1508,7 @@ type QueryStreamResponse struct {
 
 func (x *QueryStreamResponse) Reset() {
 	*x = QueryStreamResponse{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[16]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1520,7 @@ func (x *QueryStreamResponse) String() string {
 func (*QueryStreamResponse) ProtoMessage() {}
 
 func (x *QueryStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[16]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1533,7 @@ func (x *QueryStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryStreamResponse.ProtoReflect.Descriptor instead.
 func (*QueryStreamResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QueryStreamResponse) GetEvent() isQueryStreamResponse_Event {
@@ -1445,7 +1641,17 @@ var File_toolmesh_v1_api_proto protoreflect.FileDescriptor
 
 const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"\n" +
-	"\x15toolmesh/v1/api.proto\x12\vtoolmesh.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1btoolmesh/v1/inference.proto\x1a\x16toolmesh/v1/tool.proto\"*\n" +
+	"\x15toolmesh/v1/api.proto\x12\vtoolmesh.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1btoolmesh/v1/inference.proto\x1a\x16toolmesh/v1/tool.proto\"1\n" +
+	"\x17ListPendingToolsRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\"J\n" +
+	"\x18ListPendingToolsResponse\x12.\n" +
+	"\x05tools\x18\x01 \x03(\v2\x18.toolmesh.v1.PendingToolR\x05tools\"T\n" +
+	"\x12ApproveToolRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04hash\x18\x03 \x01(\tR\x04hash\"<\n" +
+	"\x13ApproveToolResponse\x12%\n" +
+	"\x04tool\x18\x01 \x01(\v2\x11.toolmesh.v1.ToolR\x04tool\"*\n" +
 	"\x10ListToolsRequest\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\"<\n" +
 	"\x11ListToolsResponse\x12'\n" +
@@ -1566,12 +1772,14 @@ const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"\x14STOP_REASON_DEADLINE\x10\x03\x12\x15\n" +
 	"\x11STOP_REASON_ERROR\x10\x04\x12\x1a\n" +
 	"\x16STOP_REASON_TOOL_ERROR\x10\x05\x12\x1e\n" +
-	"\x1aSTOP_REASON_FUNCTION_CALLS\x10\x062\xb3\x03\n" +
+	"\x1aSTOP_REASON_FUNCTION_CALLS\x10\x062\xaf\x05\n" +
 	"\vToolService\x12]\n" +
 	"\tListTools\x12\x1d.toolmesh.v1.ListToolsRequest\x1a\x1e.toolmesh.v1.ListToolsResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/tools\x12j\n" +
 	"\vSearchTools\x12\x1f.toolmesh.v1.SearchToolsRequest\x1a .toolmesh.v1.SearchToolsResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/tools:search\x12r\n" +
 	"\bCallTool\x12\x1c.toolmesh.v1.CallToolRequest\x1a\x1d.toolmesh.v1.CallToolResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/tools/{server}/{name}:call\x12e\n" +
-	"\vListServers\x12\x1f.toolmesh.v1.ListServersRequest\x1a .toolmesh.v1.ListServersResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\v/v1/servers2\xa4\x02\n" +
+	"\vListServers\x12\x1f.toolmesh.v1.ListServersRequest\x1a .toolmesh.v1.ListServersResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\v/v1/servers\x12z\n" +
+	"\x10ListPendingTools\x12$.toolmesh.v1.ListPendingToolsRequest\x1a%.toolmesh.v1.ListPendingToolsResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/tools:pending\x12~\n" +
+	"\vApproveTool\x12\x1f.toolmesh.v1.ApproveToolRequest\x1a .toolmesh.v1.ApproveToolResponse\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/tools/{server}/{name}:approve2\xa4\x02\n" +
 	"\fAgentService\x12T\n" +
 	"\x05Query\x12\x19.toolmesh.v1.QueryRequest\x1a\x1a.toolmesh.v1.QueryResponse\"\x14\x82\xd3\xe4\x93\x02\x0e:\x01*\"\t/v1/query\x12o\n" +
 	"\vQueryStream\x12\x1f.toolmesh.v1.QueryStreamRequest\x1a .toolmesh.v1.QueryStreamResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/query:stream0\x01\x12M\n" +
@@ -1591,89 +1799,100 @@ func file_toolmesh_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_toolmesh_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_toolmesh_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_toolmesh_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_toolmesh_v1_api_proto_goTypes = []any{
-	(ToolChoiceMode)(0),         // 0: toolmesh.v1.ToolChoiceMode
-	(StopReason)(0),             // 1: toolmesh.v1.StopReason
-	(*ListToolsRequest)(nil),    // 2: toolmesh.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),   // 3: toolmesh.v1.ListToolsResponse
-	(*SearchToolsRequest)(nil),  // 4: toolmesh.v1.SearchToolsRequest
-	(*SearchToolsResponse)(nil), // 5: toolmesh.v1.SearchToolsResponse
-	(*CallToolRequest)(nil),     // 6: toolmesh.v1.CallToolRequest
-	(*CallToolResponse)(nil),    // 7: toolmesh.v1.CallToolResponse
-	(*ListServersRequest)(nil),  // 8: toolmesh.v1.ListServersRequest
-	(*ListServersResponse)(nil), // 9: toolmesh.v1.ListServersResponse
-	(*ListModelsRequest)(nil),   // 10: toolmesh.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),  // 11: toolmesh.v1.ListModelsResponse
-	(*Model)(nil),               // 12: toolmesh.v1.Model
-	(*QueryRequest)(nil),        // 13: toolmesh.v1.QueryRequest
-	(*ToolChoice)(nil),          // 14: toolmesh.v1.ToolChoice
-	(*Step)(nil),                // 15: toolmesh.v1.Step
-	(*QueryResponse)(nil),       // 16: toolmesh.v1.QueryResponse
-	(*QueryStreamRequest)(nil),  // 17: toolmesh.v1.QueryStreamRequest
-	(*QueryStreamResponse)(nil), // 18: toolmesh.v1.QueryStreamResponse
-	(*Tool)(nil),                // 19: toolmesh.v1.Tool
-	(*ScoredTool)(nil),          // 20: toolmesh.v1.ScoredTool
-	(*structpb.Struct)(nil),     // 21: google.protobuf.Struct
-	(*Content)(nil),             // 22: toolmesh.v1.Content
-	(*Server)(nil),              // 23: toolmesh.v1.Server
-	(*Message)(nil),             // 24: toolmesh.v1.Message
-	(*Function)(nil),            // 25: toolmesh.v1.Function
-	(*GenerationOptions)(nil),   // 26: toolmesh.v1.GenerationOptions
-	(*Usage)(nil),               // 27: toolmesh.v1.Usage
-	(*HistoryFit)(nil),          // 28: toolmesh.v1.HistoryFit
-	(*ToolCallRecord)(nil),      // 29: toolmesh.v1.ToolCallRecord
-	(*FunctionCall)(nil),        // 30: toolmesh.v1.FunctionCall
+	(ToolChoiceMode)(0),              // 0: toolmesh.v1.ToolChoiceMode
+	(StopReason)(0),                  // 1: toolmesh.v1.StopReason
+	(*ListPendingToolsRequest)(nil),  // 2: toolmesh.v1.ListPendingToolsRequest
+	(*ListPendingToolsResponse)(nil), // 3: toolmesh.v1.ListPendingToolsResponse
+	(*ApproveToolRequest)(nil),       // 4: toolmesh.v1.ApproveToolRequest
+	(*ApproveToolResponse)(nil),      // 5: toolmesh.v1.ApproveToolResponse
+	(*ListToolsRequest)(nil),         // 6: toolmesh.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),        // 7: toolmesh.v1.ListToolsResponse
+	(*SearchToolsRequest)(nil),       // 8: toolmesh.v1.SearchToolsRequest
+	(*SearchToolsResponse)(nil),      // 9: toolmesh.v1.SearchToolsResponse
+	(*CallToolRequest)(nil),          // 10: toolmesh.v1.CallToolRequest
+	(*CallToolResponse)(nil),         // 11: toolmesh.v1.CallToolResponse
+	(*ListServersRequest)(nil),       // 12: toolmesh.v1.ListServersRequest
+	(*ListServersResponse)(nil),      // 13: toolmesh.v1.ListServersResponse
+	(*ListModelsRequest)(nil),        // 14: toolmesh.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),       // 15: toolmesh.v1.ListModelsResponse
+	(*Model)(nil),                    // 16: toolmesh.v1.Model
+	(*QueryRequest)(nil),             // 17: toolmesh.v1.QueryRequest
+	(*ToolChoice)(nil),               // 18: toolmesh.v1.ToolChoice
+	(*Step)(nil),                     // 19: toolmesh.v1.Step
+	(*QueryResponse)(nil),            // 20: toolmesh.v1.QueryResponse
+	(*QueryStreamRequest)(nil),       // 21: toolmesh.v1.QueryStreamRequest
+	(*QueryStreamResponse)(nil),      // 22: toolmesh.v1.QueryStreamResponse
+	(*PendingTool)(nil),              // 23: toolmesh.v1.PendingTool
+	(*Tool)(nil),                     // 24: toolmesh.v1.Tool
+	(*ScoredTool)(nil),               // 25: toolmesh.v1.ScoredTool
+	(*structpb.Struct)(nil),          // 26: google.protobuf.Struct
+	(*Content)(nil),                  // 27: toolmesh.v1.Content
+	(*Server)(nil),                   // 28: toolmesh.v1.Server
+	(*Message)(nil),                  // 29: toolmesh.v1.Message
+	(*Function)(nil),                 // 30: toolmesh.v1.Function
+	(*GenerationOptions)(nil),        // 31: toolmesh.v1.GenerationOptions
+	(*Usage)(nil),                    // 32: toolmesh.v1.Usage
+	(*HistoryFit)(nil),               // 33: toolmesh.v1.HistoryFit
+	(*ToolCallRecord)(nil),           // 34: toolmesh.v1.ToolCallRecord
+	(*FunctionCall)(nil),             // 35: toolmesh.v1.FunctionCall
 }
 var file_toolmesh_v1_api_proto_depIdxs = []int32{
-	19, // 0: toolmesh.v1.ListToolsResponse.tools:type_name -> toolmesh.v1.Tool
-	20, // 1: toolmesh.v1.SearchToolsResponse.results:type_name -> toolmesh.v1.ScoredTool
-	21, // 2: toolmesh.v1.CallToolRequest.arguments:type_name -> google.protobuf.Struct
-	22, // 3: toolmesh.v1.CallToolResponse.content:type_name -> toolmesh.v1.Content
-	21, // 4: toolmesh.v1.CallToolResponse.structured_content:type_name -> google.protobuf.Struct
-	23, // 5: toolmesh.v1.ListServersResponse.servers:type_name -> toolmesh.v1.Server
-	12, // 6: toolmesh.v1.ListModelsResponse.models:type_name -> toolmesh.v1.Model
-	24, // 7: toolmesh.v1.QueryRequest.messages:type_name -> toolmesh.v1.Message
-	25, // 8: toolmesh.v1.QueryRequest.functions:type_name -> toolmesh.v1.Function
-	14, // 9: toolmesh.v1.QueryRequest.tool_choice:type_name -> toolmesh.v1.ToolChoice
-	26, // 10: toolmesh.v1.QueryRequest.generation:type_name -> toolmesh.v1.GenerationOptions
-	0,  // 11: toolmesh.v1.ToolChoice.mode:type_name -> toolmesh.v1.ToolChoiceMode
-	20, // 12: toolmesh.v1.Step.retrieved:type_name -> toolmesh.v1.ScoredTool
-	27, // 13: toolmesh.v1.Step.usage:type_name -> toolmesh.v1.Usage
-	28, // 14: toolmesh.v1.Step.history:type_name -> toolmesh.v1.HistoryFit
-	29, // 15: toolmesh.v1.QueryResponse.tool_calls:type_name -> toolmesh.v1.ToolCallRecord
-	15, // 16: toolmesh.v1.QueryResponse.steps:type_name -> toolmesh.v1.Step
-	1,  // 17: toolmesh.v1.QueryResponse.stop_reason:type_name -> toolmesh.v1.StopReason
-	30, // 18: toolmesh.v1.QueryResponse.function_calls:type_name -> toolmesh.v1.FunctionCall
-	27, // 19: toolmesh.v1.QueryResponse.usage:type_name -> toolmesh.v1.Usage
-	24, // 20: toolmesh.v1.QueryStreamRequest.messages:type_name -> toolmesh.v1.Message
-	25, // 21: toolmesh.v1.QueryStreamRequest.functions:type_name -> toolmesh.v1.Function
-	14, // 22: toolmesh.v1.QueryStreamRequest.tool_choice:type_name -> toolmesh.v1.ToolChoice
-	26, // 23: toolmesh.v1.QueryStreamRequest.generation:type_name -> toolmesh.v1.GenerationOptions
-	15, // 24: toolmesh.v1.QueryStreamResponse.retrieved:type_name -> toolmesh.v1.Step
-	15, // 25: toolmesh.v1.QueryStreamResponse.model_output:type_name -> toolmesh.v1.Step
-	29, // 26: toolmesh.v1.QueryStreamResponse.tool_call_started:type_name -> toolmesh.v1.ToolCallRecord
-	29, // 27: toolmesh.v1.QueryStreamResponse.tool_call_finished:type_name -> toolmesh.v1.ToolCallRecord
-	16, // 28: toolmesh.v1.QueryStreamResponse.done:type_name -> toolmesh.v1.QueryResponse
-	2,  // 29: toolmesh.v1.ToolService.ListTools:input_type -> toolmesh.v1.ListToolsRequest
-	4,  // 30: toolmesh.v1.ToolService.SearchTools:input_type -> toolmesh.v1.SearchToolsRequest
-	6,  // 31: toolmesh.v1.ToolService.CallTool:input_type -> toolmesh.v1.CallToolRequest
-	8,  // 32: toolmesh.v1.ToolService.ListServers:input_type -> toolmesh.v1.ListServersRequest
-	13, // 33: toolmesh.v1.AgentService.Query:input_type -> toolmesh.v1.QueryRequest
-	17, // 34: toolmesh.v1.AgentService.QueryStream:input_type -> toolmesh.v1.QueryStreamRequest
-	10, // 35: toolmesh.v1.AgentService.ListModels:input_type -> toolmesh.v1.ListModelsRequest
-	3,  // 36: toolmesh.v1.ToolService.ListTools:output_type -> toolmesh.v1.ListToolsResponse
-	5,  // 37: toolmesh.v1.ToolService.SearchTools:output_type -> toolmesh.v1.SearchToolsResponse
-	7,  // 38: toolmesh.v1.ToolService.CallTool:output_type -> toolmesh.v1.CallToolResponse
-	9,  // 39: toolmesh.v1.ToolService.ListServers:output_type -> toolmesh.v1.ListServersResponse
-	16, // 40: toolmesh.v1.AgentService.Query:output_type -> toolmesh.v1.QueryResponse
-	18, // 41: toolmesh.v1.AgentService.QueryStream:output_type -> toolmesh.v1.QueryStreamResponse
-	11, // 42: toolmesh.v1.AgentService.ListModels:output_type -> toolmesh.v1.ListModelsResponse
-	36, // [36:43] is the sub-list for method output_type
-	29, // [29:36] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	23, // 0: toolmesh.v1.ListPendingToolsResponse.tools:type_name -> toolmesh.v1.PendingTool
+	24, // 1: toolmesh.v1.ApproveToolResponse.tool:type_name -> toolmesh.v1.Tool
+	24, // 2: toolmesh.v1.ListToolsResponse.tools:type_name -> toolmesh.v1.Tool
+	25, // 3: toolmesh.v1.SearchToolsResponse.results:type_name -> toolmesh.v1.ScoredTool
+	26, // 4: toolmesh.v1.CallToolRequest.arguments:type_name -> google.protobuf.Struct
+	27, // 5: toolmesh.v1.CallToolResponse.content:type_name -> toolmesh.v1.Content
+	26, // 6: toolmesh.v1.CallToolResponse.structured_content:type_name -> google.protobuf.Struct
+	28, // 7: toolmesh.v1.ListServersResponse.servers:type_name -> toolmesh.v1.Server
+	16, // 8: toolmesh.v1.ListModelsResponse.models:type_name -> toolmesh.v1.Model
+	29, // 9: toolmesh.v1.QueryRequest.messages:type_name -> toolmesh.v1.Message
+	30, // 10: toolmesh.v1.QueryRequest.functions:type_name -> toolmesh.v1.Function
+	18, // 11: toolmesh.v1.QueryRequest.tool_choice:type_name -> toolmesh.v1.ToolChoice
+	31, // 12: toolmesh.v1.QueryRequest.generation:type_name -> toolmesh.v1.GenerationOptions
+	0,  // 13: toolmesh.v1.ToolChoice.mode:type_name -> toolmesh.v1.ToolChoiceMode
+	25, // 14: toolmesh.v1.Step.retrieved:type_name -> toolmesh.v1.ScoredTool
+	32, // 15: toolmesh.v1.Step.usage:type_name -> toolmesh.v1.Usage
+	33, // 16: toolmesh.v1.Step.history:type_name -> toolmesh.v1.HistoryFit
+	34, // 17: toolmesh.v1.QueryResponse.tool_calls:type_name -> toolmesh.v1.ToolCallRecord
+	19, // 18: toolmesh.v1.QueryResponse.steps:type_name -> toolmesh.v1.Step
+	1,  // 19: toolmesh.v1.QueryResponse.stop_reason:type_name -> toolmesh.v1.StopReason
+	35, // 20: toolmesh.v1.QueryResponse.function_calls:type_name -> toolmesh.v1.FunctionCall
+	32, // 21: toolmesh.v1.QueryResponse.usage:type_name -> toolmesh.v1.Usage
+	29, // 22: toolmesh.v1.QueryStreamRequest.messages:type_name -> toolmesh.v1.Message
+	30, // 23: toolmesh.v1.QueryStreamRequest.functions:type_name -> toolmesh.v1.Function
+	18, // 24: toolmesh.v1.QueryStreamRequest.tool_choice:type_name -> toolmesh.v1.ToolChoice
+	31, // 25: toolmesh.v1.QueryStreamRequest.generation:type_name -> toolmesh.v1.GenerationOptions
+	19, // 26: toolmesh.v1.QueryStreamResponse.retrieved:type_name -> toolmesh.v1.Step
+	19, // 27: toolmesh.v1.QueryStreamResponse.model_output:type_name -> toolmesh.v1.Step
+	34, // 28: toolmesh.v1.QueryStreamResponse.tool_call_started:type_name -> toolmesh.v1.ToolCallRecord
+	34, // 29: toolmesh.v1.QueryStreamResponse.tool_call_finished:type_name -> toolmesh.v1.ToolCallRecord
+	20, // 30: toolmesh.v1.QueryStreamResponse.done:type_name -> toolmesh.v1.QueryResponse
+	6,  // 31: toolmesh.v1.ToolService.ListTools:input_type -> toolmesh.v1.ListToolsRequest
+	8,  // 32: toolmesh.v1.ToolService.SearchTools:input_type -> toolmesh.v1.SearchToolsRequest
+	10, // 33: toolmesh.v1.ToolService.CallTool:input_type -> toolmesh.v1.CallToolRequest
+	12, // 34: toolmesh.v1.ToolService.ListServers:input_type -> toolmesh.v1.ListServersRequest
+	2,  // 35: toolmesh.v1.ToolService.ListPendingTools:input_type -> toolmesh.v1.ListPendingToolsRequest
+	4,  // 36: toolmesh.v1.ToolService.ApproveTool:input_type -> toolmesh.v1.ApproveToolRequest
+	17, // 37: toolmesh.v1.AgentService.Query:input_type -> toolmesh.v1.QueryRequest
+	21, // 38: toolmesh.v1.AgentService.QueryStream:input_type -> toolmesh.v1.QueryStreamRequest
+	14, // 39: toolmesh.v1.AgentService.ListModels:input_type -> toolmesh.v1.ListModelsRequest
+	7,  // 40: toolmesh.v1.ToolService.ListTools:output_type -> toolmesh.v1.ListToolsResponse
+	9,  // 41: toolmesh.v1.ToolService.SearchTools:output_type -> toolmesh.v1.SearchToolsResponse
+	11, // 42: toolmesh.v1.ToolService.CallTool:output_type -> toolmesh.v1.CallToolResponse
+	13, // 43: toolmesh.v1.ToolService.ListServers:output_type -> toolmesh.v1.ListServersResponse
+	3,  // 44: toolmesh.v1.ToolService.ListPendingTools:output_type -> toolmesh.v1.ListPendingToolsResponse
+	5,  // 45: toolmesh.v1.ToolService.ApproveTool:output_type -> toolmesh.v1.ApproveToolResponse
+	20, // 46: toolmesh.v1.AgentService.Query:output_type -> toolmesh.v1.QueryResponse
+	22, // 47: toolmesh.v1.AgentService.QueryStream:output_type -> toolmesh.v1.QueryStreamResponse
+	15, // 48: toolmesh.v1.AgentService.ListModels:output_type -> toolmesh.v1.ListModelsResponse
+	40, // [40:49] is the sub-list for method output_type
+	31, // [31:40] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_toolmesh_v1_api_proto_init() }
@@ -1683,7 +1902,7 @@ func file_toolmesh_v1_api_proto_init() {
 	}
 	file_toolmesh_v1_inference_proto_init()
 	file_toolmesh_v1_tool_proto_init()
-	file_toolmesh_v1_api_proto_msgTypes[16].OneofWrappers = []any{
+	file_toolmesh_v1_api_proto_msgTypes[20].OneofWrappers = []any{
 		(*QueryStreamResponse_Retrieved)(nil),
 		(*QueryStreamResponse_ModelOutput)(nil),
 		(*QueryStreamResponse_ToolCallStarted)(nil),
@@ -1697,7 +1916,7 @@ func file_toolmesh_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolmesh_v1_api_proto_rawDesc), len(file_toolmesh_v1_api_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -19,10 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ToolService_ListTools_FullMethodName   = "/toolmesh.v1.ToolService/ListTools"
-	ToolService_SearchTools_FullMethodName = "/toolmesh.v1.ToolService/SearchTools"
-	ToolService_CallTool_FullMethodName    = "/toolmesh.v1.ToolService/CallTool"
-	ToolService_ListServers_FullMethodName = "/toolmesh.v1.ToolService/ListServers"
+	ToolService_ListTools_FullMethodName        = "/toolmesh.v1.ToolService/ListTools"
+	ToolService_SearchTools_FullMethodName      = "/toolmesh.v1.ToolService/SearchTools"
+	ToolService_CallTool_FullMethodName         = "/toolmesh.v1.ToolService/CallTool"
+	ToolService_ListServers_FullMethodName      = "/toolmesh.v1.ToolService/ListServers"
+	ToolService_ListPendingTools_FullMethodName = "/toolmesh.v1.ToolService/ListPendingTools"
+	ToolService_ApproveTool_FullMethodName      = "/toolmesh.v1.ToolService/ApproveTool"
 )
 
 // ToolServiceClient is the client API for ToolService service.
@@ -35,6 +37,15 @@ type ToolServiceClient interface {
 	SearchTools(ctx context.Context, in *SearchToolsRequest, opts ...grpc.CallOption) (*SearchToolsResponse, error)
 	CallTool(ctx context.Context, in *CallToolRequest, opts ...grpc.CallOption) (*CallToolResponse, error)
 	ListServers(ctx context.Context, in *ListServersRequest, opts ...grpc.CallOption) (*ListServersResponse, error)
+	// ListPendingTools lists the tool definitions waiting for approval (mcpServers pinning), each
+	// with a diff from its pin. Only for an admin: a caller whose scope calls and lists every tool
+	// (any caller when no policy scopes are configured); others get PERMISSION_DENIED.
+	ListPendingTools(ctx context.Context, in *ListPendingToolsRequest, opts ...grpc.CallOption) (*ListPendingToolsResponse, error)
+	// ApproveTool pins the definition a pending tool lists now and releases it from quarantine.
+	// Only for an admin, as ListPendingTools. Errors: NOT_FOUND nothing of that id is pending,
+	// ABORTED (HTTP 409) the definition changed since the one hash names, FAILED_PRECONDITION the
+	// pin file is read-only.
+	ApproveTool(ctx context.Context, in *ApproveToolRequest, opts ...grpc.CallOption) (*ApproveToolResponse, error)
 }
 
 type toolServiceClient struct {
@@ -85,6 +96,26 @@ func (c *toolServiceClient) ListServers(ctx context.Context, in *ListServersRequ
 	return out, nil
 }
 
+func (c *toolServiceClient) ListPendingTools(ctx context.Context, in *ListPendingToolsRequest, opts ...grpc.CallOption) (*ListPendingToolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPendingToolsResponse)
+	err := c.cc.Invoke(ctx, ToolService_ListPendingTools_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *toolServiceClient) ApproveTool(ctx context.Context, in *ApproveToolRequest, opts ...grpc.CallOption) (*ApproveToolResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveToolResponse)
+	err := c.cc.Invoke(ctx, ToolService_ApproveTool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ToolServiceServer is the server API for ToolService service.
 // All implementations must embed UnimplementedToolServiceServer
 // for forward compatibility.
@@ -95,6 +126,15 @@ type ToolServiceServer interface {
 	SearchTools(context.Context, *SearchToolsRequest) (*SearchToolsResponse, error)
 	CallTool(context.Context, *CallToolRequest) (*CallToolResponse, error)
 	ListServers(context.Context, *ListServersRequest) (*ListServersResponse, error)
+	// ListPendingTools lists the tool definitions waiting for approval (mcpServers pinning), each
+	// with a diff from its pin. Only for an admin: a caller whose scope calls and lists every tool
+	// (any caller when no policy scopes are configured); others get PERMISSION_DENIED.
+	ListPendingTools(context.Context, *ListPendingToolsRequest) (*ListPendingToolsResponse, error)
+	// ApproveTool pins the definition a pending tool lists now and releases it from quarantine.
+	// Only for an admin, as ListPendingTools. Errors: NOT_FOUND nothing of that id is pending,
+	// ABORTED (HTTP 409) the definition changed since the one hash names, FAILED_PRECONDITION the
+	// pin file is read-only.
+	ApproveTool(context.Context, *ApproveToolRequest) (*ApproveToolResponse, error)
 	mustEmbedUnimplementedToolServiceServer()
 }
 
@@ -116,6 +156,12 @@ func (UnimplementedToolServiceServer) CallTool(context.Context, *CallToolRequest
 }
 func (UnimplementedToolServiceServer) ListServers(context.Context, *ListServersRequest) (*ListServersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListServers not implemented")
+}
+func (UnimplementedToolServiceServer) ListPendingTools(context.Context, *ListPendingToolsRequest) (*ListPendingToolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPendingTools not implemented")
+}
+func (UnimplementedToolServiceServer) ApproveTool(context.Context, *ApproveToolRequest) (*ApproveToolResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApproveTool not implemented")
 }
 func (UnimplementedToolServiceServer) mustEmbedUnimplementedToolServiceServer() {}
 func (UnimplementedToolServiceServer) testEmbeddedByValue()                     {}
@@ -210,6 +256,42 @@ func _ToolService_ListServers_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ToolService_ListPendingTools_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPendingToolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ToolServiceServer).ListPendingTools(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ToolService_ListPendingTools_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ToolServiceServer).ListPendingTools(ctx, req.(*ListPendingToolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ToolService_ApproveTool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveToolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ToolServiceServer).ApproveTool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ToolService_ApproveTool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ToolServiceServer).ApproveTool(ctx, req.(*ApproveToolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ToolService_ServiceDesc is the grpc.ServiceDesc for ToolService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -232,6 +314,14 @@ var ToolService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListServers",
 			Handler:    _ToolService_ListServers_Handler,
+		},
+		{
+			MethodName: "ListPendingTools",
+			Handler:    _ToolService_ListPendingTools_Handler,
+		},
+		{
+			MethodName: "ApproveTool",
+			Handler:    _ToolService_ApproveTool_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

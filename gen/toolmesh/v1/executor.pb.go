@@ -24,6 +24,67 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type PinEventType int32
+
+const (
+	PinEventType_PIN_EVENT_TYPE_UNSPECIFIED PinEventType = 0
+	// PIN_EVENT_TYPE_FIRST_SEEN: a tool never pinned was listed: pinned, or held when it has
+	// findings under enforce (quarantined says which).
+	PinEventType_PIN_EVENT_TYPE_FIRST_SEEN PinEventType = 1
+	// PIN_EVENT_TYPE_CHANGED: a tool lists a definition other than its pin: flagged (warn) or
+	// quarantined (enforce).
+	PinEventType_PIN_EVENT_TYPE_CHANGED PinEventType = 2
+	// PIN_EVENT_TYPE_APPROVED: a pending definition was approved and is now the pin.
+	PinEventType_PIN_EVENT_TYPE_APPROVED PinEventType = 3
+	// PIN_EVENT_TYPE_RESTORED: a tool that had changed lists its pinned definition again.
+	PinEventType_PIN_EVENT_TYPE_RESTORED PinEventType = 4
+)
+
+// Enum value maps for PinEventType.
+var (
+	PinEventType_name = map[int32]string{
+		0: "PIN_EVENT_TYPE_UNSPECIFIED",
+		1: "PIN_EVENT_TYPE_FIRST_SEEN",
+		2: "PIN_EVENT_TYPE_CHANGED",
+		3: "PIN_EVENT_TYPE_APPROVED",
+		4: "PIN_EVENT_TYPE_RESTORED",
+	}
+	PinEventType_value = map[string]int32{
+		"PIN_EVENT_TYPE_UNSPECIFIED": 0,
+		"PIN_EVENT_TYPE_FIRST_SEEN":  1,
+		"PIN_EVENT_TYPE_CHANGED":     2,
+		"PIN_EVENT_TYPE_APPROVED":    3,
+		"PIN_EVENT_TYPE_RESTORED":    4,
+	}
+)
+
+func (x PinEventType) Enum() *PinEventType {
+	p := new(PinEventType)
+	*p = x
+	return p
+}
+
+func (x PinEventType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PinEventType) Descriptor() protoreflect.EnumDescriptor {
+	return file_toolmesh_v1_executor_proto_enumTypes[0].Descriptor()
+}
+
+func (PinEventType) Type() protoreflect.EnumType {
+	return &file_toolmesh_v1_executor_proto_enumTypes[0]
+}
+
+func (x PinEventType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PinEventType.Descriptor instead.
+func (PinEventType) EnumDescriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{0}
+}
+
 type WatchEventType int32
 
 const (
@@ -59,11 +120,11 @@ func (x WatchEventType) String() string {
 }
 
 func (WatchEventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_toolmesh_v1_executor_proto_enumTypes[0].Descriptor()
+	return file_toolmesh_v1_executor_proto_enumTypes[1].Descriptor()
 }
 
 func (WatchEventType) Type() protoreflect.EnumType {
-	return &file_toolmesh_v1_executor_proto_enumTypes[0]
+	return &file_toolmesh_v1_executor_proto_enumTypes[1]
 }
 
 func (x WatchEventType) Number() protoreflect.EnumNumber {
@@ -72,7 +133,418 @@ func (x WatchEventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEventType.Descriptor instead.
 func (WatchEventType) EnumDescriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{1}
+}
+
+type ExecutorServiceListPendingToolsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// server limits the list to one server; empty lists all.
+	Server        string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorServiceListPendingToolsRequest) Reset() {
+	*x = ExecutorServiceListPendingToolsRequest{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorServiceListPendingToolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorServiceListPendingToolsRequest) ProtoMessage() {}
+
+func (x *ExecutorServiceListPendingToolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorServiceListPendingToolsRequest.ProtoReflect.Descriptor instead.
+func (*ExecutorServiceListPendingToolsRequest) Descriptor() ([]byte, []int) {
 	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ExecutorServiceListPendingToolsRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+type ExecutorServiceListPendingToolsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tools         []*PendingTool         `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorServiceListPendingToolsResponse) Reset() {
+	*x = ExecutorServiceListPendingToolsResponse{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorServiceListPendingToolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorServiceListPendingToolsResponse) ProtoMessage() {}
+
+func (x *ExecutorServiceListPendingToolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorServiceListPendingToolsResponse.ProtoReflect.Descriptor instead.
+func (*ExecutorServiceListPendingToolsResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ExecutorServiceListPendingToolsResponse) GetTools() []*PendingTool {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+type ExecutorServiceApproveToolRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tool_id is "SERVER.TOOL".
+	ToolId string `protobuf:"bytes,1,opt,name=tool_id,json=toolId,proto3" json:"tool_id,omitempty"`
+	// hash, when set, is the definition the approver read (PendingTool.tool.hash): the approval
+	// is refused (ABORTED) when the server lists another one by now.
+	Hash string `protobuf:"bytes,2,opt,name=hash,proto3" json:"hash,omitempty"`
+	// approved_by says who approved, for the pin file and the pin events (the api sets the
+	// caller's token name).
+	ApprovedBy    string `protobuf:"bytes,3,opt,name=approved_by,json=approvedBy,proto3" json:"approved_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorServiceApproveToolRequest) Reset() {
+	*x = ExecutorServiceApproveToolRequest{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorServiceApproveToolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorServiceApproveToolRequest) ProtoMessage() {}
+
+func (x *ExecutorServiceApproveToolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorServiceApproveToolRequest.ProtoReflect.Descriptor instead.
+func (*ExecutorServiceApproveToolRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ExecutorServiceApproveToolRequest) GetToolId() string {
+	if x != nil {
+		return x.ToolId
+	}
+	return ""
+}
+
+func (x *ExecutorServiceApproveToolRequest) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+func (x *ExecutorServiceApproveToolRequest) GetApprovedBy() string {
+	if x != nil {
+		return x.ApprovedBy
+	}
+	return ""
+}
+
+type ExecutorServiceApproveToolResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tool is the definition now pinned, as listed.
+	Tool          *Tool `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorServiceApproveToolResponse) Reset() {
+	*x = ExecutorServiceApproveToolResponse{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorServiceApproveToolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorServiceApproveToolResponse) ProtoMessage() {}
+
+func (x *ExecutorServiceApproveToolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorServiceApproveToolResponse.ProtoReflect.Descriptor instead.
+func (*ExecutorServiceApproveToolResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ExecutorServiceApproveToolResponse) GetTool() *Tool {
+	if x != nil {
+		return x.Tool
+	}
+	return nil
+}
+
+type WatchPinEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// after is the sequence of the last event the caller has; 0 asks for every buffered one.
+	After         uint64 `protobuf:"varint,1,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchPinEventsRequest) Reset() {
+	*x = WatchPinEventsRequest{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchPinEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchPinEventsRequest) ProtoMessage() {}
+
+func (x *WatchPinEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchPinEventsRequest.ProtoReflect.Descriptor instead.
+func (*WatchPinEventsRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *WatchPinEventsRequest) GetAfter() uint64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+type WatchPinEventsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Event         *PinEvent              `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchPinEventsResponse) Reset() {
+	*x = WatchPinEventsResponse{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchPinEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchPinEventsResponse) ProtoMessage() {}
+
+func (x *WatchPinEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchPinEventsResponse.ProtoReflect.Descriptor instead.
+func (*WatchPinEventsResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *WatchPinEventsResponse) GetEvent() *PinEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+// PinEvent is one change of what the executor trusts about a tool.
+type PinEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sequence grows by one with every event of this executor process.
+	Sequence uint64                 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Time     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	Type     PinEventType           `protobuf:"varint,3,opt,name=type,proto3,enum=toolmesh.v1.PinEventType" json:"type,omitempty"`
+	ToolId   string                 `protobuf:"bytes,4,opt,name=tool_id,json=toolId,proto3" json:"tool_id,omitempty"`
+	// pinning is the server's mode: "warn" or "enforce".
+	Pinning string `protobuf:"bytes,5,opt,name=pinning,proto3" json:"pinning,omitempty"`
+	// quarantined says the tool is held after this event.
+	Quarantined bool `protobuf:"varint,6,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
+	// pinned_hash is the pin before the event ("" for a tool never pinned); hash the definition the
+	// event is about.
+	PinnedHash string         `protobuf:"bytes,7,opt,name=pinned_hash,json=pinnedHash,proto3" json:"pinned_hash,omitempty"`
+	Hash       string         `protobuf:"bytes,8,opt,name=hash,proto3" json:"hash,omitempty"`
+	Findings   []*ToolFinding `protobuf:"bytes,9,rep,name=findings,proto3" json:"findings,omitempty"`
+	// approved_by is who approved, for PIN_EVENT_TYPE_APPROVED.
+	ApprovedBy    string `protobuf:"bytes,10,opt,name=approved_by,json=approvedBy,proto3" json:"approved_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PinEvent) Reset() {
+	*x = PinEvent{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PinEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PinEvent) ProtoMessage() {}
+
+func (x *PinEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PinEvent.ProtoReflect.Descriptor instead.
+func (*PinEvent) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PinEvent) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *PinEvent) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *PinEvent) GetType() PinEventType {
+	if x != nil {
+		return x.Type
+	}
+	return PinEventType_PIN_EVENT_TYPE_UNSPECIFIED
+}
+
+func (x *PinEvent) GetToolId() string {
+	if x != nil {
+		return x.ToolId
+	}
+	return ""
+}
+
+func (x *PinEvent) GetPinning() string {
+	if x != nil {
+		return x.Pinning
+	}
+	return ""
+}
+
+func (x *PinEvent) GetQuarantined() bool {
+	if x != nil {
+		return x.Quarantined
+	}
+	return false
+}
+
+func (x *PinEvent) GetPinnedHash() string {
+	if x != nil {
+		return x.PinnedHash
+	}
+	return ""
+}
+
+func (x *PinEvent) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+func (x *PinEvent) GetFindings() []*ToolFinding {
+	if x != nil {
+		return x.Findings
+	}
+	return nil
+}
+
+func (x *PinEvent) GetApprovedBy() string {
+	if x != nil {
+		return x.ApprovedBy
+	}
+	return ""
 }
 
 type ExecutorServiceListToolsRequest struct {
@@ -85,7 +557,7 @@ type ExecutorServiceListToolsRequest struct {
 
 func (x *ExecutorServiceListToolsRequest) Reset() {
 	*x = ExecutorServiceListToolsRequest{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[0]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -97,7 +569,7 @@ func (x *ExecutorServiceListToolsRequest) String() string {
 func (*ExecutorServiceListToolsRequest) ProtoMessage() {}
 
 func (x *ExecutorServiceListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[0]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -110,7 +582,7 @@ func (x *ExecutorServiceListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutorServiceListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{0}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExecutorServiceListToolsRequest) GetServer() string {
@@ -129,7 +601,7 @@ type ExecutorServiceListToolsResponse struct {
 
 func (x *ExecutorServiceListToolsResponse) Reset() {
 	*x = ExecutorServiceListToolsResponse{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[1]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -141,7 +613,7 @@ func (x *ExecutorServiceListToolsResponse) String() string {
 func (*ExecutorServiceListToolsResponse) ProtoMessage() {}
 
 func (x *ExecutorServiceListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[1]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -154,7 +626,7 @@ func (x *ExecutorServiceListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutorServiceListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{1}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ExecutorServiceListToolsResponse) GetTools() []*Tool {
@@ -172,7 +644,7 @@ type ExecutorServiceListServersRequest struct {
 
 func (x *ExecutorServiceListServersRequest) Reset() {
 	*x = ExecutorServiceListServersRequest{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[2]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -184,7 +656,7 @@ func (x *ExecutorServiceListServersRequest) String() string {
 func (*ExecutorServiceListServersRequest) ProtoMessage() {}
 
 func (x *ExecutorServiceListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[2]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -197,7 +669,7 @@ func (x *ExecutorServiceListServersRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ExecutorServiceListServersRequest.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceListServersRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{2}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{9}
 }
 
 type ExecutorServiceListServersResponse struct {
@@ -211,7 +683,7 @@ type ExecutorServiceListServersResponse struct {
 
 func (x *ExecutorServiceListServersResponse) Reset() {
 	*x = ExecutorServiceListServersResponse{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[3]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -223,7 +695,7 @@ func (x *ExecutorServiceListServersResponse) String() string {
 func (*ExecutorServiceListServersResponse) ProtoMessage() {}
 
 func (x *ExecutorServiceListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[3]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -236,7 +708,7 @@ func (x *ExecutorServiceListServersResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ExecutorServiceListServersResponse.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceListServersResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{3}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExecutorServiceListServersResponse) GetServers() []*Server {
@@ -273,7 +745,7 @@ type ConfigStatus struct {
 
 func (x *ConfigStatus) Reset() {
 	*x = ConfigStatus{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[4]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -285,7 +757,7 @@ func (x *ConfigStatus) String() string {
 func (*ConfigStatus) ProtoMessage() {}
 
 func (x *ConfigStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[4]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -298,7 +770,7 @@ func (x *ConfigStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigStatus.ProtoReflect.Descriptor instead.
 func (*ConfigStatus) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{4}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ConfigStatus) GetGeneration() uint64 {
@@ -349,7 +821,7 @@ type ExecutorServiceCallToolRequest struct {
 
 func (x *ExecutorServiceCallToolRequest) Reset() {
 	*x = ExecutorServiceCallToolRequest{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[5]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -361,7 +833,7 @@ func (x *ExecutorServiceCallToolRequest) String() string {
 func (*ExecutorServiceCallToolRequest) ProtoMessage() {}
 
 func (x *ExecutorServiceCallToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[5]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -374,7 +846,7 @@ func (x *ExecutorServiceCallToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutorServiceCallToolRequest.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceCallToolRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{5}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExecutorServiceCallToolRequest) GetToolId() string {
@@ -418,7 +890,7 @@ type ExecutorServiceCallToolResponse struct {
 
 func (x *ExecutorServiceCallToolResponse) Reset() {
 	*x = ExecutorServiceCallToolResponse{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[6]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +902,7 @@ func (x *ExecutorServiceCallToolResponse) String() string {
 func (*ExecutorServiceCallToolResponse) ProtoMessage() {}
 
 func (x *ExecutorServiceCallToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[6]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +915,7 @@ func (x *ExecutorServiceCallToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutorServiceCallToolResponse.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceCallToolResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{6}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExecutorServiceCallToolResponse) GetContent() []*Content {
@@ -483,7 +955,7 @@ type ExecutorServiceCallToolStreamRequest struct {
 
 func (x *ExecutorServiceCallToolStreamRequest) Reset() {
 	*x = ExecutorServiceCallToolStreamRequest{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[7]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -495,7 +967,7 @@ func (x *ExecutorServiceCallToolStreamRequest) String() string {
 func (*ExecutorServiceCallToolStreamRequest) ProtoMessage() {}
 
 func (x *ExecutorServiceCallToolStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[7]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -508,7 +980,7 @@ func (x *ExecutorServiceCallToolStreamRequest) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use ExecutorServiceCallToolStreamRequest.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceCallToolStreamRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{7}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExecutorServiceCallToolStreamRequest) GetCall() *ExecutorServiceCallToolRequest {
@@ -531,7 +1003,7 @@ type ExecutorServiceCallToolStreamResponse struct {
 
 func (x *ExecutorServiceCallToolStreamResponse) Reset() {
 	*x = ExecutorServiceCallToolStreamResponse{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[8]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +1015,7 @@ func (x *ExecutorServiceCallToolStreamResponse) String() string {
 func (*ExecutorServiceCallToolStreamResponse) ProtoMessage() {}
 
 func (x *ExecutorServiceCallToolStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[8]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +1028,7 @@ func (x *ExecutorServiceCallToolStreamResponse) ProtoReflect() protoreflect.Mess
 
 // Deprecated: Use ExecutorServiceCallToolStreamResponse.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceCallToolStreamResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{8}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExecutorServiceCallToolStreamResponse) GetEvent() isExecutorServiceCallToolStreamResponse_Event {
@@ -617,7 +1089,7 @@ type CallProgress struct {
 
 func (x *CallProgress) Reset() {
 	*x = CallProgress{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[9]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +1101,7 @@ func (x *CallProgress) String() string {
 func (*CallProgress) ProtoMessage() {}
 
 func (x *CallProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[9]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +1114,7 @@ func (x *CallProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallProgress.ProtoReflect.Descriptor instead.
 func (*CallProgress) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{9}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CallProgress) GetProgress() float64 {
@@ -674,7 +1146,7 @@ type WatchToolsRequest struct {
 
 func (x *WatchToolsRequest) Reset() {
 	*x = WatchToolsRequest{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[10]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +1158,7 @@ func (x *WatchToolsRequest) String() string {
 func (*WatchToolsRequest) ProtoMessage() {}
 
 func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[10]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +1171,7 @@ func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsRequest.ProtoReflect.Descriptor instead.
 func (*WatchToolsRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{10}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{17}
 }
 
 type WatchToolsResponse struct {
@@ -715,7 +1187,7 @@ type WatchToolsResponse struct {
 
 func (x *WatchToolsResponse) Reset() {
 	*x = WatchToolsResponse{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[11]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +1199,7 @@ func (x *WatchToolsResponse) String() string {
 func (*WatchToolsResponse) ProtoMessage() {}
 
 func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[11]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +1212,7 @@ func (x *WatchToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsResponse.ProtoReflect.Descriptor instead.
 func (*WatchToolsResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{11}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchToolsResponse) GetType() WatchEventType {
@@ -775,7 +1247,36 @@ var File_toolmesh_v1_executor_proto protoreflect.FileDescriptor
 
 const file_toolmesh_v1_executor_proto_rawDesc = "" +
 	"\n" +
-	"\x1atoolmesh/v1/executor.proto\x12\vtoolmesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16toolmesh/v1/tool.proto\"9\n" +
+	"\x1atoolmesh/v1/executor.proto\x12\vtoolmesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16toolmesh/v1/tool.proto\"@\n" +
+	"&ExecutorServiceListPendingToolsRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\"Y\n" +
+	"'ExecutorServiceListPendingToolsResponse\x12.\n" +
+	"\x05tools\x18\x01 \x03(\v2\x18.toolmesh.v1.PendingToolR\x05tools\"q\n" +
+	"!ExecutorServiceApproveToolRequest\x12\x17\n" +
+	"\atool_id\x18\x01 \x01(\tR\x06toolId\x12\x12\n" +
+	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x1f\n" +
+	"\vapproved_by\x18\x03 \x01(\tR\n" +
+	"approvedBy\"K\n" +
+	"\"ExecutorServiceApproveToolResponse\x12%\n" +
+	"\x04tool\x18\x01 \x01(\v2\x11.toolmesh.v1.ToolR\x04tool\"-\n" +
+	"\x15WatchPinEventsRequest\x12\x14\n" +
+	"\x05after\x18\x01 \x01(\x04R\x05after\"E\n" +
+	"\x16WatchPinEventsResponse\x12+\n" +
+	"\x05event\x18\x01 \x01(\v2\x15.toolmesh.v1.PinEventR\x05event\"\xe6\x02\n" +
+	"\bPinEvent\x12\x1a\n" +
+	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12-\n" +
+	"\x04type\x18\x03 \x01(\x0e2\x19.toolmesh.v1.PinEventTypeR\x04type\x12\x17\n" +
+	"\atool_id\x18\x04 \x01(\tR\x06toolId\x12\x18\n" +
+	"\apinning\x18\x05 \x01(\tR\apinning\x12 \n" +
+	"\vquarantined\x18\x06 \x01(\bR\vquarantined\x12\x1f\n" +
+	"\vpinned_hash\x18\a \x01(\tR\n" +
+	"pinnedHash\x12\x12\n" +
+	"\x04hash\x18\b \x01(\tR\x04hash\x124\n" +
+	"\bfindings\x18\t \x03(\v2\x18.toolmesh.v1.ToolFindingR\bfindings\x12\x1f\n" +
+	"\vapproved_by\x18\n" +
+	" \x01(\tR\n" +
+	"approvedBy\"9\n" +
 	"\x1fExecutorServiceListToolsRequest\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\"K\n" +
 	" ExecutorServiceListToolsResponse\x12'\n" +
@@ -820,18 +1321,27 @@ const file_toolmesh_v1_executor_proto_rawDesc = "" +
 	"\bupserted\x18\x02 \x03(\v2\x11.toolmesh.v1.ToolR\bupserted\x12\x1f\n" +
 	"\vremoved_ids\x18\x03 \x03(\tR\n" +
 	"removedIds\x12\x1a\n" +
-	"\brevision\x18\x04 \x01(\x04R\brevision*o\n" +
+	"\brevision\x18\x04 \x01(\x04R\brevision*\xa3\x01\n" +
+	"\fPinEventType\x12\x1e\n" +
+	"\x1aPIN_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19PIN_EVENT_TYPE_FIRST_SEEN\x10\x01\x12\x1a\n" +
+	"\x16PIN_EVENT_TYPE_CHANGED\x10\x02\x12\x1b\n" +
+	"\x17PIN_EVENT_TYPE_APPROVED\x10\x03\x12\x1b\n" +
+	"\x17PIN_EVENT_TYPE_RESTORED\x10\x04*o\n" +
 	"\x0eWatchEventType\x12 \n" +
 	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19WATCH_EVENT_TYPE_SNAPSHOT\x10\x01\x12\x1c\n" +
-	"\x18WATCH_EVENT_TYPE_CHANGED\x10\x022\x9e\x04\n" +
+	"\x18WATCH_EVENT_TYPE_CHANGED\x10\x022\xea\x06\n" +
 	"\x0fExecutorService\x12h\n" +
 	"\tListTools\x12,.toolmesh.v1.ExecutorServiceListToolsRequest\x1a-.toolmesh.v1.ExecutorServiceListToolsResponse\x12n\n" +
 	"\vListServers\x12..toolmesh.v1.ExecutorServiceListServersRequest\x1a/.toolmesh.v1.ExecutorServiceListServersResponse\x12e\n" +
 	"\bCallTool\x12+.toolmesh.v1.ExecutorServiceCallToolRequest\x1a,.toolmesh.v1.ExecutorServiceCallToolResponse\x12y\n" +
 	"\x0eCallToolStream\x121.toolmesh.v1.ExecutorServiceCallToolStreamRequest\x1a2.toolmesh.v1.ExecutorServiceCallToolStreamResponse0\x01\x12O\n" +
 	"\n" +
-	"WatchTools\x12\x1e.toolmesh.v1.WatchToolsRequest\x1a\x1f.toolmesh.v1.WatchToolsResponse0\x01B9Z7github.com/toolmesh/toolmesh/gen/toolmesh/v1;toolmeshv1b\x06proto3"
+	"WatchTools\x12\x1e.toolmesh.v1.WatchToolsRequest\x1a\x1f.toolmesh.v1.WatchToolsResponse0\x01\x12}\n" +
+	"\x10ListPendingTools\x123.toolmesh.v1.ExecutorServiceListPendingToolsRequest\x1a4.toolmesh.v1.ExecutorServiceListPendingToolsResponse\x12n\n" +
+	"\vApproveTool\x12..toolmesh.v1.ExecutorServiceApproveToolRequest\x1a/.toolmesh.v1.ExecutorServiceApproveToolResponse\x12[\n" +
+	"\x0eWatchPinEvents\x12\".toolmesh.v1.WatchPinEventsRequest\x1a#.toolmesh.v1.WatchPinEventsResponse0\x01B9Z7github.com/toolmesh/toolmesh/gen/toolmesh/v1;toolmeshv1b\x06proto3"
 
 var (
 	file_toolmesh_v1_executor_proto_rawDescOnce sync.Once
@@ -845,59 +1355,81 @@ func file_toolmesh_v1_executor_proto_rawDescGZIP() []byte {
 	return file_toolmesh_v1_executor_proto_rawDescData
 }
 
-var file_toolmesh_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_toolmesh_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_toolmesh_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_toolmesh_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_toolmesh_v1_executor_proto_goTypes = []any{
-	(WatchEventType)(0),                           // 0: toolmesh.v1.WatchEventType
-	(*ExecutorServiceListToolsRequest)(nil),       // 1: toolmesh.v1.ExecutorServiceListToolsRequest
-	(*ExecutorServiceListToolsResponse)(nil),      // 2: toolmesh.v1.ExecutorServiceListToolsResponse
-	(*ExecutorServiceListServersRequest)(nil),     // 3: toolmesh.v1.ExecutorServiceListServersRequest
-	(*ExecutorServiceListServersResponse)(nil),    // 4: toolmesh.v1.ExecutorServiceListServersResponse
-	(*ConfigStatus)(nil),                          // 5: toolmesh.v1.ConfigStatus
-	(*ExecutorServiceCallToolRequest)(nil),        // 6: toolmesh.v1.ExecutorServiceCallToolRequest
-	(*ExecutorServiceCallToolResponse)(nil),       // 7: toolmesh.v1.ExecutorServiceCallToolResponse
-	(*ExecutorServiceCallToolStreamRequest)(nil),  // 8: toolmesh.v1.ExecutorServiceCallToolStreamRequest
-	(*ExecutorServiceCallToolStreamResponse)(nil), // 9: toolmesh.v1.ExecutorServiceCallToolStreamResponse
-	(*CallProgress)(nil),                          // 10: toolmesh.v1.CallProgress
-	(*WatchToolsRequest)(nil),                     // 11: toolmesh.v1.WatchToolsRequest
-	(*WatchToolsResponse)(nil),                    // 12: toolmesh.v1.WatchToolsResponse
-	(*Tool)(nil),                                  // 13: toolmesh.v1.Tool
-	(*Server)(nil),                                // 14: toolmesh.v1.Server
-	(*timestamppb.Timestamp)(nil),                 // 15: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                       // 16: google.protobuf.Struct
-	(*durationpb.Duration)(nil),                   // 17: google.protobuf.Duration
-	(*Content)(nil),                               // 18: toolmesh.v1.Content
+	(PinEventType)(0),   // 0: toolmesh.v1.PinEventType
+	(WatchEventType)(0), // 1: toolmesh.v1.WatchEventType
+	(*ExecutorServiceListPendingToolsRequest)(nil),  // 2: toolmesh.v1.ExecutorServiceListPendingToolsRequest
+	(*ExecutorServiceListPendingToolsResponse)(nil), // 3: toolmesh.v1.ExecutorServiceListPendingToolsResponse
+	(*ExecutorServiceApproveToolRequest)(nil),       // 4: toolmesh.v1.ExecutorServiceApproveToolRequest
+	(*ExecutorServiceApproveToolResponse)(nil),      // 5: toolmesh.v1.ExecutorServiceApproveToolResponse
+	(*WatchPinEventsRequest)(nil),                   // 6: toolmesh.v1.WatchPinEventsRequest
+	(*WatchPinEventsResponse)(nil),                  // 7: toolmesh.v1.WatchPinEventsResponse
+	(*PinEvent)(nil),                                // 8: toolmesh.v1.PinEvent
+	(*ExecutorServiceListToolsRequest)(nil),         // 9: toolmesh.v1.ExecutorServiceListToolsRequest
+	(*ExecutorServiceListToolsResponse)(nil),        // 10: toolmesh.v1.ExecutorServiceListToolsResponse
+	(*ExecutorServiceListServersRequest)(nil),       // 11: toolmesh.v1.ExecutorServiceListServersRequest
+	(*ExecutorServiceListServersResponse)(nil),      // 12: toolmesh.v1.ExecutorServiceListServersResponse
+	(*ConfigStatus)(nil),                            // 13: toolmesh.v1.ConfigStatus
+	(*ExecutorServiceCallToolRequest)(nil),          // 14: toolmesh.v1.ExecutorServiceCallToolRequest
+	(*ExecutorServiceCallToolResponse)(nil),         // 15: toolmesh.v1.ExecutorServiceCallToolResponse
+	(*ExecutorServiceCallToolStreamRequest)(nil),    // 16: toolmesh.v1.ExecutorServiceCallToolStreamRequest
+	(*ExecutorServiceCallToolStreamResponse)(nil),   // 17: toolmesh.v1.ExecutorServiceCallToolStreamResponse
+	(*CallProgress)(nil),                            // 18: toolmesh.v1.CallProgress
+	(*WatchToolsRequest)(nil),                       // 19: toolmesh.v1.WatchToolsRequest
+	(*WatchToolsResponse)(nil),                      // 20: toolmesh.v1.WatchToolsResponse
+	(*PendingTool)(nil),                             // 21: toolmesh.v1.PendingTool
+	(*Tool)(nil),                                    // 22: toolmesh.v1.Tool
+	(*timestamppb.Timestamp)(nil),                   // 23: google.protobuf.Timestamp
+	(*ToolFinding)(nil),                             // 24: toolmesh.v1.ToolFinding
+	(*Server)(nil),                                  // 25: toolmesh.v1.Server
+	(*structpb.Struct)(nil),                         // 26: google.protobuf.Struct
+	(*durationpb.Duration)(nil),                     // 27: google.protobuf.Duration
+	(*Content)(nil),                                 // 28: toolmesh.v1.Content
 }
 var file_toolmesh_v1_executor_proto_depIdxs = []int32{
-	13, // 0: toolmesh.v1.ExecutorServiceListToolsResponse.tools:type_name -> toolmesh.v1.Tool
-	14, // 1: toolmesh.v1.ExecutorServiceListServersResponse.servers:type_name -> toolmesh.v1.Server
-	5,  // 2: toolmesh.v1.ExecutorServiceListServersResponse.config:type_name -> toolmesh.v1.ConfigStatus
-	15, // 3: toolmesh.v1.ConfigStatus.applied_at:type_name -> google.protobuf.Timestamp
-	15, // 4: toolmesh.v1.ConfigStatus.last_reload_at:type_name -> google.protobuf.Timestamp
-	16, // 5: toolmesh.v1.ExecutorServiceCallToolRequest.arguments:type_name -> google.protobuf.Struct
-	17, // 6: toolmesh.v1.ExecutorServiceCallToolRequest.timeout:type_name -> google.protobuf.Duration
-	18, // 7: toolmesh.v1.ExecutorServiceCallToolResponse.content:type_name -> toolmesh.v1.Content
-	16, // 8: toolmesh.v1.ExecutorServiceCallToolResponse.structured_content:type_name -> google.protobuf.Struct
-	6,  // 9: toolmesh.v1.ExecutorServiceCallToolStreamRequest.call:type_name -> toolmesh.v1.ExecutorServiceCallToolRequest
-	10, // 10: toolmesh.v1.ExecutorServiceCallToolStreamResponse.progress:type_name -> toolmesh.v1.CallProgress
-	7,  // 11: toolmesh.v1.ExecutorServiceCallToolStreamResponse.result:type_name -> toolmesh.v1.ExecutorServiceCallToolResponse
-	0,  // 12: toolmesh.v1.WatchToolsResponse.type:type_name -> toolmesh.v1.WatchEventType
-	13, // 13: toolmesh.v1.WatchToolsResponse.upserted:type_name -> toolmesh.v1.Tool
-	1,  // 14: toolmesh.v1.ExecutorService.ListTools:input_type -> toolmesh.v1.ExecutorServiceListToolsRequest
-	3,  // 15: toolmesh.v1.ExecutorService.ListServers:input_type -> toolmesh.v1.ExecutorServiceListServersRequest
-	6,  // 16: toolmesh.v1.ExecutorService.CallTool:input_type -> toolmesh.v1.ExecutorServiceCallToolRequest
-	8,  // 17: toolmesh.v1.ExecutorService.CallToolStream:input_type -> toolmesh.v1.ExecutorServiceCallToolStreamRequest
-	11, // 18: toolmesh.v1.ExecutorService.WatchTools:input_type -> toolmesh.v1.WatchToolsRequest
-	2,  // 19: toolmesh.v1.ExecutorService.ListTools:output_type -> toolmesh.v1.ExecutorServiceListToolsResponse
-	4,  // 20: toolmesh.v1.ExecutorService.ListServers:output_type -> toolmesh.v1.ExecutorServiceListServersResponse
-	7,  // 21: toolmesh.v1.ExecutorService.CallTool:output_type -> toolmesh.v1.ExecutorServiceCallToolResponse
-	9,  // 22: toolmesh.v1.ExecutorService.CallToolStream:output_type -> toolmesh.v1.ExecutorServiceCallToolStreamResponse
-	12, // 23: toolmesh.v1.ExecutorService.WatchTools:output_type -> toolmesh.v1.WatchToolsResponse
-	19, // [19:24] is the sub-list for method output_type
-	14, // [14:19] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	21, // 0: toolmesh.v1.ExecutorServiceListPendingToolsResponse.tools:type_name -> toolmesh.v1.PendingTool
+	22, // 1: toolmesh.v1.ExecutorServiceApproveToolResponse.tool:type_name -> toolmesh.v1.Tool
+	8,  // 2: toolmesh.v1.WatchPinEventsResponse.event:type_name -> toolmesh.v1.PinEvent
+	23, // 3: toolmesh.v1.PinEvent.time:type_name -> google.protobuf.Timestamp
+	0,  // 4: toolmesh.v1.PinEvent.type:type_name -> toolmesh.v1.PinEventType
+	24, // 5: toolmesh.v1.PinEvent.findings:type_name -> toolmesh.v1.ToolFinding
+	22, // 6: toolmesh.v1.ExecutorServiceListToolsResponse.tools:type_name -> toolmesh.v1.Tool
+	25, // 7: toolmesh.v1.ExecutorServiceListServersResponse.servers:type_name -> toolmesh.v1.Server
+	13, // 8: toolmesh.v1.ExecutorServiceListServersResponse.config:type_name -> toolmesh.v1.ConfigStatus
+	23, // 9: toolmesh.v1.ConfigStatus.applied_at:type_name -> google.protobuf.Timestamp
+	23, // 10: toolmesh.v1.ConfigStatus.last_reload_at:type_name -> google.protobuf.Timestamp
+	26, // 11: toolmesh.v1.ExecutorServiceCallToolRequest.arguments:type_name -> google.protobuf.Struct
+	27, // 12: toolmesh.v1.ExecutorServiceCallToolRequest.timeout:type_name -> google.protobuf.Duration
+	28, // 13: toolmesh.v1.ExecutorServiceCallToolResponse.content:type_name -> toolmesh.v1.Content
+	26, // 14: toolmesh.v1.ExecutorServiceCallToolResponse.structured_content:type_name -> google.protobuf.Struct
+	14, // 15: toolmesh.v1.ExecutorServiceCallToolStreamRequest.call:type_name -> toolmesh.v1.ExecutorServiceCallToolRequest
+	18, // 16: toolmesh.v1.ExecutorServiceCallToolStreamResponse.progress:type_name -> toolmesh.v1.CallProgress
+	15, // 17: toolmesh.v1.ExecutorServiceCallToolStreamResponse.result:type_name -> toolmesh.v1.ExecutorServiceCallToolResponse
+	1,  // 18: toolmesh.v1.WatchToolsResponse.type:type_name -> toolmesh.v1.WatchEventType
+	22, // 19: toolmesh.v1.WatchToolsResponse.upserted:type_name -> toolmesh.v1.Tool
+	9,  // 20: toolmesh.v1.ExecutorService.ListTools:input_type -> toolmesh.v1.ExecutorServiceListToolsRequest
+	11, // 21: toolmesh.v1.ExecutorService.ListServers:input_type -> toolmesh.v1.ExecutorServiceListServersRequest
+	14, // 22: toolmesh.v1.ExecutorService.CallTool:input_type -> toolmesh.v1.ExecutorServiceCallToolRequest
+	16, // 23: toolmesh.v1.ExecutorService.CallToolStream:input_type -> toolmesh.v1.ExecutorServiceCallToolStreamRequest
+	19, // 24: toolmesh.v1.ExecutorService.WatchTools:input_type -> toolmesh.v1.WatchToolsRequest
+	2,  // 25: toolmesh.v1.ExecutorService.ListPendingTools:input_type -> toolmesh.v1.ExecutorServiceListPendingToolsRequest
+	4,  // 26: toolmesh.v1.ExecutorService.ApproveTool:input_type -> toolmesh.v1.ExecutorServiceApproveToolRequest
+	6,  // 27: toolmesh.v1.ExecutorService.WatchPinEvents:input_type -> toolmesh.v1.WatchPinEventsRequest
+	10, // 28: toolmesh.v1.ExecutorService.ListTools:output_type -> toolmesh.v1.ExecutorServiceListToolsResponse
+	12, // 29: toolmesh.v1.ExecutorService.ListServers:output_type -> toolmesh.v1.ExecutorServiceListServersResponse
+	15, // 30: toolmesh.v1.ExecutorService.CallTool:output_type -> toolmesh.v1.ExecutorServiceCallToolResponse
+	17, // 31: toolmesh.v1.ExecutorService.CallToolStream:output_type -> toolmesh.v1.ExecutorServiceCallToolStreamResponse
+	20, // 32: toolmesh.v1.ExecutorService.WatchTools:output_type -> toolmesh.v1.WatchToolsResponse
+	3,  // 33: toolmesh.v1.ExecutorService.ListPendingTools:output_type -> toolmesh.v1.ExecutorServiceListPendingToolsResponse
+	5,  // 34: toolmesh.v1.ExecutorService.ApproveTool:output_type -> toolmesh.v1.ExecutorServiceApproveToolResponse
+	7,  // 35: toolmesh.v1.ExecutorService.WatchPinEvents:output_type -> toolmesh.v1.WatchPinEventsResponse
+	28, // [28:36] is the sub-list for method output_type
+	20, // [20:28] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_toolmesh_v1_executor_proto_init() }
@@ -906,18 +1438,18 @@ func file_toolmesh_v1_executor_proto_init() {
 		return
 	}
 	file_toolmesh_v1_tool_proto_init()
-	file_toolmesh_v1_executor_proto_msgTypes[8].OneofWrappers = []any{
+	file_toolmesh_v1_executor_proto_msgTypes[15].OneofWrappers = []any{
 		(*ExecutorServiceCallToolStreamResponse_Progress)(nil),
 		(*ExecutorServiceCallToolStreamResponse_Result)(nil),
 	}
-	file_toolmesh_v1_executor_proto_msgTypes[9].OneofWrappers = []any{}
+	file_toolmesh_v1_executor_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolmesh_v1_executor_proto_rawDesc), len(file_toolmesh_v1_executor_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   12,
+			NumEnums:      2,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,11 +19,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ExecutorService_ListTools_FullMethodName      = "/toolmesh.v1.ExecutorService/ListTools"
-	ExecutorService_ListServers_FullMethodName    = "/toolmesh.v1.ExecutorService/ListServers"
-	ExecutorService_CallTool_FullMethodName       = "/toolmesh.v1.ExecutorService/CallTool"
-	ExecutorService_CallToolStream_FullMethodName = "/toolmesh.v1.ExecutorService/CallToolStream"
-	ExecutorService_WatchTools_FullMethodName     = "/toolmesh.v1.ExecutorService/WatchTools"
+	ExecutorService_ListTools_FullMethodName        = "/toolmesh.v1.ExecutorService/ListTools"
+	ExecutorService_ListServers_FullMethodName      = "/toolmesh.v1.ExecutorService/ListServers"
+	ExecutorService_CallTool_FullMethodName         = "/toolmesh.v1.ExecutorService/CallTool"
+	ExecutorService_CallToolStream_FullMethodName   = "/toolmesh.v1.ExecutorService/CallToolStream"
+	ExecutorService_WatchTools_FullMethodName       = "/toolmesh.v1.ExecutorService/WatchTools"
+	ExecutorService_ListPendingTools_FullMethodName = "/toolmesh.v1.ExecutorService/ListPendingTools"
+	ExecutorService_ApproveTool_FullMethodName      = "/toolmesh.v1.ExecutorService/ApproveTool"
+	ExecutorService_WatchPinEvents_FullMethodName   = "/toolmesh.v1.ExecutorService/WatchPinEvents"
 )
 
 // ExecutorServiceClient is the client API for ExecutorService service.
@@ -46,6 +49,17 @@ type ExecutorServiceClient interface {
 	CallToolStream(ctx context.Context, in *ExecutorServiceCallToolStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecutorServiceCallToolStreamResponse], error)
 	// WatchTools sends the whole catalog first, then every change as it happens.
 	WatchTools(ctx context.Context, in *WatchToolsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchToolsResponse], error)
+	// ListPendingTools lists the tool definitions waiting for approval (pinning warn or enforce):
+	// changed since their pin, or first seen with findings under enforce.
+	ListPendingTools(ctx context.Context, in *ExecutorServiceListPendingToolsRequest, opts ...grpc.CallOption) (*ExecutorServiceListPendingToolsResponse, error)
+	// ApproveTool pins the definition a pending tool lists now, in the pin file every replica
+	// reads, and releases it from quarantine. Errors: NOT_FOUND nothing of that id is pending,
+	// ABORTED the definition changed since the one hash names, FAILED_PRECONDITION the pin file
+	// cannot be written (a ConfigMap: docs/operations/security.md says how to approve there).
+	ApproveTool(ctx context.Context, in *ExecutorServiceApproveToolRequest, opts ...grpc.CallOption) (*ExecutorServiceApproveToolResponse, error)
+	// WatchPinEvents sends this executor's pin events: the buffered ones after the sequence asked
+	// for (the last 256 are kept), then each as it happens. It is for an audit trail to follow.
+	WatchPinEvents(ctx context.Context, in *WatchPinEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchPinEventsResponse], error)
 }
 
 type executorServiceClient struct {
@@ -124,6 +138,45 @@ func (c *executorServiceClient) WatchTools(ctx context.Context, in *WatchToolsRe
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutorService_WatchToolsClient = grpc.ServerStreamingClient[WatchToolsResponse]
 
+func (c *executorServiceClient) ListPendingTools(ctx context.Context, in *ExecutorServiceListPendingToolsRequest, opts ...grpc.CallOption) (*ExecutorServiceListPendingToolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExecutorServiceListPendingToolsResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_ListPendingTools_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) ApproveTool(ctx context.Context, in *ExecutorServiceApproveToolRequest, opts ...grpc.CallOption) (*ExecutorServiceApproveToolResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExecutorServiceApproveToolResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_ApproveTool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) WatchPinEvents(ctx context.Context, in *WatchPinEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchPinEventsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[2], ExecutorService_WatchPinEvents_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchPinEventsRequest, WatchPinEventsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_WatchPinEventsClient = grpc.ServerStreamingClient[WatchPinEventsResponse]
+
 // ExecutorServiceServer is the server API for ExecutorService service.
 // All implementations must embed UnimplementedExecutorServiceServer
 // for forward compatibility.
@@ -144,6 +197,17 @@ type ExecutorServiceServer interface {
 	CallToolStream(*ExecutorServiceCallToolStreamRequest, grpc.ServerStreamingServer[ExecutorServiceCallToolStreamResponse]) error
 	// WatchTools sends the whole catalog first, then every change as it happens.
 	WatchTools(*WatchToolsRequest, grpc.ServerStreamingServer[WatchToolsResponse]) error
+	// ListPendingTools lists the tool definitions waiting for approval (pinning warn or enforce):
+	// changed since their pin, or first seen with findings under enforce.
+	ListPendingTools(context.Context, *ExecutorServiceListPendingToolsRequest) (*ExecutorServiceListPendingToolsResponse, error)
+	// ApproveTool pins the definition a pending tool lists now, in the pin file every replica
+	// reads, and releases it from quarantine. Errors: NOT_FOUND nothing of that id is pending,
+	// ABORTED the definition changed since the one hash names, FAILED_PRECONDITION the pin file
+	// cannot be written (a ConfigMap: docs/operations/security.md says how to approve there).
+	ApproveTool(context.Context, *ExecutorServiceApproveToolRequest) (*ExecutorServiceApproveToolResponse, error)
+	// WatchPinEvents sends this executor's pin events: the buffered ones after the sequence asked
+	// for (the last 256 are kept), then each as it happens. It is for an audit trail to follow.
+	WatchPinEvents(*WatchPinEventsRequest, grpc.ServerStreamingServer[WatchPinEventsResponse]) error
 	mustEmbedUnimplementedExecutorServiceServer()
 }
 
@@ -168,6 +232,15 @@ func (UnimplementedExecutorServiceServer) CallToolStream(*ExecutorServiceCallToo
 }
 func (UnimplementedExecutorServiceServer) WatchTools(*WatchToolsRequest, grpc.ServerStreamingServer[WatchToolsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchTools not implemented")
+}
+func (UnimplementedExecutorServiceServer) ListPendingTools(context.Context, *ExecutorServiceListPendingToolsRequest) (*ExecutorServiceListPendingToolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPendingTools not implemented")
+}
+func (UnimplementedExecutorServiceServer) ApproveTool(context.Context, *ExecutorServiceApproveToolRequest) (*ExecutorServiceApproveToolResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApproveTool not implemented")
+}
+func (UnimplementedExecutorServiceServer) WatchPinEvents(*WatchPinEventsRequest, grpc.ServerStreamingServer[WatchPinEventsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchPinEvents not implemented")
 }
 func (UnimplementedExecutorServiceServer) mustEmbedUnimplementedExecutorServiceServer() {}
 func (UnimplementedExecutorServiceServer) testEmbeddedByValue()                         {}
@@ -266,6 +339,53 @@ func _ExecutorService_WatchTools_Handler(srv interface{}, stream grpc.ServerStre
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutorService_WatchToolsServer = grpc.ServerStreamingServer[WatchToolsResponse]
 
+func _ExecutorService_ListPendingTools_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExecutorServiceListPendingToolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).ListPendingTools(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_ListPendingTools_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).ListPendingTools(ctx, req.(*ExecutorServiceListPendingToolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_ApproveTool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExecutorServiceApproveToolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).ApproveTool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_ApproveTool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).ApproveTool(ctx, req.(*ExecutorServiceApproveToolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_WatchPinEvents_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchPinEventsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ExecutorServiceServer).WatchPinEvents(m, &grpc.GenericServerStream[WatchPinEventsRequest, WatchPinEventsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_WatchPinEventsServer = grpc.ServerStreamingServer[WatchPinEventsResponse]
+
 // ExecutorService_ServiceDesc is the grpc.ServiceDesc for ExecutorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -285,6 +405,14 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "CallTool",
 			Handler:    _ExecutorService_CallTool_Handler,
 		},
+		{
+			MethodName: "ListPendingTools",
+			Handler:    _ExecutorService_ListPendingTools_Handler,
+		},
+		{
+			MethodName: "ApproveTool",
+			Handler:    _ExecutorService_ApproveTool_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -295,6 +423,11 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchTools",
 			Handler:       _ExecutorService_WatchTools_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchPinEvents",
+			Handler:       _ExecutorService_WatchPinEvents_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -23,6 +23,130 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// PinState is a tool's definition against its pin: the definition recorded when the tool was
+// first seen (trust on first use) or last approved.
+type PinState int32
+
+const (
+	// PIN_STATE_UNSPECIFIED: the server's pinning is off; nothing is compared.
+	PinState_PIN_STATE_UNSPECIFIED PinState = 0
+	// PIN_STATE_PINNED: the definition is the pinned one.
+	PinState_PIN_STATE_PINNED PinState = 1
+	// PIN_STATE_CHANGED: the definition differs from the pinned one and is not approved yet. Under
+	// pinning: warn the tool stays listed, offered and callable, flagged by this state; under
+	// enforce it is quarantined (never listed, offered or called) and shows only among the pending
+	// tools, with a diff, until it is approved.
+	PinState_PIN_STATE_CHANGED PinState = 2
+	// PIN_STATE_UNAPPROVED: a tool never pinned, first seen with findings under pinning: enforce:
+	// quarantined until it is approved.
+	PinState_PIN_STATE_UNAPPROVED PinState = 3
+)
+
+// Enum value maps for PinState.
+var (
+	PinState_name = map[int32]string{
+		0: "PIN_STATE_UNSPECIFIED",
+		1: "PIN_STATE_PINNED",
+		2: "PIN_STATE_CHANGED",
+		3: "PIN_STATE_UNAPPROVED",
+	}
+	PinState_value = map[string]int32{
+		"PIN_STATE_UNSPECIFIED": 0,
+		"PIN_STATE_PINNED":      1,
+		"PIN_STATE_CHANGED":     2,
+		"PIN_STATE_UNAPPROVED":  3,
+	}
+)
+
+func (x PinState) Enum() *PinState {
+	p := new(PinState)
+	*p = x
+	return p
+}
+
+func (x PinState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PinState) Descriptor() protoreflect.EnumDescriptor {
+	return file_toolmesh_v1_tool_proto_enumTypes[0].Descriptor()
+}
+
+func (PinState) Type() protoreflect.EnumType {
+	return &file_toolmesh_v1_tool_proto_enumTypes[0]
+}
+
+func (x PinState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PinState.Descriptor instead.
+func (PinState) EnumDescriptor() ([]byte, []int) {
+	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{0}
+}
+
+// FindingKind sorts findings.
+type FindingKind int32
+
+const (
+	FindingKind_FINDING_KIND_UNSPECIFIED FindingKind = 0
+	// FINDING_KIND_HIDDEN_CHARACTERS: invisible, bidirectional control, Unicode tag or control
+	// characters were removed.
+	FindingKind_FINDING_KIND_HIDDEN_CHARACTERS FindingKind = 1
+	// FINDING_KIND_MODEL_INSTRUCTION: text addressed to the model rather than describing the tool
+	// ("ignore previous instructions", "<IMPORTANT>", "before using any other tool").
+	FindingKind_FINDING_KIND_MODEL_INSTRUCTION FindingKind = 2
+	// FINDING_KIND_CONCEAL_FROM_USER: text asking to hide something from the user.
+	FindingKind_FINDING_KIND_CONCEAL_FROM_USER FindingKind = 3
+	// FINDING_KIND_READ_SECRETS: text asking to read files or secrets (~/.ssh, .env, API keys).
+	FindingKind_FINDING_KIND_READ_SECRETS FindingKind = 4
+)
+
+// Enum value maps for FindingKind.
+var (
+	FindingKind_name = map[int32]string{
+		0: "FINDING_KIND_UNSPECIFIED",
+		1: "FINDING_KIND_HIDDEN_CHARACTERS",
+		2: "FINDING_KIND_MODEL_INSTRUCTION",
+		3: "FINDING_KIND_CONCEAL_FROM_USER",
+		4: "FINDING_KIND_READ_SECRETS",
+	}
+	FindingKind_value = map[string]int32{
+		"FINDING_KIND_UNSPECIFIED":       0,
+		"FINDING_KIND_HIDDEN_CHARACTERS": 1,
+		"FINDING_KIND_MODEL_INSTRUCTION": 2,
+		"FINDING_KIND_CONCEAL_FROM_USER": 3,
+		"FINDING_KIND_READ_SECRETS":      4,
+	}
+)
+
+func (x FindingKind) Enum() *FindingKind {
+	p := new(FindingKind)
+	*p = x
+	return p
+}
+
+func (x FindingKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FindingKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_toolmesh_v1_tool_proto_enumTypes[1].Descriptor()
+}
+
+func (FindingKind) Type() protoreflect.EnumType {
+	return &file_toolmesh_v1_tool_proto_enumTypes[1]
+}
+
+func (x FindingKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FindingKind.Descriptor instead.
+func (FindingKind) EnumDescriptor() ([]byte, []int) {
+	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{1}
+}
+
 type Transport int32
 
 const (
@@ -59,11 +183,11 @@ func (x Transport) String() string {
 }
 
 func (Transport) Descriptor() protoreflect.EnumDescriptor {
-	return file_toolmesh_v1_tool_proto_enumTypes[0].Descriptor()
+	return file_toolmesh_v1_tool_proto_enumTypes[2].Descriptor()
 }
 
 func (Transport) Type() protoreflect.EnumType {
-	return &file_toolmesh_v1_tool_proto_enumTypes[0]
+	return &file_toolmesh_v1_tool_proto_enumTypes[2]
 }
 
 func (x Transport) Number() protoreflect.EnumNumber {
@@ -72,7 +196,7 @@ func (x Transport) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Transport.Descriptor instead.
 func (Transport) EnumDescriptor() ([]byte, []int) {
-	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{0}
+	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{2}
 }
 
 type ServerState int32
@@ -125,11 +249,11 @@ func (x ServerState) String() string {
 }
 
 func (ServerState) Descriptor() protoreflect.EnumDescriptor {
-	return file_toolmesh_v1_tool_proto_enumTypes[1].Descriptor()
+	return file_toolmesh_v1_tool_proto_enumTypes[3].Descriptor()
 }
 
 func (ServerState) Type() protoreflect.EnumType {
-	return &file_toolmesh_v1_tool_proto_enumTypes[1]
+	return &file_toolmesh_v1_tool_proto_enumTypes[3]
 }
 
 func (x ServerState) Number() protoreflect.EnumNumber {
@@ -138,7 +262,7 @@ func (x ServerState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ServerState.Descriptor instead.
 func (ServerState) EnumDescriptor() ([]byte, []int) {
-	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{1}
+	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{3}
 }
 
 // Tool is one tool of one MCP server, namespaced as SERVER.TOOL.
@@ -154,8 +278,18 @@ type Tool struct {
 	InputSchema  *structpb.Struct `protobuf:"bytes,6,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
 	OutputSchema *structpb.Struct `protobuf:"bytes,7,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
 	Annotations  *ToolAnnotations `protobuf:"bytes,8,opt,name=annotations,proto3" json:"annotations,omitempty"`
-	// hash identifies this definition (name, description, schemas); it changes when any of them does.
-	Hash          string `protobuf:"bytes,9,opt,name=hash,proto3" json:"hash,omitempty"`
+	// hash is the definition's fingerprint: sha256 over its name, title, description, input and
+	// output schemas and annotations as the server listed them (hidden characters included), so it
+	// changes when any of them does. A pin is a hash.
+	Hash string `protobuf:"bytes,9,opt,name=hash,proto3" json:"hash,omitempty"`
+	// pin is this definition against the one pinned for the tool (mcpServers pinning:
+	// docs/operations/security.md); PIN_STATE_UNSPECIFIED when its server's pinning is off.
+	Pin PinState `protobuf:"varint,10,opt,name=pin,proto3,enum=toolmesh.v1.PinState" json:"pin,omitempty"`
+	// findings are what the executor found in the definition: hidden characters it removed from the
+	// name, title or descriptions before anyone sees them, and text that reads as an injection
+	// (instructions to the model, hiding things from the user, reading files or secrets). Under
+	// pinning: enforce a tool with findings is held until it is approved.
+	Findings      []*ToolFinding `protobuf:"bytes,11,rep,name=findings,proto3" json:"findings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -253,6 +387,198 @@ func (x *Tool) GetHash() string {
 	return ""
 }
 
+func (x *Tool) GetPin() PinState {
+	if x != nil {
+		return x.Pin
+	}
+	return PinState_PIN_STATE_UNSPECIFIED
+}
+
+func (x *Tool) GetFindings() []*ToolFinding {
+	if x != nil {
+		return x.Findings
+	}
+	return nil
+}
+
+// ToolFinding is one thing the executor found in a tool's definition.
+type ToolFinding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  FindingKind            `protobuf:"varint,1,opt,name=kind,proto3,enum=toolmesh.v1.FindingKind" json:"kind,omitempty"`
+	// field is where: "name", "title", "description", or "input_schema" / "output_schema" (the
+	// title and description texts inside them).
+	Field string `protobuf:"bytes,2,opt,name=field,proto3" json:"field,omitempty"`
+	// rule names the pattern matched, e.g. "ignore_instructions", "tag_characters".
+	Rule string `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
+	// excerpt is the text that matched, or what was removed (the characters as U+XXXX, and the
+	// text Unicode tag characters spelled), cleaned and at most 240 bytes.
+	Excerpt       string `protobuf:"bytes,4,opt,name=excerpt,proto3" json:"excerpt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolFinding) Reset() {
+	*x = ToolFinding{}
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolFinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolFinding) ProtoMessage() {}
+
+func (x *ToolFinding) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolFinding.ProtoReflect.Descriptor instead.
+func (*ToolFinding) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ToolFinding) GetKind() FindingKind {
+	if x != nil {
+		return x.Kind
+	}
+	return FindingKind_FINDING_KIND_UNSPECIFIED
+}
+
+func (x *ToolFinding) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *ToolFinding) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *ToolFinding) GetExcerpt() string {
+	if x != nil {
+		return x.Excerpt
+	}
+	return ""
+}
+
+// PendingTool is a tool definition waiting for approval: changed since its pin, or held for its
+// findings. `toolmesh tools approve SERVER.TOOL` pins it.
+type PendingTool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tool is the definition the server lists now, cleaned as every view shows it, with its pin
+	// state and findings; its hash is what an approval names.
+	Tool *Tool `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
+	// pinned is the definition pinned before; unset for a tool never pinned.
+	Pinned *Tool `protobuf:"bytes,2,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	// quarantined says the tool is held (pinning: enforce): not listed, offered or callable until
+	// approved. Otherwise (warn) it is listed and flagged.
+	Quarantined bool `protobuf:"varint,3,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
+	// diff shows what changed, from pinned to tool, as a unified diff of their fields (schemas as
+	// indented JSON) and findings, for people.
+	Diff string `protobuf:"bytes,4,opt,name=diff,proto3" json:"diff,omitempty"`
+	// since is when this executor first saw the definition.
+	Since *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
+	// pinned_at is when the pinned definition was recorded, and pinned_by who recorded it ("first
+	// seen", or the approver).
+	PinnedAt      *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=pinned_at,json=pinnedAt,proto3" json:"pinned_at,omitempty"`
+	PinnedBy      string                 `protobuf:"bytes,7,opt,name=pinned_by,json=pinnedBy,proto3" json:"pinned_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingTool) Reset() {
+	*x = PendingTool{}
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingTool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingTool) ProtoMessage() {}
+
+func (x *PendingTool) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingTool.ProtoReflect.Descriptor instead.
+func (*PendingTool) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PendingTool) GetTool() *Tool {
+	if x != nil {
+		return x.Tool
+	}
+	return nil
+}
+
+func (x *PendingTool) GetPinned() *Tool {
+	if x != nil {
+		return x.Pinned
+	}
+	return nil
+}
+
+func (x *PendingTool) GetQuarantined() bool {
+	if x != nil {
+		return x.Quarantined
+	}
+	return false
+}
+
+func (x *PendingTool) GetDiff() string {
+	if x != nil {
+		return x.Diff
+	}
+	return ""
+}
+
+func (x *PendingTool) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *PendingTool) GetPinnedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PinnedAt
+	}
+	return nil
+}
+
+func (x *PendingTool) GetPinnedBy() string {
+	if x != nil {
+		return x.PinnedBy
+	}
+	return ""
+}
+
 // ToolAnnotations are the server's hints about a tool's behaviour; unset means unknown.
 type ToolAnnotations struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -266,7 +592,7 @@ type ToolAnnotations struct {
 
 func (x *ToolAnnotations) Reset() {
 	*x = ToolAnnotations{}
-	mi := &file_toolmesh_v1_tool_proto_msgTypes[1]
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -278,7 +604,7 @@ func (x *ToolAnnotations) String() string {
 func (*ToolAnnotations) ProtoMessage() {}
 
 func (x *ToolAnnotations) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_tool_proto_msgTypes[1]
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -291,7 +617,7 @@ func (x *ToolAnnotations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolAnnotations.ProtoReflect.Descriptor instead.
 func (*ToolAnnotations) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{1}
+	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ToolAnnotations) GetReadOnlyHint() bool {
@@ -333,7 +659,7 @@ type ScoredTool struct {
 
 func (x *ScoredTool) Reset() {
 	*x = ScoredTool{}
-	mi := &file_toolmesh_v1_tool_proto_msgTypes[2]
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -345,7 +671,7 @@ func (x *ScoredTool) String() string {
 func (*ScoredTool) ProtoMessage() {}
 
 func (x *ScoredTool) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_tool_proto_msgTypes[2]
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -358,7 +684,7 @@ func (x *ScoredTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoredTool.ProtoReflect.Descriptor instead.
 func (*ScoredTool) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{2}
+	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ScoredTool) GetTool() *Tool {
@@ -393,7 +719,7 @@ type Content struct {
 
 func (x *Content) Reset() {
 	*x = Content{}
-	mi := &file_toolmesh_v1_tool_proto_msgTypes[3]
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +731,7 @@ func (x *Content) String() string {
 func (*Content) ProtoMessage() {}
 
 func (x *Content) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_tool_proto_msgTypes[3]
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +744,7 @@ func (x *Content) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Content.ProtoReflect.Descriptor instead.
 func (*Content) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{3}
+	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Content) GetType() string {
@@ -486,7 +812,7 @@ type Server struct {
 
 func (x *Server) Reset() {
 	*x = Server{}
-	mi := &file_toolmesh_v1_tool_proto_msgTypes[4]
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +824,7 @@ func (x *Server) String() string {
 func (*Server) ProtoMessage() {}
 
 func (x *Server) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_tool_proto_msgTypes[4]
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +837,7 @@ func (x *Server) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Server.ProtoReflect.Descriptor instead.
 func (*Server) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{4}
+	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Server) GetName() string {
@@ -604,7 +930,7 @@ type RefusedTool struct {
 
 func (x *RefusedTool) Reset() {
 	*x = RefusedTool{}
-	mi := &file_toolmesh_v1_tool_proto_msgTypes[5]
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +942,7 @@ func (x *RefusedTool) String() string {
 func (*RefusedTool) ProtoMessage() {}
 
 func (x *RefusedTool) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_tool_proto_msgTypes[5]
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +955,7 @@ func (x *RefusedTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefusedTool.ProtoReflect.Descriptor instead.
 func (*RefusedTool) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{5}
+	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RefusedTool) GetName() string {
@@ -650,7 +976,7 @@ var File_toolmesh_v1_tool_proto protoreflect.FileDescriptor
 
 const file_toolmesh_v1_tool_proto_rawDesc = "" +
 	"\n" +
-	"\x16toolmesh/v1/tool.proto\x12\vtoolmesh.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc8\x02\n" +
+	"\x16toolmesh/v1/tool.proto\x12\vtoolmesh.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa7\x03\n" +
 	"\x04Tool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12\x12\n" +
@@ -660,7 +986,23 @@ const file_toolmesh_v1_tool_proto_rawDesc = "" +
 	"\finput_schema\x18\x06 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x12<\n" +
 	"\routput_schema\x18\a \x01(\v2\x17.google.protobuf.StructR\foutputSchema\x12>\n" +
 	"\vannotations\x18\b \x01(\v2\x1c.toolmesh.v1.ToolAnnotationsR\vannotations\x12\x12\n" +
-	"\x04hash\x18\t \x01(\tR\x04hash\"\x97\x02\n" +
+	"\x04hash\x18\t \x01(\tR\x04hash\x12'\n" +
+	"\x03pin\x18\n" +
+	" \x01(\x0e2\x15.toolmesh.v1.PinStateR\x03pin\x124\n" +
+	"\bfindings\x18\v \x03(\v2\x18.toolmesh.v1.ToolFindingR\bfindings\"\x7f\n" +
+	"\vToolFinding\x12,\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x18.toolmesh.v1.FindingKindR\x04kind\x12\x14\n" +
+	"\x05field\x18\x02 \x01(\tR\x05field\x12\x12\n" +
+	"\x04rule\x18\x03 \x01(\tR\x04rule\x12\x18\n" +
+	"\aexcerpt\x18\x04 \x01(\tR\aexcerpt\"\x9d\x02\n" +
+	"\vPendingTool\x12%\n" +
+	"\x04tool\x18\x01 \x01(\v2\x11.toolmesh.v1.ToolR\x04tool\x12)\n" +
+	"\x06pinned\x18\x02 \x01(\v2\x11.toolmesh.v1.ToolR\x06pinned\x12 \n" +
+	"\vquarantined\x18\x03 \x01(\bR\vquarantined\x12\x12\n" +
+	"\x04diff\x18\x04 \x01(\tR\x04diff\x120\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x127\n" +
+	"\tpinned_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bpinnedAt\x12\x1b\n" +
+	"\tpinned_by\x18\a \x01(\tR\bpinnedBy\"\x97\x02\n" +
 	"\x0fToolAnnotations\x12)\n" +
 	"\x0eread_only_hint\x18\x01 \x01(\bH\x00R\freadOnlyHint\x88\x01\x01\x12.\n" +
 	"\x10destructive_hint\x18\x02 \x01(\bH\x01R\x0fdestructiveHint\x88\x01\x01\x12,\n" +
@@ -705,7 +1047,18 @@ const file_toolmesh_v1_tool_proto_rawDesc = "" +
 	"\rrefused_tools\x18\v \x03(\v2\x18.toolmesh.v1.RefusedToolR\frefusedTools\"9\n" +
 	"\vRefusedTool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason*m\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason*l\n" +
+	"\bPinState\x12\x19\n" +
+	"\x15PIN_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10PIN_STATE_PINNED\x10\x01\x12\x15\n" +
+	"\x11PIN_STATE_CHANGED\x10\x02\x12\x18\n" +
+	"\x14PIN_STATE_UNAPPROVED\x10\x03*\xb6\x01\n" +
+	"\vFindingKind\x12\x1c\n" +
+	"\x18FINDING_KIND_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eFINDING_KIND_HIDDEN_CHARACTERS\x10\x01\x12\"\n" +
+	"\x1eFINDING_KIND_MODEL_INSTRUCTION\x10\x02\x12\"\n" +
+	"\x1eFINDING_KIND_CONCEAL_FROM_USER\x10\x03\x12\x1d\n" +
+	"\x19FINDING_KIND_READ_SECRETS\x10\x04*m\n" +
 	"\tTransport\x12\x19\n" +
 	"\x15TRANSPORT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rTRANSPORT_SSE\x10\x01\x12\x1d\n" +
@@ -731,34 +1084,45 @@ func file_toolmesh_v1_tool_proto_rawDescGZIP() []byte {
 	return file_toolmesh_v1_tool_proto_rawDescData
 }
 
-var file_toolmesh_v1_tool_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_toolmesh_v1_tool_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_toolmesh_v1_tool_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_toolmesh_v1_tool_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_toolmesh_v1_tool_proto_goTypes = []any{
-	(Transport)(0),                // 0: toolmesh.v1.Transport
-	(ServerState)(0),              // 1: toolmesh.v1.ServerState
-	(*Tool)(nil),                  // 2: toolmesh.v1.Tool
-	(*ToolAnnotations)(nil),       // 3: toolmesh.v1.ToolAnnotations
-	(*ScoredTool)(nil),            // 4: toolmesh.v1.ScoredTool
-	(*Content)(nil),               // 5: toolmesh.v1.Content
-	(*Server)(nil),                // 6: toolmesh.v1.Server
-	(*RefusedTool)(nil),           // 7: toolmesh.v1.RefusedTool
-	(*structpb.Struct)(nil),       // 8: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(PinState)(0),                 // 0: toolmesh.v1.PinState
+	(FindingKind)(0),              // 1: toolmesh.v1.FindingKind
+	(Transport)(0),                // 2: toolmesh.v1.Transport
+	(ServerState)(0),              // 3: toolmesh.v1.ServerState
+	(*Tool)(nil),                  // 4: toolmesh.v1.Tool
+	(*ToolFinding)(nil),           // 5: toolmesh.v1.ToolFinding
+	(*PendingTool)(nil),           // 6: toolmesh.v1.PendingTool
+	(*ToolAnnotations)(nil),       // 7: toolmesh.v1.ToolAnnotations
+	(*ScoredTool)(nil),            // 8: toolmesh.v1.ScoredTool
+	(*Content)(nil),               // 9: toolmesh.v1.Content
+	(*Server)(nil),                // 10: toolmesh.v1.Server
+	(*RefusedTool)(nil),           // 11: toolmesh.v1.RefusedTool
+	(*structpb.Struct)(nil),       // 12: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
 }
 var file_toolmesh_v1_tool_proto_depIdxs = []int32{
-	8, // 0: toolmesh.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	8, // 1: toolmesh.v1.Tool.output_schema:type_name -> google.protobuf.Struct
-	3, // 2: toolmesh.v1.Tool.annotations:type_name -> toolmesh.v1.ToolAnnotations
-	2, // 3: toolmesh.v1.ScoredTool.tool:type_name -> toolmesh.v1.Tool
-	0, // 4: toolmesh.v1.Server.transport:type_name -> toolmesh.v1.Transport
-	1, // 5: toolmesh.v1.Server.state:type_name -> toolmesh.v1.ServerState
-	9, // 6: toolmesh.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
-	7, // 7: toolmesh.v1.Server.refused_tools:type_name -> toolmesh.v1.RefusedTool
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	12, // 0: toolmesh.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	12, // 1: toolmesh.v1.Tool.output_schema:type_name -> google.protobuf.Struct
+	7,  // 2: toolmesh.v1.Tool.annotations:type_name -> toolmesh.v1.ToolAnnotations
+	0,  // 3: toolmesh.v1.Tool.pin:type_name -> toolmesh.v1.PinState
+	5,  // 4: toolmesh.v1.Tool.findings:type_name -> toolmesh.v1.ToolFinding
+	1,  // 5: toolmesh.v1.ToolFinding.kind:type_name -> toolmesh.v1.FindingKind
+	4,  // 6: toolmesh.v1.PendingTool.tool:type_name -> toolmesh.v1.Tool
+	4,  // 7: toolmesh.v1.PendingTool.pinned:type_name -> toolmesh.v1.Tool
+	13, // 8: toolmesh.v1.PendingTool.since:type_name -> google.protobuf.Timestamp
+	13, // 9: toolmesh.v1.PendingTool.pinned_at:type_name -> google.protobuf.Timestamp
+	4,  // 10: toolmesh.v1.ScoredTool.tool:type_name -> toolmesh.v1.Tool
+	2,  // 11: toolmesh.v1.Server.transport:type_name -> toolmesh.v1.Transport
+	3,  // 12: toolmesh.v1.Server.state:type_name -> toolmesh.v1.ServerState
+	13, // 13: toolmesh.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
+	11, // 14: toolmesh.v1.Server.refused_tools:type_name -> toolmesh.v1.RefusedTool
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_toolmesh_v1_tool_proto_init() }
@@ -766,15 +1130,15 @@ func file_toolmesh_v1_tool_proto_init() {
 	if File_toolmesh_v1_tool_proto != nil {
 		return
 	}
-	file_toolmesh_v1_tool_proto_msgTypes[1].OneofWrappers = []any{}
 	file_toolmesh_v1_tool_proto_msgTypes[3].OneofWrappers = []any{}
+	file_toolmesh_v1_tool_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolmesh_v1_tool_proto_rawDesc), len(file_toolmesh_v1_tool_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   6,
+			NumEnums:      4,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
