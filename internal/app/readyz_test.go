@@ -28,8 +28,9 @@ policy:
 	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// startMeshToken waits for /readyz 200: before the fix it never came.
-	m := startMeshToken(t, probe, "--config="+cfg)
+	// startMeshToken waits for /readyz 200: before the fix it never came. Without the grace a
+	// server gets at start, the server is down from the first check.
+	m := startMeshToken(t, probe, "--config="+cfg, "--api.ready-server-grace=0s")
 
 	cases := []struct {
 		name, token, path string

@@ -37,6 +37,9 @@ type Config struct {
 	MaxOutputBytes int
 	// ReadyNeedsInference makes /readyz fail while the model is not reachable.
 	ReadyNeedsInference bool
+	// ReadyServerGrace is how long after the api starts /readyz waits for an MCP server that
+	// has not connected yet; zero waits only for a first attempt under way.
+	ReadyServerGrace time.Duration
 	// JaegerURL is the Jaeger UI's base URL; the web console links each query to its trace there.
 	JaegerURL string
 	// Auth holds where API tokens come from and the per-token rate limit; tokens are never flags.
@@ -93,6 +96,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxParallelCalls, "api.max-parallel-calls", 4, "how many calls of one step run at the same time")
 	fs.IntVar(&c.MaxOutputBytes, "api.max-output-bytes", 16<<10, "longest tool output kept in a query's record and fed back to the model, in bytes")
 	fs.BoolVar(&c.ReadyNeedsInference, "api.ready-needs-inference", false, "make /readyz fail while the model backend is unreachable (it is always reported)")
+	fs.DurationVar(&c.ReadyServerGrace, "api.ready-server-grace", 30*time.Second, "after the api starts, how long /readyz waits for an MCP server that has not connected yet (one starting beside the mesh); after it a server that is down is only reported")
 	fs.DurationVar(&c.CallTimeout, "api.call-timeout", 2*time.Minute, "upper bound on one tool call made through the api")
 	fs.DurationVar(&c.RPCTimeout, "api.rpc-timeout", 10*time.Second, "timeout of every other call from the api to a dependency")
 	fs.Int64Var(&c.MaxBodyBytes, "api.max-body-bytes", 1<<20, "largest REST request body accepted, in bytes")
@@ -144,6 +148,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxOutputBytes < 256 {
 		return fmt.Errorf("api.max-output-bytes: %d is below the 256-byte minimum", c.MaxOutputBytes)
+	}
+	if c.ReadyServerGrace < 0 {
+		return fmt.Errorf("api.ready-server-grace: %s is negative", c.ReadyServerGrace)
 	}
 	if err := c.Auth.Validate(); err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.opentelemetry.io/otel/trace"
@@ -174,7 +175,12 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 	for _, srv := range servers {
 		served += srv.GetToolCount()
 		st := srv.GetState()
-		filling = filling || st == toolmeshv1.ServerState_SERVER_STATE_CONNECTING
+		// A server that has not connected yet since the api started is still given its
+		// chance, for --api.ready-server-grace: in compose or a pod the MCP servers start
+		// beside the mesh, and a first attempt refused a moment too early says nothing.
+		starting := srv.GetConnectedAt() == nil && time.Since(s.started) < s.cfg.ReadyServerGrace &&
+			st != toolmeshv1.ServerState_SERVER_STATE_READY && st != toolmeshv1.ServerState_SERVER_STATE_DEGRADED
+		filling = filling || st == toolmeshv1.ServerState_SERVER_STATE_CONNECTING || starting
 		if !s.tools.policy.ListsServer(c, srv.GetName()) {
 			continue
 		}
@@ -192,7 +198,7 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 	if filling {
 		// Which servers is in servers.not_connected, for a caller that may list them.
 		ready = false
-		body["catalog"] = "filling: an MCP server is making its first connection (for at most --executor.connect-timeout)"
+		body["catalog"] = "filling: an MCP server is making its first connection (for at most --executor.connect-timeout, or --api.ready-server-grace after the api started)"
 	}
 	if s.tools.retriever != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RPCTimeout)

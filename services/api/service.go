@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -34,6 +35,8 @@ type Service struct {
 	mcp *mcpface.Face
 	// metrics serves GET /metrics when set (SetMetrics).
 	metrics http.Handler
+	// started is when the api started, for --api.ready-server-grace.
+	started time.Time
 }
 
 // SetMetrics makes the REST server answer GET /metrics with h (the process's registry).
@@ -69,7 +72,7 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 	if cfg.MaxStepCalls == 0 {
 		cfg.MaxStepCalls = DefaultMaxStepCalls
 	}
-	s := &Service{cfg: cfg, logger: logger, guard: guard, web: web, tel: tel}
+	s := &Service{cfg: cfg, logger: logger, guard: guard, web: web, tel: tel, started: time.Now()}
 	execConn, err := s.dial(toolmeshv1.ExecutorService_ServiceDesc.ServiceName, cfg.ExecutorAddr)
 	if err != nil {
 		return nil, fmt.Errorf("executor client: %w", err)
