@@ -45,6 +45,10 @@ const (
 	// the model server said so. A rate limit is RESOURCE_EXHAUSTED too; this is a request that
 	// will never fit as it is (OpenAI's 400 context_length_exceeded), so a retry does not help.
 	ContextTooLong = "CONTEXT_TOO_LONG"
+	// ToolQuarantined: FAILED_PRECONDITION because the tool is held until an admin approves its
+	// definition (mcpServers pinning: enforce): it changed since it was pinned, or it was first
+	// seen with findings. `toolmesh tools approve SERVER.TOOL` releases it.
+	ToolQuarantined = "TOOL_QUARANTINED"
 )
 
 // Status is a status of code and msg carrying reason.

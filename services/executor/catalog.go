@@ -15,15 +15,32 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/toolid"
+	"github.com/toolmesh/toolmesh/internal/tooltext"
 )
 
 // tool is one catalog entry. It is immutable once published.
 type tool struct {
 	id     string
 	server string
-	name   string // the name the MCP server knows
+	name   string // the name the MCP server knows; proto.Name is it without hidden characters
 	proto  *toolmeshv1.Tool
 	schema *argSchema // nil: the schema did not compile; call unvalidated
+}
+
+// withPin is t with its pin state set: t itself when it has that state, otherwise a copy whose
+// proto is a new message sharing t's fields (published messages are never changed).
+func (t *tool) withPin(state toolmeshv1.PinState) *tool {
+	if t.proto.GetPin() == state {
+		return t
+	}
+	p := t.proto
+	c := *t
+	c.proto = &toolmeshv1.Tool{
+		Id: p.GetId(), Server: p.GetServer(), Name: p.GetName(), Title: p.GetTitle(), Description: p.GetDescription(),
+		InputSchema: p.GetInputSchema(), OutputSchema: p.GetOutputSchema(), Annotations: p.GetAnnotations(), Hash: p.GetHash(),
+		Pin: state, Findings: p.GetFindings(),
+	}
+	return &c
 }
 
 // watchBuffer is how many change events a WatchTools subscriber may lag behind
@@ -155,7 +172,7 @@ func (c *catalog) replaceServer(server string, tools []*tool) (upserted, removed
 	seen := make(map[string]bool, len(tools))
 	for _, t := range tools {
 		seen[t.id] = true
-		if old, ok := c.tools[t.id]; ok && old.proto.GetHash() == t.proto.GetHash() {
+		if old, ok := c.tools[t.id]; ok && old.proto.GetHash() == t.proto.GetHash() && old.proto.GetPin() == t.proto.GetPin() {
 			continue
 		}
 		c.tools[t.id] = t
@@ -251,6 +268,14 @@ type rawTool struct {
 	Name         string          `json:"name"`
 	InputSchema  json.RawMessage `json:"inputSchema"`
 	OutputSchema json.RawMessage `json:"outputSchema"`
+	Annotations  json.RawMessage `json:"annotations"`
+}
+
+// shownName is a tool's name as toolmesh shows it and as its id has it: without hidden
+// characters (tooltext). Calls still use the name the server listed.
+func shownName(name string) string {
+	clean, _ := tooltext.Clean("name", name)
+	return clean
 }
 
 // buildTool turns one listed tool into a catalog entry. prev is the entry the
@@ -258,11 +283,20 @@ type rawTool struct {
 // compiled schema and proto are reused. A tool over the schema limits is
 // refused: no entry, and a *refusedError saying why. A tool whose schema does
 // not compile gets an entry without a schema (called unvalidated) and the error.
+//
+// What the views get is cleaned first: hidden characters leave the name, title, description
+// and the texts inside the schemas, and what was removed, and any injection pattern the texts
+// match, becomes the tool's findings (tooltext). The hash is over the definition as listed,
+// hidden characters included, so adding some is a change like any other.
 func buildTool(server string, t mcp.Tool, raw *rawTool, prev *tool, lim schemaLimits) (*tool, error) {
-	id := toolid.Join(server, t.Name)
-	var in, out json.RawMessage
+	name, nameFinding := tooltext.Clean("name", t.Name)
+	if name == "" {
+		return nil, &refusedError{reason: "its name is made of hidden characters only"}
+	}
+	id := toolid.Join(server, name)
+	var in, out, ann json.RawMessage
 	if raw != nil {
-		in, out = raw.InputSchema, raw.OutputSchema
+		in, out, ann = raw.InputSchema, raw.OutputSchema, raw.Annotations
 	}
 	if len(in) == 0 || string(in) == "null" {
 		b, err := json.Marshal(t.InputSchema)
@@ -279,31 +313,46 @@ func buildTool(server string, t mcp.Tool, raw *rawTool, prev *tool, lim schemaLi
 			out = b
 		}
 	}
+	if len(ann) == 0 || string(ann) == "null" {
+		if b, err := json.Marshal(t.Annotations); err == nil {
+			ann = b
+		}
+	}
 	inMap := decodeObject(in)
 	outMap := decodeObject(out)
+	hash := toolHash(t.Name, t.Title, t.Description, inMap, outMap, decodeObject(ann))
+	if prev != nil && prev.proto.GetHash() == hash {
+		return prev, nil
+	}
 	title := t.Title
 	if title == "" {
 		title = t.Annotations.Title
 	}
-	hash := toolHash(t.Name, title, t.Description, inMap, outMap)
-	if prev != nil && prev.proto.GetHash() == hash {
-		return prev, nil
-	}
 	p := &toolmeshv1.Tool{
-		Id:          id,
-		Server:      server,
-		Name:        t.Name,
-		Title:       title,
-		Description: t.Description,
-		Hash:        hash,
+		Id:     id,
+		Server: server,
+		Name:   name,
+		Hash:   hash,
 	}
+	if nameFinding != nil {
+		p.Findings = append(p.Findings, nameFinding)
+	}
+	var found []*toolmeshv1.ToolFinding
+	p.Title, found = tooltext.Inspect("title", title)
+	p.Findings = append(p.Findings, found...)
+	p.Description, found = tooltext.Inspect("description", t.Description)
+	p.Findings = append(p.Findings, found...)
 	if inMap != nil {
-		if s, err := structpb.NewStruct(inMap); err == nil {
+		shown, found := tooltext.Schema("input_schema", inMap)
+		p.Findings = append(p.Findings, found...)
+		if s, err := structpb.NewStruct(shown); err == nil {
 			p.InputSchema = s
 		}
 	}
 	if outMap != nil {
-		if s, err := structpb.NewStruct(outMap); err == nil {
+		shown, found := tooltext.Schema("output_schema", outMap)
+		p.Findings = append(p.Findings, found...)
+		if s, err := structpb.NewStruct(shown); err == nil {
 			p.OutputSchema = s
 		}
 	}
@@ -341,15 +390,16 @@ func decodeObject(raw json.RawMessage) map[string]any {
 	return m
 }
 
-// toolHash identifies a definition: sha256 over name, title, description and
-// the schemas in canonical JSON (sorted keys), hex of the first 16 bytes.
-func toolHash(name, title, desc string, in, out map[string]any) string {
+// toolHash is a definition's fingerprint, the pin: sha256 over name, title, description, the
+// schemas and the annotations (its title and hints) in canonical JSON (sorted keys), as listed,
+// hex of the first 16 bytes.
+func toolHash(name, title, desc string, in, out, annotations map[string]any) string {
 	h := sha256.New()
 	for _, s := range []string{name, title, desc} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
-	for _, m := range []map[string]any{in, out} {
+	for _, m := range []map[string]any{in, out, annotations} {
 		if m != nil {
 			b, _ := json.Marshal(m) // maps marshal with sorted keys
 			h.Write(b)

@@ -36,6 +36,10 @@ const (
 	DefaultSchemaMaxEvaluations    = 1000
 	DefaultSchemaValidationSteps   = 100_000
 	DefaultSchemaValidationTimeout = time.Second
+
+	// DefaultPinPoll: an approval made on one replica reaches the others within it. A stat
+	// of one file is all a poll costs.
+	DefaultPinPoll = 2 * time.Second
 )
 
 // Config configures the executor.
@@ -76,6 +80,13 @@ type Config struct {
 	// call's arguments; over either, the call fails with InvalidArgument.
 	SchemaValidationSteps   int
 	SchemaValidationTimeout time.Duration
+	// PinFile is the pin file: the trusted definition of each tool of the servers whose
+	// pinning is warn or enforce (internal/pinfile). Every replica reads the same one. Empty
+	// keeps the pins in memory: each start trusts what it sees first.
+	PinFile string
+	// PinPoll is how often the pin file is checked for changes another replica, or an
+	// operator, made.
+	PinPoll time.Duration
 }
 
 // RegisterFlags registers the executor flags on fs and sets the defaults.
@@ -107,6 +118,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"most subschema evaluations validating one call's arguments may take; a call over it fails (InvalidArgument) before or while validating")
 	fs.DurationVar(&c.SchemaValidationTimeout, "executor.schema-validation-timeout", DefaultSchemaValidationTimeout,
 		"longest validation of one call's arguments; a call over it fails (InvalidArgument)")
+	fs.StringVar(&c.PinFile, "executor.pin-file", "",
+		"the pin file: the trusted definition of every tool of a server with pinning warn or enforce, shared by all replicas (default: toolmesh.pins.json beside --config, or beside --mcp-config; without either, pins are kept in memory and each start trusts what it sees first)")
+	fs.DurationVar(&c.PinPoll, "executor.pin-poll", DefaultPinPoll,
+		"how often the pin file is checked for pins and approvals written by another replica or an operator (a ConfigMap update)")
 }
 
 // Validate checks the configuration. Zero durations and limits are valid and mean the default.
@@ -151,6 +166,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SchemaValidationTimeout < 0 {
 		errs = append(errs, fmt.Errorf("executor.schema-validation-timeout: must not be negative, got %s", c.SchemaValidationTimeout))
+	}
+	if c.PinPoll < 0 {
+		errs = append(errs, fmt.Errorf("executor.pin-poll: must not be negative, got %s", c.PinPoll))
 	}
 	for key, srv := range c.Servers {
 		if err := validateServer(key, srv); err != nil {
@@ -235,6 +253,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SchemaValidationTimeout == 0 {
 		c.SchemaValidationTimeout = DefaultSchemaValidationTimeout
+	}
+	if c.PinPoll == 0 {
+		c.PinPoll = DefaultPinPoll
 	}
 	return c
 }

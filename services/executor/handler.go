@@ -164,9 +164,12 @@ func toStatus(err error) error {
 	var ve *ValidationError
 	var se *ServerError
 	var pd *policy.Denial
+	var q *quarantinedError
 	switch {
 	case errors.As(err, &pd):
 		return pd.GRPCStatus().Err()
+	case errors.As(err, &q):
+		return errreason.Error(codes.FailedPrecondition, errreason.ToolQuarantined, err.Error())
 	case errors.As(err, &ve):
 		st := status.New(codes.InvalidArgument, fmt.Sprintf("invalid arguments for %q: %s", ve.Tool, ve.Error()))
 		br := &errdetails.BadRequest{}

@@ -112,6 +112,7 @@ func (s *Service) reconfigure(servers map[string]mcpconfig.Server) (Changes, err
 	for _, name := range ch.Removed {
 		retire(name)
 		s.cat.replaceServer(name, nil)
+		s.pins.forget(name)
 	}
 	for _, name := range ch.Changed {
 		retire(name)

@@ -41,6 +41,8 @@ type Service struct {
 	drainOnce sync.Once
 	tel       *telemetry.Service
 	ins       *instruments
+	// pins are the trusted tool definitions (pins.go).
+	pins *pinBook
 
 	// mu orders reconfigurations with the start and end of Run.
 	mu      sync.Mutex
@@ -88,6 +90,10 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		tel:      tel,
 		ins:      ins,
 	}
+	if s.pins, err = newPinBook(cfg.PinFile, cfg.PinPoll, logger, ins.meter); err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	s.pins.republish = s.republish
 	set := &sessionSet{servers: make(map[string]mcpconfig.Server, len(cfg.Servers)), sessions: make(map[string]*session, len(cfg.Servers))}
 	for name, srv := range cfg.Servers {
 		srv.Name = name
@@ -105,7 +111,9 @@ func (s *Service) newSession(srv mcpconfig.Server) *session {
 	for _, w := range srv.Warnings {
 		s.log.Warn("mcp server config: "+w, "server", srv.Name)
 	}
-	return newSession(srv.Name, srv, s.cfg, s.log, s.cat, s.ins)
+	sess := newSession(srv.Name, srv, s.cfg, s.log, s.cat, s.ins)
+	sess.pins = s.pins
+	return sess
 }
 
 // Run connects every server in parallel (one failing server never blocks the
@@ -126,11 +134,21 @@ func (s *Service) Run(ctx context.Context) error {
 	} else {
 		defer func() { _ = reg.Unregister() }()
 	}
+	if reg, err := s.pins.observe(s.cat); err != nil {
+		s.log.Warn("toolmesh.tools.pending and toolmesh.tools.flagged will not be reported", "err", err)
+	} else {
+		defer func() { _ = reg.Unregister() }()
+	}
 	s.mu.Lock()
 	s.runCtx = ctx
 	for _, sess := range s.set.Load().list() {
 		s.startLocked(sess)
 	}
+	s.running.Add(1)
+	go func() {
+		defer s.running.Done()
+		s.pins.follow(ctx) // another replica's approvals, an operator's edits
+	}()
 	s.mu.Unlock()
 	<-ctx.Done()
 	s.mu.Lock()
@@ -219,6 +237,9 @@ func (s *Service) callTool(ctx context.Context, req *toolmeshv1.ExecutorServiceC
 		_, name, _ := toolid.Split(id)
 		if why, ok := sess.refusal(name); ok {
 			return nil, &refusedToolError{id: id, reason: why}
+		}
+		if q := s.pins.quarantined(id); q != nil {
+			return nil, q
 		}
 		return nil, &unknownToolError{id: id}
 	}

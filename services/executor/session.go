@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,6 +87,11 @@ type session struct {
 	inflight int
 	idle     chan struct{} // closed when a retired session's last call leaves
 	stop     context.CancelFunc
+
+	// pins judge each listing (pins.go); listed is the last one, for judging again when a pin
+	// changes (under pubMu).
+	pins   *pinBook
+	listed []*tool
 
 	progress progressRoutes
 }
@@ -586,16 +592,22 @@ func (s *session) listTools(ctx context.Context, cn *conn) (_ *listing, err erro
 	l := &listing{tools: make([]*tool, 0, len(listed))}
 	seen := map[string]bool{}
 	for _, t := range listed {
-		if t.Name == "" || seen[t.Name] || !s.cat.admits(s.name, t.Name) {
+		// The rules, the ids and the views know the name without hidden characters.
+		name := shownName(t.Name)
+		if t.Name == "" || seen[name] || (name != "" && !s.cat.admits(s.name, name)) {
 			continue
 		}
-		seen[t.Name] = true
-		id := toolid.Join(s.name, t.Name)
+		seen[name] = true
+		id := toolid.Join(s.name, name)
 		entry, err := buildTool(s.name, t, raw[t.Name], prev[id], lim)
 		var refused *refusedError
 		switch {
 		case errors.As(err, &refused):
-			l.refused = append(l.refused, &toolmeshv1.RefusedTool{Name: t.Name, Reason: refused.reason})
+			shown := name
+			if shown == "" {
+				shown = strconv.QuoteToASCII(t.Name)
+			}
+			l.refused = append(l.refused, &toolmeshv1.RefusedTool{Name: shown, Reason: refused.reason})
 			s.log.Warn("tool refused", "tool", id, "reason", refused.reason)
 		case err != nil:
 			s.log.Warn("tool input schema does not compile; calling it without validation", "tool", id, "err", err)
@@ -629,10 +641,13 @@ func (s *session) publish(l *listing) {
 		s.pubMu.Unlock()
 		return
 	}
-	up, rm := s.cat.replaceServer(s.name, l.tools)
+	// The pins decide what of the listing is served (pins.go); republish judges it again.
+	s.listed = l.tools
+	tools := s.pins.judge(s.name, s.srv.PinningMode(), l.tools)
+	up, rm := s.cat.replaceServer(s.name, tools)
 	s.pubMu.Unlock()
 	s.mu.Lock()
-	s.toolCount = len(l.tools)
+	s.toolCount = len(tools)
 	s.refused = l.refused
 	s.listErr = ""
 	s.mu.Unlock()
