@@ -8,7 +8,9 @@
 // OTEL_RESOURCE_ATTRIBUTES, and OTEL_SDK_DISABLED=true turns everything off. Without an
 // endpoint spans are never sampled: they still carry trace ids (for responses and logs) but
 // record nothing and export nothing. Metrics are always kept for /metrics (Prometheus text)
-// and pushed over OTLP too with --otel.export-metrics or OTEL_METRICS_EXPORTER=otlp.
+// and pushed over OTLP too with --otel.export-metrics or OTEL_METRICS_EXPORTER=otlp. Log
+// records (the audit trail's) go over OTLP with --otel.export-logs or OTEL_LOGS_EXPORTER=otlp;
+// otherwise a target's loggers emit nothing.
 package telemetry
 
 import (
@@ -27,12 +29,16 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploggrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	otellog "go.opentelemetry.io/otel/log"
+	lognoop "go.opentelemetry.io/otel/log/noop"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
+	sdklog "go.opentelemetry.io/otel/sdk/log"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -52,6 +58,8 @@ type Config struct {
 	Insecure bool
 	// ExportMetrics pushes metrics over OTLP too (to a collector that takes them; Jaeger does not).
 	ExportMetrics bool
+	// ExportLogs pushes log records (the audit trail's) over OTLP, to a collector that takes them.
+	ExportLogs bool
 	// RecordPayloads records tool arguments and results on spans, cut to PayloadLimit bytes.
 	// Off by default: they may hold secrets.
 	RecordPayloads bool
@@ -59,6 +67,9 @@ type Config struct {
 	// SpanExporter, when set, receives every target's spans instead of an OTLP collector (tests
 	// read them from an in-memory exporter). Not a flag.
 	SpanExporter sdktrace.SpanExporter
+	// LogExporter, when set, receives every target's log records instead of an OTLP collector
+	// (tests). Not a flag.
+	LogExporter sdklog.Exporter
 }
 
 // RegisterFlags sets the defaults and binds them to flags prefixed "otel.".
@@ -66,6 +77,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Endpoint, "otel.endpoint", "", "OTLP/gRPC collector for traces and metrics (host:port, e.g. Jaeger's 127.0.0.1:4317); empty uses OTEL_EXPORTER_OTLP_ENDPOINT, and without either nothing is exported")
 	fs.BoolVar(&c.Insecure, "otel.insecure", true, "send OTLP without TLS (collector on loopback or a private network); OTEL_EXPORTER_OTLP_INSECURE applies when --otel.endpoint is empty")
 	fs.BoolVar(&c.ExportMetrics, "otel.export-metrics", false, "also push metrics over OTLP to --otel.endpoint (a collector that takes metrics; Jaeger does not); OTEL_METRICS_EXPORTER=otlp does the same; /metrics is always served")
+	fs.BoolVar(&c.ExportLogs, "otel.export-logs", false, "push log records (the audit trail's, one per tool call) over OTLP to --otel.endpoint, to a collector that takes logs (Jaeger does not); OTEL_LOGS_EXPORTER=otlp does the same")
 	fs.BoolVar(&c.RecordPayloads, "otel.record-payloads", false, "record tool arguments and results on spans (they may hold secrets), cut to --otel.payload-limit bytes")
 	fs.IntVar(&c.PayloadLimit, "otel.payload-limit", 1024, "longest tool argument or result recorded on a span, in bytes")
 }
@@ -84,6 +96,7 @@ type Telemetry struct {
 	cfg           Config
 	export        bool
 	exportMetrics bool
+	exportLogs    bool
 	disabled      bool
 	registry      *prometheus.Registry
 
@@ -103,6 +116,8 @@ func New(cfg Config) (*Telemetry, error) {
 	// Trace backends such as Jaeger take no metrics: pushing them is asked for explicitly.
 	t.exportMetrics = !t.disabled && (cfg.ExportMetrics || strings.EqualFold(os.Getenv("OTEL_METRICS_EXPORTER"), "otlp") ||
 		os.Getenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") != "")
+	t.exportLogs = !t.disabled && (cfg.ExportLogs || cfg.LogExporter != nil || strings.EqualFold(os.Getenv("OTEL_LOGS_EXPORTER"), "otlp") ||
+		os.Getenv("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT") != "")
 	if err := t.registry.Register(collectors.NewGoCollector()); err != nil {
 		return nil, fmt.Errorf("go metrics: %w", err)
 	}
@@ -189,6 +204,26 @@ func (t *Telemetry) Service(ctx context.Context, name string) (*Service, error) 
 	mp := sdkmetric.NewMeterProvider(mpOpts...)
 	s.meterProvider, s.sdkMeter = mp, mp
 
+	if t.exportLogs {
+		exp := t.cfg.LogExporter
+		if exp == nil {
+			var lopts []otlploggrpc.Option
+			if t.cfg.Endpoint != "" {
+				lopts = append(lopts, endpointOption(t.cfg.Endpoint, otlploggrpc.WithEndpoint, otlploggrpc.WithEndpointURL))
+				if t.cfg.Insecure {
+					lopts = append(lopts, otlploggrpc.WithInsecure())
+				}
+			}
+			if exp, err = otlploggrpc.New(ctx, lopts...); err != nil {
+				_ = tp.Shutdown(ctx)
+				_ = mp.Shutdown(ctx)
+				return nil, fmt.Errorf("otlp log exporter: %w", err)
+			}
+		}
+		lp := sdklog.NewLoggerProvider(sdklog.WithResource(res), sdklog.WithProcessor(sdklog.NewBatchProcessor(exp)))
+		s.loggerProvider, s.sdkLogger = lp, lp
+	}
+
 	t.mu.Lock()
 	t.services = append(t.services, s)
 	t.mu.Unlock()
@@ -223,6 +258,9 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 		if s.sdkMeter != nil {
 			errs = append(errs, s.sdkMeter.Shutdown(ctx))
 		}
+		if s.sdkLogger != nil {
+			errs = append(errs, s.sdkLogger.Shutdown(ctx))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -254,8 +292,10 @@ type Service struct {
 
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
+	loggerProvider otellog.LoggerProvider // nil: logs are not exported
 	sdkTracer      *sdktrace.TracerProvider
 	sdkMeter       *sdkmetric.MeterProvider
+	sdkLogger      *sdklog.LoggerProvider
 }
 
 // NewForTest returns a Service that records with the given providers, e.g. an SDK tracer
@@ -292,6 +332,19 @@ func (s *Service) MeterProvider() metric.MeterProvider {
 	}
 	return s.meterProvider
 }
+
+// LoggerProvider is the target's logger provider: one that exports over OTLP with log export
+// on, a no-op one otherwise (and for a nil Service).
+func (s *Service) LoggerProvider() otellog.LoggerProvider {
+	if s == nil || s.loggerProvider == nil {
+		return lognoop.NewLoggerProvider()
+	}
+	return s.loggerProvider
+}
+
+// Logger is the target's logger for an instrumentation scope; its Enabled says whether records
+// go anywhere.
+func (s *Service) Logger(scope string) otellog.Logger { return s.LoggerProvider().Logger(scope) }
 
 // Tracer is the target's tracer for an instrumentation scope.
 func (s *Service) Tracer(scope string) trace.Tracer { return s.TracerProvider().Tracer(scope) }
