@@ -514,6 +514,7 @@ func initExecutor(a *App, env targetEnv) ([]runner, error) {
 		}
 		maps.Copy(cfg.Servers, a.book.mcpServers)
 	}
+	cfg.PinFile = a.cfg.pinFile()
 	svc, err := executor.New(cfg, env.logger, env.tel)
 	if err != nil {
 		return nil, err

@@ -25,6 +25,8 @@ Usage:
   toolmesh tls init --dir D --names N,...     a private CA and a certificate per service, for mutual TLS
   toolmesh tools [--server S]                 list the tools of the running mesh
   toolmesh tools search "TEXT" [-k N]         the top-k tools for TEXT
+  toolmesh tools pending [--server S]         tool definitions waiting for approval (changed, or hostile), with a diff
+  toolmesh tools approve SERVER.TOOL          pin the definition a tool lists now; releases it from quarantine
   toolmesh call SERVER.TOOL '{"arg":1}'       call one tool
   toolmesh query "TEXT" [-k N] [--server S]   answer TEXT using the tools: steps on stderr, answer on stdout
   toolmesh connect [--search | --server S]    an MCP client's stdio, relayed to the mesh's MCP endpoint

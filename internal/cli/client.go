@@ -155,10 +155,19 @@ type toolJSON struct {
 }
 
 func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "search" {
-		return runToolsSearch(ctx, args[1:], stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "search":
+			return runToolsSearch(ctx, args[1:], stdout, stderr)
+		case "pending":
+			return runToolsPending(ctx, args[1:], stdout, stderr)
+		case "approve":
+			return runToolsApprove(ctx, args[1:], stdout, stderr)
+		}
 	}
-	fs := newFlagSet("tools", stderr, "Usage: toolmesh tools [--server S] [flags]\n       toolmesh tools search \"TEXT\" [-k N] [flags]\n\nLists the tools of the running mesh.")
+	fs := newFlagSet("tools", stderr, "Usage: toolmesh tools [--server S] [flags]\n       toolmesh tools search \"TEXT\" [-k N] [flags]\n"+
+		"       toolmesh tools pending [--server S] [flags]\n       toolmesh tools approve SERVER.TOOL [--hash H] [flags]\n\n"+
+		"Lists the tools of the running mesh. A tool flagged for review shows its pin state (changed) and findings.")
 	var c client
 	c.register(fs)
 	server := fs.String("server", "", "only this server's tools")
