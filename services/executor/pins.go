@@ -2,6 +2,8 @@ package executor
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,6 +59,13 @@ type pinBook struct {
 	events   pinEvents
 }
 
+// newInstance names this executor process in its pin events.
+func newInstance() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 // pendingTool is a definition waiting for approval.
 type pendingTool struct {
 	entry       *tool // as listed, cleaned, its pin state set
@@ -69,6 +78,7 @@ type pendingTool struct {
 func newPinBook(path string, poll time.Duration, log *slog.Logger, meter metric.Meter) (*pinBook, error) {
 	b := &pinBook{path: path, poll: poll, log: log, ins: newPinInstruments(meter), update: pinfile.Update,
 		file: map[string]pinfile.Pin{}, memory: map[string]pinfile.Pin{}, pending: map[string]*pendingTool{}}
+	b.events.instance = newInstance()
 	if path == "" {
 		return b, nil
 	}
@@ -131,6 +141,16 @@ func (b *pinBook) judge(server string, mode mcpconfig.Pinning, listed []*tool) [
 				if p.pinned != nil && p.pinned.Hash == hash {
 					evs = append(evs, b.event(toolmeshv1.PinEventType_PIN_EVENT_TYPE_RESTORED, t, mode, false, hash))
 					b.log.Info("tool lists its pinned definition again", "tool", t.id, "hash", hash)
+				} else {
+					// Approved elsewhere: by another replica, or in the pin file by hand. Said here
+					// too, so that one replica's events miss no approval.
+					ev := b.event(toolmeshv1.PinEventType_PIN_EVENT_TYPE_APPROVED, t, mode, false, "")
+					if p.pinned != nil {
+						ev.PinnedHash = p.pinned.Hash
+					}
+					ev.ApprovedBy = pin.PinnedBy
+					evs = append(evs, ev)
+					b.log.Info("tool definition approved in the pin file", "tool", t.id, "hash", hash, "approved_by", pin.PinnedBy)
 				}
 			}
 			if recorded[t.id] {
@@ -496,8 +516,9 @@ func findingRules(fs []*toolmeshv1.ToolFinding) []string {
 
 // pinEvents is the buffer of the last pin events; changed is closed and replaced on every add.
 type pinEvents struct {
-	mu      sync.Mutex
-	seq     uint64
+	instance string
+	mu       sync.Mutex
+	seq      uint64
 	buf     []*toolmeshv1.PinEvent
 	changed chan struct{}
 }
@@ -506,7 +527,7 @@ func (l *pinEvents) add(ev *toolmeshv1.PinEvent) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.seq++
-	ev.Sequence = l.seq
+	ev.Sequence, ev.Instance = l.seq, l.instance
 	ev.Time = timestamppb.Now()
 	l.buf = append(l.buf, ev)
 	if len(l.buf) > pinEventBuffer {

@@ -374,6 +374,22 @@ func TestPinsAcrossReplicas(t *testing.T) {
 	if p := pending(t, b); len(p) != 0 {
 		t.Errorf("the other replica still has pending %v", p)
 	}
+	// Each replica's events tell the whole story of what it served: the other one's approval
+	// too. (b started with calc.add pinned already: no first sight.)
+	for _, r := range []struct {
+		h *executorHarness
+		n int
+	}{{a, 3}, {b, 2}} {
+		evs := readPinEvents(t, r.h, "calc.add", r.n)
+		changed, approved := evs[r.n-2], evs[r.n-1]
+		if changed.GetType() != toolmeshv1.PinEventType_PIN_EVENT_TYPE_CHANGED || approved.GetType() != toolmeshv1.PinEventType_PIN_EVENT_TYPE_APPROVED ||
+			approved.GetApprovedBy() != "test" || approved.GetInstance() == "" || approved.GetInstance() != changed.GetInstance() {
+			t.Errorf("events %v", evs)
+		}
+	}
+	if readPinEvents(t, a, "calc.add", 1)[0].GetInstance() == readPinEvents(t, b, "calc.add", 1)[0].GetInstance() {
+		t.Errorf("two executors name themselves alike")
+	}
 
 	ps.describe("Add two numbers, and more.")
 	c := startExecutor(t, cfg)

@@ -442,7 +442,10 @@ type PinEvent struct {
 	Hash       string         `protobuf:"bytes,8,opt,name=hash,proto3" json:"hash,omitempty"`
 	Findings   []*ToolFinding `protobuf:"bytes,9,rep,name=findings,proto3" json:"findings,omitempty"`
 	// approved_by is who approved, for PIN_EVENT_TYPE_APPROVED.
-	ApprovedBy    string `protobuf:"bytes,10,opt,name=approved_by,json=approvedBy,proto3" json:"approved_by,omitempty"`
+	ApprovedBy string `protobuf:"bytes,10,opt,name=approved_by,json=approvedBy,proto3" json:"approved_by,omitempty"`
+	// instance identifies the executor process that sent the event: a new process numbers its
+	// events from 1 again, so a follower keys what it has seen by instance and sequence.
+	Instance      string `protobuf:"bytes,11,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -543,6 +546,13 @@ func (x *PinEvent) GetFindings() []*ToolFinding {
 func (x *PinEvent) GetApprovedBy() string {
 	if x != nil {
 		return x.ApprovedBy
+	}
+	return ""
+}
+
+func (x *PinEvent) GetInstance() string {
+	if x != nil {
+		return x.Instance
 	}
 	return ""
 }
@@ -1262,7 +1272,7 @@ const file_toolmesh_v1_executor_proto_rawDesc = "" +
 	"\x15WatchPinEventsRequest\x12\x14\n" +
 	"\x05after\x18\x01 \x01(\x04R\x05after\"E\n" +
 	"\x16WatchPinEventsResponse\x12+\n" +
-	"\x05event\x18\x01 \x01(\v2\x15.toolmesh.v1.PinEventR\x05event\"\xe6\x02\n" +
+	"\x05event\x18\x01 \x01(\v2\x15.toolmesh.v1.PinEventR\x05event\"\x82\x03\n" +
 	"\bPinEvent\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12-\n" +
@@ -1276,7 +1286,8 @@ const file_toolmesh_v1_executor_proto_rawDesc = "" +
 	"\bfindings\x18\t \x03(\v2\x18.toolmesh.v1.ToolFindingR\bfindings\x12\x1f\n" +
 	"\vapproved_by\x18\n" +
 	" \x01(\tR\n" +
-	"approvedBy\"9\n" +
+	"approvedBy\x12\x1a\n" +
+	"\binstance\x18\v \x01(\tR\binstance\"9\n" +
 	"\x1fExecutorServiceListToolsRequest\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\"K\n" +
 	" ExecutorServiceListToolsResponse\x12'\n" +

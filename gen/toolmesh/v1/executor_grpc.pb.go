@@ -59,6 +59,8 @@ type ExecutorServiceClient interface {
 	ApproveTool(ctx context.Context, in *ExecutorServiceApproveToolRequest, opts ...grpc.CallOption) (*ExecutorServiceApproveToolResponse, error)
 	// WatchPinEvents sends this executor's pin events: the buffered ones after the sequence asked
 	// for (the last 256 are kept), then each as it happens. It is for an audit trail to follow.
+	// Every replica reports the changes it sees listed and the approvals it takes, its own or
+	// another replica's (through the shared pin file), so one stream misses none of them.
 	WatchPinEvents(ctx context.Context, in *WatchPinEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchPinEventsResponse], error)
 }
 
@@ -207,6 +209,8 @@ type ExecutorServiceServer interface {
 	ApproveTool(context.Context, *ExecutorServiceApproveToolRequest) (*ExecutorServiceApproveToolResponse, error)
 	// WatchPinEvents sends this executor's pin events: the buffered ones after the sequence asked
 	// for (the last 256 are kept), then each as it happens. It is for an audit trail to follow.
+	// Every replica reports the changes it sees listed and the approvals it takes, its own or
+	// another replica's (through the shared pin file), so one stream misses none of them.
 	WatchPinEvents(*WatchPinEventsRequest, grpc.ServerStreamingServer[WatchPinEventsResponse]) error
 	mustEmbedUnimplementedExecutorServiceServer()
 }
