@@ -141,12 +141,13 @@ func lineDiff(a, b []string) []string {
 				ops = append(ops, op{' ', a[i]})
 				i++
 				j++
-			case j < m && (i == n || lcs[i][j+1] >= lcs[i+1][j]):
-				ops = append(ops, op{'+', b[j]})
-				j++
-			default:
+			case i < n && (j == m || lcs[i+1][j] >= lcs[i][j+1]):
+				// What went comes before what came, as diff(1) writes it.
 				ops = append(ops, op{'-', a[i]})
 				i++
+			default:
+				ops = append(ops, op{'+', b[j]})
+				j++
 			}
 		}
 	}

@@ -574,3 +574,23 @@ func TestPinsReadOnlyFile(t *testing.T) {
 		t.Errorf("an unchanged file republished")
 	}
 }
+
+// TestLineDiff: what went comes before what came, and long unchanged runs are shortened to the
+// context around the changes.
+func TestLineDiff(t *testing.T) {
+	var a, b []string
+	for i := range 20 {
+		a = append(a, fmt.Sprintf("line %d", i))
+	}
+	b = append(b, a...)
+	b[10] = "line 10 changed"
+	got := strings.Join(lineDiff(a, b), "\n")
+	want := strings.Join([]string{"@@ 7 unchanged lines @@", " line 7", " line 8", " line 9", "-line 10", "+line 10 changed",
+		" line 11", " line 12", " line 13", "@@ 6 unchanged lines @@"}, "\n")
+	if got != want {
+		t.Errorf("diff:\n%s\nwant:\n%s", got, want)
+	}
+	if got := strings.Join(lineDiff(nil, []string{"x", "y"}), "|"); got != "+x|+y" {
+		t.Errorf("a diff from nothing: %s", got)
+	}
+}

@@ -493,6 +493,7 @@ const toolsView = {
     if (changed || server !== null) {
       // The catalog is read again each time the view opens: servers come and go.
       if (server !== null) $('search-server').dataset.want = server;
+      pending.load();
       this.loaded = this.loadCatalog();
       this.loaded.then(() => {
         if (server !== null) this.search();
@@ -568,6 +569,7 @@ const toolsView = {
     $('tools-list').replaceChildren(...items.map(({ tool, score }) => el('li', { 'data-tool-id': tool.id },
       el('a', { href: '#/tools/' + encodeURIComponent(tool.id), 'aria-current': tool.id === this.selected ? 'true' : false },
         score !== undefined ? el('span', { class: 'badge info score' }, 'score ' + Number(score).toFixed(2)) : null,
+        trustBadges(tool),
         el('span', { class: 'id' }, tool.id),
         el('span', { class: 'desc' }, firstSentence(tool.description))))));
   },
@@ -599,6 +601,111 @@ const toolsView = {
   },
 };
 
+// ----- tool trust (mcpServers pinning): flags on the tools, and the definitions waiting for an
+// admin's approval, each with its diff and an Approve button.
+
+const FINDING_WORDS = {
+  FINDING_KIND_HIDDEN_CHARACTERS: 'hidden characters removed',
+  FINDING_KIND_MODEL_INSTRUCTION: 'instructions to the model',
+  FINDING_KIND_CONCEAL_FROM_USER: 'hides things from the user',
+  FINDING_KIND_READ_SECRETS: 'reads files or secrets',
+};
+
+function trustBadges(tool) {
+  const out = [];
+  if (tool.pin === 'PIN_STATE_CHANGED') out.push(el('span', { class: 'badge warn', 'data-trust': 'changed' }, 'changed since approved'));
+  if ((tool.findings || []).length) out.push(el('span', { class: 'badge bad', 'data-trust': 'flagged' }, 'flagged'));
+  return out;
+}
+
+function findingList(findings) {
+  return el('ul', { class: 'findings' }, findings.map((f) => el('li', { 'data-kind': f.kind },
+    el('strong', {}, FINDING_WORDS[f.kind] || f.kind), ` in ${f.field} (${f.rule}): `, el('code', {}, f.excerpt))));
+}
+
+function trustNotes(tool) {
+  const out = [];
+  if (tool.pin === 'PIN_STATE_CHANGED') {
+    out.push(el('p', { class: 'warn-note', 'data-trust': 'changed' },
+      'Its definition changed since it was approved (pinning: warn): it is still offered and callable. An admin reviews it under Waiting for approval.'));
+  }
+  const findings = tool.findings || [];
+  if (findings.length) out.push(el('div', { class: 'trust', 'aria-label': 'Findings in its definition' }, el('p', { class: 'warn-note' }, 'Flagged:'), findingList(findings)));
+  return out;
+}
+
+function diffView(diff) {
+  return el('pre', { class: 'diff' }, (diff || '').replace(/\n$/, '').split('\n').map((line) => {
+    const cls = line.startsWith('+++') || line.startsWith('---') ? 'head' : line[0] === '+' ? 'add' : line[0] === '-' ? 'del' : line.startsWith('@@') ? 'gap' : '';
+    return el('span', { class: cls }, line + '\n');
+  }));
+}
+
+const pending = {
+  seq: 0,
+
+  // load shows the pending definitions to an admin; anyone else (403) sees nothing of them.
+  async load() {
+    const seq = ++this.seq;
+    let tools;
+    try {
+      tools = (await getJSON(API + 'tools:pending')).tools || [];
+    } catch (err) {
+      if (seq !== this.seq) return;
+      if (err.status === 403 || err.status === 401) {
+        $('pending').hidden = true;
+        return;
+      }
+      showError($('pending-error'), err, 'Could not list the tools waiting for approval');
+      $('pending').hidden = false;
+      return;
+    }
+    if (seq !== this.seq) return;
+    $('pending-error').hidden = true;
+    $('pending').hidden = tools.length === 0;
+    $('pending-list').replaceChildren(...tools.map((p) => this.item(p)));
+  },
+
+  item(p) {
+    const t = p.tool || {};
+    const why = p.pinned ? `its definition changed since it was pinned (${p.pinned_by || 'first seen'})` : 'it was first seen with findings';
+    const status = el('p', { class: 'meta', role: 'status' });
+    const button = el('button', { type: 'button', 'data-approve': t.id }, 'Approve ' + t.id);
+    button.addEventListener('click', () => this.approve(t, button, status));
+    return el('li', { 'data-tool-id': t.id },
+      el('h3', {}, t.id, ' ', p.quarantined
+        ? el('span', { class: 'badge bad' }, 'quarantined')
+        : el('span', { class: 'badge warn' }, 'flagged')),
+      el('p', {}, p.quarantined ? `Not listed, offered or callable: ${why}.` : `Still offered and callable: ${why}.`),
+      (t.findings || []).length ? findingList(t.findings) : null,
+      el('details', { open: true }, el('summary', {}, 'What changed'), diffView(p.diff)),
+      el('div', { class: 'row' }, button, status));
+  },
+
+  async approve(t, button, status) {
+    button.disabled = true;
+    status.textContent = 'Approving…';
+    try {
+      const resp = await api(`${API}tools/${encodeURIComponent(t.server)}/${encodeURIComponent(t.name)}:approve`, {
+        method: 'POST', body: JSON.stringify({ hash: t.hash }),
+      });
+      const body = await readJSON(resp);
+      if (!resp.ok) {
+        status.textContent = resp.status === 409 ? 'It changed again meanwhile: read the new diff.' : `Not approved: ${body.message || resp.status}`;
+        button.disabled = false;
+        if (resp.status === 409) this.load();
+        return;
+      }
+      announce(`${t.id} approved`);
+      this.load();
+      toolsView.loaded = toolsView.loadCatalog().then(() => { if (!toolsView.results) toolsView.renderList(); });
+    } catch (err) {
+      status.textContent = 'Not approved: ' + err.message;
+      button.disabled = false;
+    }
+  },
+};
+
 function firstSentence(s) {
   s = (s || '').trim();
   // A sentence ends at . ! or ? before a capital letter or the end ("e.g. 2" goes on).
@@ -623,6 +730,7 @@ function renderTool(tool) {
     el('p', { class: 'tool-description' }, tool.description || '(no description)'),
   ];
   if (badges.length) out.push(el('div', { class: 'annotations', 'aria-label': 'Hints from the server' }, badges));
+  out.push(...trustNotes(tool));
   out.push(el('details', {}, el('summary', {}, 'Input schema'), el('pre', {}, pretty(tool.input_schema || {}))));
   if (tool.output_schema) out.push(el('details', {}, el('summary', {}, 'Output schema'), el('pre', {}, pretty(tool.output_schema))));
   out.push(...callForm(tool));
