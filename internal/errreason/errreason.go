@@ -49,6 +49,10 @@ const (
 	// definition (mcpServers pinning: enforce): it changed since it was pinned, or it was first
 	// seen with findings. `toolmesh tools approve SERVER.TOOL` releases it.
 	ToolQuarantined = "TOOL_QUARANTINED"
+	// ToolRateLimited: RESOURCE_EXHAUSTED because the caller has made its calls of the tool for
+	// now (mcpServers rateLimit, per tool and token); a google.rpc.RetryInfo and the
+	// "retry-after" header say when to come back (HTTP 429 with Retry-After).
+	ToolRateLimited = "TOOL_RATE_LIMITED"
 )
 
 // Status is a status of code and msg carrying reason.

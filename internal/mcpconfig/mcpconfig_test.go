@@ -459,6 +459,27 @@ func TestRulesFromYAML(t *testing.T) {
 	}
 }
 
+// TestRulesKeepRateLimits: the api enforces the rate limits (it knows the tokens), and in
+// microservices mode it reads the servers' rules alone: they must carry rateLimit, the server's
+// and its tools'.
+func TestRulesKeepRateLimits(t *testing.T) {
+	got, err := ParseRules([]byte(`{"mcpServers": {"gh": {"url": "${GH_URL}", "rateLimit": {"calls": 10, "per": "1m"},
+		"tools": {"search": {"rateLimit": {"calls": 2, "per": 30}, "maxResultBytes": 100}}}}}`), lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gh := got["gh"]
+	if l := gh.RateLimitOf("search"); l == nil || *l != (RateLimit{2, 30 * time.Second}) {
+		t.Errorf("the tool's rate limit = %v; want 2 per 30s", l)
+	}
+	if l := gh.RateLimitOf("other"); l == nil || *l != (RateLimit{10, time.Minute}) {
+		t.Errorf("the server's rate limit = %v; want 10 per 1m", l)
+	}
+	if gh.URL != "" {
+		t.Errorf("the rules carry the url %q", gh.URL)
+	}
+}
+
 func TestExpand(t *testing.T) {
 	tests := []struct {
 		in, want, wantErr string

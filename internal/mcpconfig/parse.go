@@ -25,7 +25,8 @@ func Load(path string) (map[string]Server, error) {
 }
 
 // LoadRules reads an mcp.json file as Load does, for the servers' rules alone: each server
-// it returns has only Name, AllowedTools, ExcludedTools and AllowDestructive set. ${VAR}
+// it returns has only Name, AllowedTools, ExcludedTools, AllowDestructive, RateLimit and Tools
+// set (the api enforces the rate limits: it knows the tokens). ${VAR}
 // references anywhere else (url, headers, command, args, env: where a server's secrets go)
 // are neither resolved nor required, so a process that only enforces the rules (the api in
 // microservices mode) needs none of the secrets and never holds them. Connection settings
@@ -262,7 +263,8 @@ func parseEntry(name string, raw any, lookup func(string) (string, bool), rulesO
 		return Server{}, false, errors.Join(append(e.errs, hints(name, s.Warnings)...)...)
 	}
 	if rulesOnly {
-		return Server{Name: name, AllowedTools: s.AllowedTools, ExcludedTools: s.ExcludedTools, AllowDestructive: s.AllowDestructive}, true, nil
+		return Server{Name: name, AllowedTools: s.AllowedTools, ExcludedTools: s.ExcludedTools, AllowDestructive: s.AllowDestructive,
+			RateLimit: s.RateLimit, Tools: s.Tools}, true, nil
 	}
 
 	switch {

@@ -51,6 +51,10 @@ type ServerRules struct {
 	ExcludedTools []string
 	// AllowDestructive lets the model be offered this server's tools that may be destructive.
 	AllowDestructive bool
+	// RateLimit bounds the calls each caller (API token) makes of each of the server's tools;
+	// ToolRateLimits, by tool name, win over it. Nil: no limit.
+	RateLimit      *mcpconfig.RateLimit
+	ToolRateLimits map[string]*mcpconfig.RateLimit
 }
 
 // RulesOf takes the rules out of the mcpServers declarations (and nothing else: no URL, header
@@ -58,7 +62,16 @@ type ServerRules struct {
 func RulesOf(servers map[string]mcpconfig.Server) map[string]ServerRules {
 	out := make(map[string]ServerRules, len(servers))
 	for name, s := range servers {
-		out[name] = ServerRules{AllowedTools: s.AllowedTools, ExcludedTools: s.ExcludedTools, AllowDestructive: s.AllowDestructive}
+		r := ServerRules{AllowedTools: s.AllowedTools, ExcludedTools: s.ExcludedTools, AllowDestructive: s.AllowDestructive, RateLimit: s.RateLimit}
+		for tool, ts := range s.Tools {
+			if ts.RateLimit != nil {
+				if r.ToolRateLimits == nil {
+					r.ToolRateLimits = map[string]*mcpconfig.RateLimit{}
+				}
+				r.ToolRateLimits[tool] = ts.RateLimit
+			}
+		}
+		out[name] = r
 	}
 	return out
 }

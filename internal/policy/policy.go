@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -35,6 +36,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/errreason"
+	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
@@ -72,18 +74,24 @@ type Caller struct {
 }
 
 // Policy decides. It is safe for concurrent use, and immutable but for SetServers (a
-// configuration reload); a nil *Policy allows what a Policy built from an empty Config allows.
+// configuration reload) and what callers spent of the rate limits (Take); a nil *Policy allows
+// what a Policy built from an empty Config allows.
 type Policy struct {
 	servers atomic.Pointer[map[string]*serverRules]
 	scoped  bool
 	tokens  map[string]*scope
 	def     *scope // nil: callers without an entry may do nothing (when scoped)
 	denials metric.Int64Counter
+	// calls holds what each caller has spent of the tools' rate limits (ratelimit.go).
+	calls callLimits
+	now   func() time.Time // the clock calls reads; nil: time.Now
 }
 
 type serverRules struct {
 	allowed, excluded globs
 	allowDestructive  bool
+	rate              *mcpconfig.RateLimit
+	toolRate          map[string]*mcpconfig.RateLimit
 }
 
 type scope struct {
@@ -160,7 +168,12 @@ func compileServers(rules map[string]ServerRules) (map[string]*serverRules, []st
 				}
 			}
 		}
-		out[name] = &serverRules{allowed: compileGlobs(r.AllowedTools), excluded: compileGlobs(r.ExcludedTools), allowDestructive: r.AllowDestructive}
+		out[name] = &serverRules{allowed: compileGlobs(r.AllowedTools), excluded: compileGlobs(r.ExcludedTools), allowDestructive: r.AllowDestructive,
+			rate: r.RateLimit, toolRate: r.ToolRateLimits}
+		errs = append(errs, checkRateLimit(fmt.Sprintf("mcpServers.%s.rateLimit", name), r.RateLimit)...)
+		for _, tool := range slices.Sorted(maps.Keys(r.ToolRateLimits)) {
+			errs = append(errs, checkRateLimit(fmt.Sprintf("mcpServers.%s.tools.%s.rateLimit", name, tool), r.ToolRateLimits[tool])...)
+		}
 	}
 	return out, errs
 }
