@@ -449,26 +449,24 @@ func (f *forwarder) close() {
 	f.wg.Wait()
 }
 
-// TestFaultOversizedToolResult: a result over --executor.max-result-bytes fails the call with
-// 502 over REST (not 429, which would read as a rate limit), naming the tool and the limit; a direct
-// query fails the same way; smaller results still pass.
+// TestFaultOversizedToolResult: a result over --executor.max-result-bytes is cut to it and ends
+// with the executor's marker (before issue 27 it failed with 502): over REST with 200, the
+// Toolmesh-Result-Cut header and the marker naming the limit; a direct query's output keeps the
+// marker; smaller results pass whole. TestAttackHugeResult takes 50 MiB through every front.
 func TestFaultOversizedToolResult(t *testing.T) {
 	checkFDs(t)
 	m := startMesh(t, "--executor.max-result-bytes=2000")
 	big := `{"arguments":{"sql":"SELECT hex(zeroblob(4000)) AS x"}}`
-	code, b := post(t, m.base+"/v1/tools/sqlite/query_database:call", big)
-	e := decodeError(t, b)
-	if code != http.StatusBadGateway || !strings.Contains(e.Message, "sqlite.query_database") ||
-		!strings.Contains(e.Message, "executor.max-result-bytes") {
-		t.Errorf("oversized result: %d %s; want 502 naming the tool and the limit", code, b)
+	code, h, b := doHeader(t, "", http.MethodPost, m.base+"/v1/tools/sqlite/query_database:call", big)
+	if code != http.StatusOK || h.Get("Toolmesh-Result-Cut") != "2000" || !strings.Contains(string(b), "over the 2000-byte limit (executor.max-result-bytes)") {
+		t.Errorf("oversized result: %d, Toolmesh-Result-Cut %q, %.300s; want 200, the limit and the marker naming it", code, h.Get("Toolmesh-Result-Cut"), b)
 	}
-	// A direct query fails as the call does (docs/api.md).
 	code, b = post(t, m.base+"/v1/query", `{"query":"@sqlite.query_database({\"sql\":\"SELECT hex(zeroblob(4000)) AS x\"})"}`)
-	if e := decodeError(t, b); code != http.StatusBadGateway || !strings.Contains(e.Message, "max-result-bytes") {
-		t.Errorf("oversized result in a direct query: %d %s; want 502 naming the limit, as the call", code, b)
+	if r := decodeQuery(t, b); code != http.StatusOK || len(r.ToolCalls) != 1 || !strings.Contains(r.ToolCalls[0].Output, "[toolmesh: result cut") {
+		t.Errorf("oversized result in a direct query: %d %.300s; want 200 and the marker in the call's output", code, b)
 	}
-	code, b = post(t, m.base+"/v1/tools/sqlite/query_database:call", `{"arguments":{"sql":"SELECT hex(zeroblob(100)) AS x"}}`)
-	if code != http.StatusOK {
+	code, h, b = doHeader(t, "", http.MethodPost, m.base+"/v1/tools/sqlite/query_database:call", `{"arguments":{"sql":"SELECT hex(zeroblob(100)) AS x"}}`)
+	if code != http.StatusOK || h.Get("Toolmesh-Result-Cut") != "" || strings.Contains(string(b), "result cut") {
 		t.Errorf("small result after an oversized one: %d %s", code, b)
 	}
 }

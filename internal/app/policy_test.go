@@ -116,6 +116,13 @@ func policyConfig(t *testing.T, n *notes, extra string) string {
 // JSON.
 func do(t *testing.T, token, method, url, body string) (int, []byte) {
 	t.Helper()
+	code, _, b := doHeader(t, token, method, url, body)
+	return code, b
+}
+
+// doHeader is do returning the response's headers too.
+func doHeader(t *testing.T, token, method, url, body string) (int, http.Header, []byte) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
@@ -131,7 +138,7 @@ func do(t *testing.T, token, method, url, body string) (int, []byte) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return resp.StatusCode, resp.Header, b
 }
 
 func decodeQuery(t *testing.T, b []byte) queryResponse {

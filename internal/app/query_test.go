@@ -199,6 +199,11 @@ func query(t *testing.T, base, body string) queryResponse {
 
 // outputOf reads the last <<output>> of a prompt, quotes removed.
 func outputOf(prompt string) string {
+	return strings.Trim(outputLiteral(prompt), `'"`)
+}
+
+// outputLiteral is the quoted literal of the prompt's last <<output>>, quotes and all.
+func outputLiteral(prompt string) string {
 	i := strings.LastIndex(prompt, "<<output>>")
 	if i < 0 {
 		return ""
@@ -207,7 +212,7 @@ func outputOf(prompt string) string {
 	if end := strings.Index(rest, "\n"); end >= 0 {
 		rest = rest[:end]
 	}
-	return strings.Trim(rest, `'"`)
+	return rest
 }
 
 func TestQueryLoop(t *testing.T) {

@@ -36,14 +36,17 @@ func (g *Guard) fromGateway(md metadata.MD) bool {
 }
 
 // OutgoingHeaderMatcher is for runtime.WithOutgoingHeaderMatcher: it turns the "retry-after"
-// and "www-authenticate" header metadata of a refused call into the HTTP headers of those
-// names, and keeps the gateway's default ("Grpc-Metadata-" + key) for every other key.
+// and "www-authenticate" header metadata of a refused call, and "toolmesh-result-cut" of a call
+// whose result was cut, into the HTTP headers of those names, and keeps the gateway's default
+// ("Grpc-Metadata-" + key) for every other key.
 func OutgoingHeaderMatcher(key string) (string, bool) {
 	switch key {
 	case "retry-after":
 		return "Retry-After", true
 	case "www-authenticate":
 		return "WWW-Authenticate", true
+	case "toolmesh-result-cut":
+		return "Toolmesh-Result-Cut", true // a tool's result was cut to its limit
 	}
 	return runtime.MetadataHeaderPrefix + key, true
 }

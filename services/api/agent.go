@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -418,10 +419,11 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 		}
 		calls = append(calls, &toolmeshv1.ToolCallRecord{Tool: c.GetToolId(), Arguments: c.GetArguments()})
 	}
-	run := r.admit(ctx, step, calls)
+	run, undo := r.admit(ctx, step, calls)
 	span.SetAttributes(attribute.Int("toolmesh.step.tool_calls", len(calls)), attribute.Int("toolmesh.step.tool_calls_run", len(run)),
 		attribute.Int("toolmesh.step.function_calls", len(fnCalls)))
 	if err := h.guard.Charge(ctx, len(run)); err != nil {
+		undo()
 		resp, err := r.fail(ctx, err, n, "calling tools")
 		return resp, true, err
 	}
@@ -433,6 +435,9 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 	if r.down != nil {
 		resp, err := r.fail(ctx, r.down, n, "calling tools")
 		return resp, true, err
+	}
+	if cut := r.fitStep(calls); cut > 0 {
+		span.SetAttributes(attribute.Int("toolmesh.step.outputs_cut", cut))
 	}
 	if len(fnCalls) > 0 {
 		// The caller runs its functions; the turn goes on in its next request, which will
@@ -560,15 +565,19 @@ func (r *runner) offer(ctx context.Context, found []*toolmeshv1.ScoredTool, reco
 
 // admit decides which of the model's calls in step run, and records why each other one does
 // not: a tool the step did not offer (the model's output is no authority: text a tool returned
-// may have asked for it), the policy, the step's limit and the query's. It returns the calls
-// to run, in order.
-func (r *runner) admit(ctx context.Context, step *toolmeshv1.Step, calls []*toolmeshv1.ToolCallRecord) []*toolmeshv1.ToolCallRecord {
+// may have asked for it), the policy, the step's limit and the query's, and the tool's rate
+// limit for the caller. A call over its rate limit is a tool error the model reads (it may
+// answer without it, or call another tool), not a refusal of the question: the question is
+// within the caller's limits, the model's choice of call is not the caller's. It returns the
+// calls to run, in order, and what gives back their rate limits should they not run after all.
+func (r *runner) admit(ctx context.Context, step *toolmeshv1.Step, calls []*toolmeshv1.ToolCallRecord) ([]*toolmeshv1.ToolCallRecord, func()) {
 	offered := make(map[string]bool, len(step.GetRetrieved()))
 	for _, t := range step.GetRetrieved() {
 		offered[t.GetTool().GetId()] = true
 	}
 	cfg := r.h.cfg
 	var run []*toolmeshv1.ToolCallRecord
+	var undos []func()
 	for _, c := range calls {
 		d := r.h.policy.Call(r.caller, c.GetTool())
 		if d == nil && !offered[c.GetTool()] {
@@ -584,10 +593,21 @@ func (r *runner) admit(ctx context.Context, step *toolmeshv1.Step, calls []*tool
 		case r.ran+len(run) == cfg.MaxToolCalls:
 			c.IsError, c.Output = true, fmt.Sprintf("not run: the query has made its %d tool calls (api.max-tool-calls)", cfg.MaxToolCalls)
 		default:
+			undo, l := r.h.policy.Take(r.caller, c.GetTool())
+			if l != nil {
+				r.h.policy.RecordLimited(ctx, l)
+				c.IsError, c.Output = true, "not run: "+l.Error()
+				continue
+			}
+			undos = append(undos, undo)
 			run = append(run, c)
 		}
 	}
-	return run
+	return run, func() {
+		for _, u := range undos {
+			u()
+		}
+	}
 }
 
 // direct runs the calls a query of the form @SERVER.TOOL({...}) names, without a model.
@@ -608,12 +628,20 @@ func (r *runner) direct(ctx context.Context) (*toolmeshv1.QueryResponse, error) 
 		calls[i] = &toolmeshv1.ToolCallRecord{Tool: c.ToolID, Arguments: args}
 	}
 	// All or nothing: an app that names its calls gets them all run, or a refusal saying why.
-	for _, c := range calls {
+	ids := make([]string, len(calls))
+	for i, c := range calls {
 		if d := r.h.policy.Call(r.caller, c.GetTool()); d != nil {
 			return nil, r.h.policy.Record(ctx, d)
 		}
+		ids[i] = c.GetTool()
+	}
+	undo, l := r.h.policy.Take(r.caller, ids...)
+	if l != nil {
+		_ = grpc.SetHeader(ctx, l.Header())
+		return nil, r.h.policy.RecordLimited(ctx, l)
 	}
 	if err := r.h.guard.Charge(ctx, len(calls)); err != nil {
+		undo()
 		return nil, err
 	}
 	r.resp.Steps = []*toolmeshv1.Step{{Number: 1}}
@@ -726,7 +754,9 @@ func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord, byModel
 	ctx, cancel := context.WithTimeout(ctx, r.h.cfg.CallTimeout)
 	defer cancel()
 	start := time.Now()
-	res, err := r.h.executor.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: c.GetTool(), Arguments: c.GetArguments(), ByModel: byModel})
+	var trailer metadata.MD
+	res, err := r.h.executor.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: c.GetTool(), Arguments: c.GetArguments(), ByModel: byModel},
+		grpc.Trailer(&trailer))
 	if knownTool(ctx, err) {
 		label = c.GetTool()
 	}
@@ -747,7 +777,17 @@ func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord, byModel
 		r.mu.Unlock()
 		return
 	}
-	c.Output = renderOutput(res.GetContent(), res.GetStructuredContent(), r.h.cfg.MaxOutputBytes)
+	content := res.GetContent()
+	marker := ""
+	if len(trailer.Get(resultCutKey)) > 0 && len(content) > 0 {
+		// The executor cut the result and said so in its last block: the record keeps that
+		// note whatever api.max-output-bytes leaves of the rest.
+		marker, content = content[len(content)-1].GetText(), content[:len(content)-1]
+	}
+	c.Output = renderOutput(content, res.GetStructuredContent(), max(r.h.cfg.MaxOutputBytes-len(marker), r.h.cfg.MaxOutputBytes/2))
+	if marker != "" {
+		c.Output += "\n" + marker
+	}
 	c.IsError = res.GetIsError()
 	c.DurationMs = res.GetDurationMs()
 }

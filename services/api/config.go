@@ -35,6 +35,9 @@ type Config struct {
 	MaxParallelCalls int
 	// MaxOutputBytes bounds a tool's output as recorded and fed back to the model.
 	MaxOutputBytes int
+	// StepOutputTokens bounds the outputs of one step's calls together, as the model's prompt
+	// will hold them (budget.go): so that tools cannot push the question out of the context.
+	StepOutputTokens int
 	// ReadyNeedsInference makes /readyz fail while the model is not reachable.
 	ReadyNeedsInference bool
 	// ReadyServerGrace is how long after the api starts /readyz waits for an MCP server that
@@ -81,6 +84,12 @@ const (
 	// DefaultMaxStepCalls: Gorilla's parallel calls in one step number at most 4 in BFCL's
 	// parallel categories; twice that still runs in two rounds of api.max-parallel-calls.
 	DefaultMaxStepCalls = 8
+	// DefaultStepOutputTokens: half of the smallest context toolmesh's models run with (4096
+	// tokens), so the question, the offered tools and the answer keep the other half whatever
+	// the tools of one step return; counted as an upper bound, it holds about 2 KiB of output.
+	DefaultStepOutputTokens = 2048
+	// minStepOutputTokens leaves each call of a full step some output beside the note of the cut.
+	minStepOutputTokens = 256
 	// maxToolCallsLimit bounds the flags themselves.
 	maxToolCallsLimit = 1000
 )
@@ -95,6 +104,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.QueryTimeout, "api.query-timeout", 120*time.Second, "default bound on a whole query; a request's timeout_seconds (at most 600) overrides it")
 	fs.IntVar(&c.MaxParallelCalls, "api.max-parallel-calls", 4, "how many calls of one step run at the same time")
 	fs.IntVar(&c.MaxOutputBytes, "api.max-output-bytes", 16<<10, "longest tool output kept in a query's record and fed back to the model, in bytes")
+	fs.IntVar(&c.StepOutputTokens, "api.step-output-tokens", DefaultStepOutputTokens,
+		"most tokens the outputs of one model step's tool calls take together in the model's prompt (counted as an upper bound: a character as the bytes it takes quoted); larger outputs are cut, fairly, saying so in the query's record")
 	fs.BoolVar(&c.ReadyNeedsInference, "api.ready-needs-inference", false, "make /readyz fail while the model backend is unreachable (it is always reported)")
 	fs.DurationVar(&c.ReadyServerGrace, "api.ready-server-grace", 30*time.Second, "after the api starts, how long /readyz waits for an MCP server that has not connected yet (one starting beside the mesh); after it a server that is down is only reported")
 	fs.DurationVar(&c.CallTimeout, "api.call-timeout", 2*time.Minute, "upper bound on one tool call made through the api")
@@ -148,6 +159,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxOutputBytes < 256 {
 		return fmt.Errorf("api.max-output-bytes: %d is below the 256-byte minimum", c.MaxOutputBytes)
+	}
+	if c.StepOutputTokens != 0 && c.StepOutputTokens < minStepOutputTokens {
+		return fmt.Errorf("api.step-output-tokens: %d is below the %d-token minimum", c.StepOutputTokens, minStepOutputTokens)
 	}
 	if c.ReadyServerGrace < 0 {
 		return fmt.Errorf("api.ready-server-grace: %s is negative", c.ReadyServerGrace)

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
@@ -126,21 +127,31 @@ func (h *toolHandler) CallToolProgress(ctx context.Context, req *toolmeshv1.Call
 		return nil, invalid.Field("name", "is required")
 	}
 	id := toolid.Join(req.GetServer(), req.GetName())
-	if d := h.policy.Call(caller(ctx, nil), id); d != nil {
+	c := caller(ctx, nil)
+	if d := h.policy.Call(c, id); d != nil {
 		return nil, h.policy.Record(ctx, d)
+	}
+	if _, l := h.policy.Take(c, id); l != nil {
+		_ = grpc.SetHeader(ctx, l.Header())
+		return nil, h.policy.RecordLimited(ctx, l)
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.CallTimeout)
 	defer cancel()
 	call := &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: id, Arguments: req.GetArguments()}
 	var resp *toolmeshv1.ExecutorServiceCallToolResponse
+	var trailer metadata.MD
 	var err error
 	if progress == nil {
-		resp, err = h.executor.CallTool(ctx, call)
+		resp, err = h.executor.CallTool(ctx, call, grpc.Trailer(&trailer))
 	} else {
-		resp, err = h.streamCall(ctx, call, progress)
+		resp, trailer, err = h.streamCall(ctx, call, progress)
 	}
 	if err != nil {
 		return nil, dependencyError(ctx, "executor", h.cfg.ExecutorAddr, err)
+	}
+	if cut := trailer.Get(resultCutKey); len(cut) == 1 {
+		// The REST gateway sends it as the Toolmesh-Result-Cut header.
+		_ = grpc.SetHeader(ctx, metadata.Pairs(resultCutKey, cut[0]))
 	}
 	return &toolmeshv1.CallToolResponse{
 		Content:           resp.GetContent(),
@@ -151,28 +162,36 @@ func (h *toolHandler) CallToolProgress(ctx context.Context, req *toolmeshv1.Call
 }
 
 // streamCall makes call with the executor's CallToolStream: progress gets each report, the
-// result ends it.
-func (h *toolHandler) streamCall(ctx context.Context, call *toolmeshv1.ExecutorServiceCallToolRequest, progress func(*toolmeshv1.CallProgress)) (*toolmeshv1.ExecutorServiceCallToolResponse, error) {
+// result ends it. It returns the call's trailer too.
+func (h *toolHandler) streamCall(ctx context.Context, call *toolmeshv1.ExecutorServiceCallToolRequest, progress func(*toolmeshv1.CallProgress)) (*toolmeshv1.ExecutorServiceCallToolResponse, metadata.MD, error) {
 	st, err := h.executor.CallToolStream(ctx, &toolmeshv1.ExecutorServiceCallToolStreamRequest{Call: call})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for {
 		m, err := st.Recv()
 		if errors.Is(err, io.EOF) {
-			return nil, status.Error(codes.Internal, "the executor ended the call without its result")
+			return nil, nil, status.Error(codes.Internal, "the executor ended the call without its result")
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		switch e := m.GetEvent().(type) {
 		case *toolmeshv1.ExecutorServiceCallToolStreamResponse_Progress:
 			progress(e.Progress)
 		case *toolmeshv1.ExecutorServiceCallToolStreamResponse_Result:
-			return e.Result, nil
+			// The result is the stream's last message; its trailer comes with the end.
+			if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+				return e.Result, nil, nil
+			}
+			return e.Result, st.Trailer(), nil
 		}
 	}
 }
+
+// resultCutKey is the executor's trailer (executor.CutTrailer) on a call whose result it cut
+// to the tool's limit, and the api's header passing it on; its value is the limit in bytes.
+const resultCutKey = "toolmesh-result-cut"
 
 func (h *toolHandler) SearchTools(ctx context.Context, req *toolmeshv1.SearchToolsRequest) (*toolmeshv1.SearchToolsResponse, error) {
 	switch {

@@ -119,6 +119,12 @@ func readOnlyTool(id string) *toolmeshv1.Tool {
 func startAgent(t *testing.T, cfg Config, exec *recordingExecutor, retr *searchingRetriever, model *steeredModel) *grpc.ClientConn {
 	t.Helper()
 	cfg.ExecutorAddr = startGRPC(t, func(g *grpc.Server) { toolmeshv1.RegisterExecutorServiceServer(g, exec) })
+	return startAgentWith(t, cfg, retr, model)
+}
+
+// startAgentWith is startAgent for a cfg whose ExecutorAddr is set, with any model double.
+func startAgentWith(t *testing.T, cfg Config, retr *searchingRetriever, model toolmeshv1.InferenceServiceServer) *grpc.ClientConn {
+	t.Helper()
 	cfg.RetrieverAddr = startGRPC(t, func(g *grpc.Server) { toolmeshv1.RegisterRetrieverServiceServer(g, retr) })
 	cfg.InferenceAddr = startGRPC(t, func(g *grpc.Server) { toolmeshv1.RegisterInferenceServiceServer(g, model) })
 	cfg.MaxParallelCalls, cfg.MaxOutputBytes, cfg.QueryTimeout = 2, 4096, 10*time.Second

@@ -56,9 +56,10 @@ type Config struct {
 	ListChangedDebounce time.Duration
 	// ConnectTimeout bounds connect + initialize + the first tools/list of one attempt.
 	ConnectTimeout time.Duration
-	// MaxResultBytes bounds one tools/call result: the JSON-RPC response as read
-	// from the server, and the gRPC response made of it. A larger result fails
-	// the call with ResourceExhausted rather than being cut.
+	// MaxResultBytes bounds one tools/call result of a tool whose server sets no
+	// maxResultBytes: the JSON-RPC response as read from the server, and the gRPC
+	// response made of it. A larger result is cut to it and ends with a marker
+	// block saying so (cut.go); reading stops at the limit.
 	MaxResultBytes int
 	// MaxToolsPerServer and MaxListBytes bound one server's tools/list (all
 	// its pages). A listing over either stops there: the server is DEGRADED,
@@ -101,7 +102,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ConnectTimeout, "executor.connect-timeout", DefaultConnectTimeout,
 		"bound of one connection attempt to an MCP server (connect, initialize, first tools/list)")
 	fs.IntVar(&c.MaxResultBytes, "executor.max-result-bytes", DefaultMaxResultBytes,
-		"largest tool call result, in bytes, as read from the MCP server and as returned over gRPC; a larger result fails the call (ResourceExhausted) instead of being truncated")
+		"largest tool call result, in bytes, as read from the MCP server and as returned over gRPC, for servers that set no maxResultBytes; a larger result is cut to it, ends with a block saying so and carries the toolmesh-result-cut trailer (reading stops at the limit)")
 	fs.IntVar(&c.MaxToolsPerServer, "executor.max-tools-per-server", DefaultMaxToolsPerServer,
 		"most tools one MCP server may list; past it the listing stops, the server is marked degraded with the reason and keeps its last good tool list (or none)")
 	fs.IntVar(&c.MaxListBytes, "executor.max-list-bytes", DefaultMaxListBytes,

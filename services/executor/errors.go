@@ -16,7 +16,8 @@ var (
 	ErrTimeout = errors.New("tool call timed out")
 	// ErrSessionExpired: the server forgot our session (HTTP 404 for its Mcp-Session-Id).
 	ErrSessionExpired = errors.New("mcp session expired")
-	// ErrResultTooLarge: the tool's result is larger than Config.MaxResultBytes.
+	// ErrResultTooLarge: the tool's answer is larger than its limit and no result can be
+	// cut from it (its first bytes hold no result: an error answer, a notification).
 	ErrResultTooLarge = errors.New("tool result too large")
 	// ErrStopped: the executor is shutting down.
 	ErrStopped = errors.New("executor stopped")
@@ -107,10 +108,11 @@ func (e *timeoutError) Is(target error) bool { return target == ErrTimeout }
 // resultTooLargeError names the tool, how large its result was and the limit.
 // size is a lower bound when over is set: reading stopped at the limit.
 type resultTooLargeError struct {
-	tool  string
-	size  int64
-	over  bool
-	limit int
+	tool   string
+	size   int64
+	over   bool
+	limit  int
+	source string // the setting of the limit; "" is executor.max-result-bytes
 }
 
 func (e *resultTooLargeError) Error() string {
@@ -118,7 +120,11 @@ func (e *resultTooLargeError) Error() string {
 	if e.over {
 		size = fmt.Sprintf("more than %d bytes", e.size)
 	}
-	return fmt.Sprintf("result of tool %q is %s, over the %d-byte limit (executor.max-result-bytes)", e.tool, size, e.limit)
+	source := e.source
+	if source == "" {
+		source = "executor.max-result-bytes"
+	}
+	return fmt.Sprintf("result of tool %q is %s, over the %d-byte limit (%s), and no result could be cut from it", e.tool, size, e.limit, source)
 }
 func (e *resultTooLargeError) Is(target error) bool { return target == ErrResultTooLarge }
 

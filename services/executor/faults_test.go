@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -456,11 +457,12 @@ func TestFaultMalformedAnswers(t *testing.T) {
 	})
 }
 
-// TestFaultOversizedResult: a result over executor.max-result-bytes fails
-// with RESOURCE_EXHAUSTED naming the tool, the size and the limit; the
-// executor stops reading at the limit instead of buffering 64 MiB; a result
-// just under the limit still fits gRPC's default 4 MiB receive limit (this
-// test's client has it), and the server keeps working.
+// TestFaultOversizedResult: a result over executor.max-result-bytes is cut to it and ends with
+// the marker saying so, naming the size and the limit (before issue 27 it failed with
+// RESOURCE_EXHAUSTED; a cut result tells the caller more and costs no more); the executor stops
+// reading at the limit instead of buffering 64 MiB; a result just under the limit is whole and
+// still fits gRPC's default 4 MiB receive limit (this test's client has it), and the server
+// keeps working. TestResultCut covers the per-server and per-tool limits.
 func TestFaultOversizedResult(t *testing.T) {
 	fdcheck.Check(t, 2)
 	if DefaultMaxResultBytes >= 4<<20 {
@@ -469,12 +471,7 @@ func TestFaultOversizedResult(t *testing.T) {
 	const limit = DefaultMaxResultBytes
 	p := newFaultProxy()
 	ts := newTestMCP("big", 0)
-	ts.srv.AddTool(mcp.NewTool("numbers", mcp.WithNumber("n", mcp.Required())), func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		// Small in JSON ("0,"), 11 bytes each in structpb.
-		n, _ := r.RequireFloat("n")
-		return &mcp.CallToolResult{Content: []mcp.Content{mcp.NewTextContent("zeros")},
-			StructuredContent: map[string]any{"zeros": make([]int, int(n))}}, nil
-	})
+	addNumbersTool(ts)
 	hh := newHTTPHarness(t, p.wrap(streamableHandler(fixed(ts))))
 	h := startExecutor(t, Config{Servers: map[string]mcpconfig.Server{
 		"big": {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://" + hh.addr + "/mcp"},
@@ -487,18 +484,18 @@ func TestFaultOversizedResult(t *testing.T) {
 		tool     string
 		args     map[string]any
 		answer   fault
-		wantText int // 0: want RESOURCE_EXHAUSTED with contains
-		contains []string
+		wantText int      // > 0: want the whole text, this long
+		marker   []string // else: want a cut result whose marker says these
 	}{
 		{"64 MiB of text", "whoami", nil, streamedText(64<<20, false), 0,
-			[]string{`result of tool "big.whoami" is more than 1048576 bytes`, "over the 1048576-byte limit (executor.max-result-bytes)"}},
+			[]string{"the tool answered more than 1048576 bytes, over the 1048576-byte limit (executor.max-result-bytes)"}},
 		{"64 MiB of text in an event stream", "whoami", nil, streamedText(64<<20, true), 0,
-			[]string{`result of tool "big.whoami" is more than 1048576 bytes`, "1048576-byte limit"}},
+			[]string{"more than 1048576 bytes", "1048576-byte limit"}},
 		{"just over the limit", "whoami", nil, streamedText(limit-envelope+64, false), 0,
-			[]string{`"big.whoami"`, "1048576-byte limit"}},
+			[]string{"1048576-byte limit"}},
 		{"just under the limit", "whoami", nil, streamedText(limit-envelope-64, false), limit - envelope - 64, nil},
 		{"small JSON, large gRPC response", "numbers", map[string]any{"n": 200000}, nil, 0,
-			[]string{`result of tool "big.numbers" is 2`, "bytes, over the 1048576-byte limit"}},
+			[]string{"the tool answered 2", "bytes, over the 1048576-byte limit", "left out: structured content"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -518,13 +515,28 @@ func TestFaultOversizedResult(t *testing.T) {
 			took := time.Since(start)
 			alloc := m1.TotalAlloc - m0.TotalAlloc
 			t.Logf("took %s, allocated %d MiB in the process", took.Round(time.Millisecond), alloc>>20)
+			if err != nil {
+				t.Fatalf("call: %v; want a result", err)
+			}
 			if tc.wantText > 0 {
-				if err != nil || len(text(r)) != tc.wantText {
-					t.Fatalf("got %d bytes, %v; want %d bytes of text", len(text(r)), err, tc.wantText)
+				if len(text(r)) != tc.wantText {
+					t.Fatalf("got %d bytes; want %d bytes of text", len(text(r)), tc.wantText)
 				}
 				return
 			}
-			wantCode(t, err, codes.ResourceExhausted, tc.contains...)
+			blocks := r.GetContent()
+			marker := blocks[len(blocks)-1].GetText()
+			if !strings.HasPrefix(marker, CutMarker) {
+				t.Fatalf("the last block is %.100q, not the marker", marker)
+			}
+			for _, want := range tc.marker {
+				if !strings.Contains(marker, want) {
+					t.Errorf("marker %q does not say %q", marker, want)
+				}
+			}
+			if n := proto.Size(r); n > limit+markerBytes {
+				t.Errorf("the cut result is %d bytes, over the limit and the marker", n)
+			}
 			// The allocation check below is what shows the executor stops reading at the
 			// limit; this only catches a call that waits for something (a timeout) instead of
 			// failing. Building 200,000 structpb values takes 4 s under -race on a busy machine.
@@ -557,10 +569,10 @@ func addBigTool(ts *testMCP) {
 
 // TestFaultOversizedResultStream: over stdio and the legacy SSE transport the
 // answers of all calls share one stream. A line over executor.max-list-bytes
-// (16 MiB; 1 MiB here, to keep the test fast) is dropped as it arrives and answered
-// in its place (RESOURCE_EXHAUSTED for its call only); a smaller one over the
-// limit is refused after decoding; either way the connection stays (same
-// connected_at) and the next call works.
+// (16 MiB; 1 MiB here, to keep the test fast) is dropped as it arrives but for
+// its head, from which its call's result is cut; a smaller one over the limit
+// is cut after decoding (before issue 27 both failed with RESOURCE_EXHAUSTED);
+// either way the connection stays (same connected_at) and the next call works.
 func TestFaultOversizedResultStream(t *testing.T) {
 	const limit = 64 << 10
 	cases := []struct {
@@ -588,18 +600,32 @@ func TestFaultOversizedResultStream(t *testing.T) {
 				n        int
 				contains []string
 			}{
-				{512 << 10, []string{`result of tool "big.big" is 5243`, "bytes, over the 65536-byte limit (executor.max-result-bytes)"}},
-				{8 << 20, []string{`result of tool "big.big" is more than 1048576 bytes, over the 65536-byte limit`}},
+				{512 << 10, []string{`the tool answered 5243`, "bytes, over the 65536-byte limit (executor.max-result-bytes)"}},
+				{8 << 20, []string{`the tool answered more than 1048576 bytes, over the 65536-byte limit`}},
 			} {
 				runtime.GC()
 				var m0, m1 runtime.MemStats
 				runtime.ReadMemStats(&m0)
 				start := time.Now()
-				_, err := call(t, h, "big.big", map[string]any{"n": c.n})
+				r, err := call(t, h, "big.big", map[string]any{"n": c.n})
 				runtime.ReadMemStats(&m1)
 				alloc := m1.TotalAlloc - m0.TotalAlloc
 				t.Logf("%d KiB answer: %s, %d KiB allocated in the process", c.n>>10, time.Since(start).Round(time.Millisecond), alloc>>10)
-				wantCode(t, err, codes.ResourceExhausted, c.contains...)
+				if err != nil {
+					t.Fatalf("call: %v; want a cut result", err)
+				}
+				blocks := r.GetContent()
+				if len(blocks) != 2 || !strings.HasPrefix(blocks[1].GetText(), CutMarker) || len(blocks[0].GetText()) < limit/2 {
+					t.Fatalf("got %d blocks (%.80q...); want the text cut near the limit, then the marker", len(blocks), text(r))
+				}
+				for _, want := range c.contains {
+					if !strings.Contains(blocks[1].GetText(), want) {
+						t.Errorf("marker %q does not say %q", blocks[1].GetText(), want)
+					}
+				}
+				if n := proto.Size(r); n > limit+markerBytes {
+					t.Errorf("the cut result is %d bytes, over the limit and the marker", n)
+				}
 				if tc.stdio && c.n == 8<<20 && alloc > 8<<20 {
 					// The server is another process: this is the executor.
 					// Reading the line whole allocates several times its size.

@@ -5,12 +5,15 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -18,6 +21,7 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/policy"
+	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
 // ListTools returns the catalog, of one server or of all.
@@ -99,18 +103,34 @@ func (s *Service) call(ctx context.Context, req *toolmeshv1.ExecutorServiceCallT
 		}
 		timeout = d.AsDuration()
 	}
-	res, err := s.callTool(ctx, req, timeout, sink)
+	var cut *resultCut
+	res, err := s.callTool(withCutNote(ctx, &cut), req, timeout, sink)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	out := resultToProto(res)
 	// The wire limits (limit.go) do not bound this: JSON numbers grow in
 	// structpb, and stdio and SSE lines are only cut at lineLimit.
-	if n := proto.Size(out); n > s.cfg.MaxResultBytes {
-		return nil, toStatus(&resultTooLargeError{tool: req.GetToolId(), size: int64(n), limit: s.cfg.MaxResultBytes})
+	limit, source := s.limitOf(req.GetToolId())
+	if cut != nil {
+		limit, source = cut.limit, cut.source
+	}
+	if cut = cutResponse(out, limit, source, cut); cut != nil {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(CutTrailer, strconv.Itoa(cut.limit)))
+		s.cutLog.Log(ctx, slog.LevelInfo, "tool result cut to its limit", "tool", req.GetToolId(), "limit", cut.limit, "setting", cut.source,
+			"size", cut.size, "size_at_least", cut.over)
 	}
 	out.DurationMs = float64(time.Since(start).Microseconds()) / 1000
 	return out, nil
+}
+
+// limitOf is the result limit of the tool id and the setting it comes from.
+func (s *Service) limitOf(id string) (int, string) {
+	server, name, _ := toolid.Split(id)
+	if sess, ok := s.set.Load().sessions[server]; ok {
+		return resultLimit(server, sess.srv, s.cfg, name)
+	}
+	return s.cfg.MaxResultBytes, "executor.max-result-bytes"
 }
 
 // WatchTools sends a SNAPSHOT, then CHANGED events. A subscriber that falls

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -29,9 +31,55 @@ const errorBodyLimit = 64 << 10
 type answerProbe struct {
 	limit    int64 // 0: none
 	tripped  atomic.Bool
-	size     atomic.Int64 // the Content-Length when that alone tripped it; else 0
+	size     atomic.Int64 // the answer's Content-Length, when it has one over the limit; else 0
 	cut      atomic.Int64 // the line limit, when lineCap replaced the answer
 	complete atomic.Bool  // a body was read to its clean end
+	// head holds the first limit bytes of the answer (of the current event, for an event
+	// stream), from which a result is made when the limit trips (resultFromHead).
+	mu   sync.Mutex
+	head []byte
+}
+
+// keep appends p to the head, up to the limit.
+func (l *answerProbe) keep(p []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if room := int(l.limit) - len(l.head); room > 0 {
+		l.head = append(l.head, p[:min(room, len(p))]...)
+	}
+}
+
+// restart empties the head: a new event of a stream begins.
+func (l *answerProbe) restart() {
+	l.mu.Lock()
+	l.head = l.head[:0]
+	l.mu.Unlock()
+}
+
+// setHead gives the probe the head lineCap kept of an answer it dropped.
+func (l *answerProbe) setHead(head []byte) {
+	l.mu.Lock()
+	l.head = head
+	l.mu.Unlock()
+}
+
+// cutResult is the result made of the head when the limit tripped; ok is false when it did
+// not trip, or the head holds no result. c says how it was cut (the caller sets limit and source).
+func (l *answerProbe) cutResult() (res *mcp.CallToolResult, c *resultCut, ok bool) {
+	if !l.tripped.Load() {
+		return nil, nil, false
+	}
+	l.mu.Lock()
+	head := l.head
+	l.mu.Unlock()
+	c = &resultCut{size: l.limit, over: true}
+	if n := l.size.Load(); n > 0 {
+		c.size, c.over = n, false
+	} else if n := l.cut.Load(); n > 0 {
+		c.size = n
+	}
+	res, ok = resultFromHead(head, c)
+	return res, c, ok
 }
 
 type answerProbeKey struct{}
@@ -98,8 +146,8 @@ func (t limitBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	lb := &limitedBody{rc: resp.Body, l: l, perEvent: mt == "text/event-stream"}
 	if l.limit > 0 && !lb.perEvent && resp.ContentLength > l.limit {
+		// Read up to the limit all the same: the result is cut from those bytes.
 		l.size.Store(resp.ContentLength)
-		lb.trip()
 	}
 	resp.Body = lb
 	return resp, nil
@@ -128,13 +176,19 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if !b.perEvent {
 		b.n += int64(n)
+		if b.l.limit > 0 {
+			b.l.keep(p[:n])
+		}
 	} else {
-		for _, c := range p[:n] {
+		from := 0 // the bytes of the current event in p start here
+		for i, c := range p[:n] {
 			b.n++
 			switch c {
 			case '\n':
 				if b.lineLen == 0 {
 					b.n = 0 // a blank line ends the event
+					b.l.restart()
+					from = i + 1
 				}
 				b.lineLen = 0
 			case '\r':
@@ -144,6 +198,9 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 			if b.l.limit > 0 && b.n > b.l.limit {
 				break
 			}
+		}
+		if b.l.limit > 0 {
+			b.l.keep(p[from:n])
 		}
 	}
 	if b.l.limit > 0 && b.n > b.l.limit {
@@ -157,6 +214,55 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 }
 
 func (b *limitedBody) Close() error { return b.rc.Close() }
+
+// droppedHeads holds the heads of the lines lineCap dropped, by the JSON id of the answer,
+// until the call they answer takes them (hooks.after). A call that ended before its answer
+// came never does: past maxDropped heads the oldest go, so they cannot pile up.
+type droppedHeads struct {
+	mu    sync.Mutex
+	heads map[string][]byte
+	order []string
+}
+
+// maxDropped bounds droppedHeads; each head is at most the server's largest result limit.
+const maxDropped = 4
+
+// Store keeps head as the answer to id.
+func (d *droppedHeads) Store(id string, head []byte) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.heads == nil {
+		d.heads = map[string][]byte{}
+	}
+	if _, ok := d.heads[id]; !ok {
+		d.order = append(d.order, id)
+	}
+	d.heads[id] = head
+	for len(d.order) > maxDropped {
+		delete(d.heads, d.order[0])
+		d.order = d.order[1:]
+	}
+}
+
+// Load is the head kept for id.
+func (d *droppedHeads) Load(id string) ([]byte, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h, ok := d.heads[id]
+	return h, ok
+}
+
+// LoadAndDelete takes the head kept for id.
+func (d *droppedHeads) LoadAndDelete(id string) ([]byte, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h, ok := d.heads[id]
+	if ok {
+		delete(d.heads, id)
+		d.order = slices.DeleteFunc(d.order, func(o string) bool { return o == id })
+	}
+	return h, ok
+}
 
 // lineCapKey marks the context of a legacy SSE connection, whose event
 // stream is read through a lineCap.
@@ -172,9 +278,9 @@ func lineLimit(cfg Config) int { return max(cfg.MaxResultBytes, cfg.MaxListBytes
 // requests: stdio's stdout and the legacy SSE transport's event stream. A
 // line longer than limit is not passed on: its middle is dropped as it
 // arrives, and it is replaced with a JSON-RPC error answer to the same id,
-// so one oversized answer costs the executor the limit, fails its own call
-// only (hooks.after turns it into RESOURCE_EXHAUSTED), and keeps the
-// connection. The id is taken from the line's first bytes (before "result",
+// so one oversized answer costs the executor the limit, concerns its own call
+// only (hooks.after gives the call the line's head, from which its result is
+// cut, or fails it with RESOURCE_EXHAUSTED), and keeps the connection. The id is taken from the line's first bytes (before "result",
 // as mcp-go and the Python SDK write it) or its last ones (the TypeScript
 // SDK puts it last); a line with neither is dropped, and its call times out.
 type lineCap struct {
@@ -186,7 +292,7 @@ type lineCap struct {
 	out      []byte // ready for the reader from off on
 	off      int
 	dropping bool   // the current line went over the limit
-	head     []byte // first bytes of the dropped line
+	head     []byte // first bytes of the dropped line: capKeep, or hooks.keepHead when larger
 	tail     []byte // last bytes of the dropped line
 	err      error
 }
@@ -244,9 +350,11 @@ func (c *lineCap) feed(b []byte) {
 				continue
 			}
 			c.dropping = true
-			c.head = append(c.head[:0], c.line[:min(len(c.line), capKeep)]...)
-			if len(c.head) < capKeep {
-				c.head = append(c.head, seg[:min(len(seg), capKeep-len(c.head))]...)
+			keep := max(capKeep, c.h.keepHead)
+			c.head = make([]byte, 0, min(keep, len(c.line)+len(seg)))
+			c.head = append(c.head, c.line[:min(len(c.line), keep)]...)
+			if len(c.head) < keep {
+				c.head = append(c.head, seg[:min(len(seg), keep-len(c.head))]...)
 			}
 			c.tail = c.tail[:0]
 			c.keepTail(c.line)
@@ -294,7 +402,7 @@ func (c *lineCap) replacement() []byte {
 		prefix = "data: "
 	}
 	id := ""
-	head := c.head
+	head := c.head[:min(len(c.head), capKeep)]
 	if r := bytes.Index(head, []byte(`"result"`)); r >= 0 {
 		head = head[:r] // an "id" after "result" may be the result's own
 	}
@@ -306,7 +414,8 @@ func (c *lineCap) replacement() []byte {
 	if id == "" {
 		return nil
 	}
-	c.h.oversized.Store(id, struct{}{})
+	c.h.oversized.Store(id, c.head)
+	c.head = nil
 	return fmt.Appendf(nil, `%s{"jsonrpc":"2.0","id":%s,"error":{"code":%d,"message":%q}}`+"\n",
 		prefix, id, mcp.INTERNAL_ERROR, oversizedMessage)
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/logsample"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
@@ -43,6 +44,8 @@ type Service struct {
 	ins       *instruments
 	// pins are the trusted tool definitions (pins.go).
 	pins *pinBook
+	// cutLog takes the lines about cut results, which a server can cause at will.
+	cutLog *logsample.Sampler
 
 	// mu orders reconfigurations with the start and end of Run.
 	mu      sync.Mutex
@@ -89,6 +92,7 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		draining: make(chan struct{}),
 		tel:      tel,
 		ins:      ins,
+		cutLog:   logsample.New(logger, 10, 2*time.Second),
 	}
 	if s.pins, err = newPinBook(cfg.PinFile, cfg.PinPoll, logger, ins.meter); err != nil {
 		return nil, fmt.Errorf("executor: %w", err)

@@ -830,6 +830,9 @@ func (s *session) reasonLocked() string {
 // requested one) and concurrency limit. Its span covers waiting for a slot
 // and for a connection too: that is the time the caller sees. With a sink,
 // the call asks the server for progress reports and they go to the sink.
+//
+// A result over the tool's limit (resultLimit) is read only up to it and comes back cut,
+// noted in ctx (withCutNote) for the handler, which adds the marker (cutResponse).
 func (s *session) call(ctx context.Context, t *tool, args map[string]any, reqTimeout time.Duration, sink *progressSink) (res *mcp.CallToolResult, err error) {
 	timeout := s.timeout
 	if reqTimeout > 0 && reqTimeout < timeout {
@@ -855,7 +858,8 @@ func (s *session) call(ctx context.Context, t *tool, args map[string]any, reqTim
 	}
 	defer func() { <-s.sem }()
 
-	ctx, probe := withAnswerProbe(ctx, s.cfg.MaxResultBytes)
+	limit, source := resultLimit(s.name, s.srv, s.cfg, t.name)
+	ctx, probe := withAnswerProbe(ctx, limit)
 	req := mcp.CallToolRequest{}
 	req.Params.Name = t.name
 	req.Params.Arguments = args
@@ -881,7 +885,15 @@ func (s *session) call(ctx context.Context, t *tool, args map[string]any, reqTim
 		if err == nil {
 			return res, nil
 		}
+		if res, cut, ok := probe.cutResult(); ok {
+			cut.limit, cut.source = limit, source
+			noteCut(ctx, cut)
+			return res, nil
+		}
 		if err := probe.err(t.id); err != nil {
+			if tl, ok := err.(*resultTooLargeError); ok {
+				tl.source = source
+			}
 			return nil, err
 		}
 		if ctxEnded(ctx) {

@@ -28,6 +28,7 @@ type dialer struct {
 	srv            mcpconfig.Server
 	connectTimeout time.Duration
 	maxLine        int
+	keepHead       int // the largest result limit of the server's tools
 	log            *slog.Logger
 
 	// httpTransport is shared by every connection of this server, so the
@@ -38,7 +39,9 @@ type dialer struct {
 
 // newDialer sizes the HTTP pool for concurrency in-flight calls.
 func newDialer(srv mcpconfig.Server, cfg Config, concurrency int, log *slog.Logger, tel *telemetry.Service) *dialer {
-	d := &dialer{srv: srv, connectTimeout: cfg.ConnectTimeout, maxLine: lineLimit(cfg), log: slog.New(canceledQuiet{log.Handler()})}
+	keep := largestResultLimit(srv, cfg)
+	d := &dialer{srv: srv, connectTimeout: cfg.ConnectTimeout, maxLine: max(lineLimit(cfg), keep), keepHead: keep,
+		log: slog.New(canceledQuiet{log.Handler()})}
 	if srv.Transport != mcpconfig.TransportStdio {
 		// mcp-go's default client keeps 2 idle connections per host; under
 		// load that opens a new TCP connection per call. Size the pool for
@@ -95,7 +98,7 @@ func (d *dialer) open(legacyHTTP bool) (*link, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sse transport: %w", err)
 		}
-		h := &hooks{cancelOverHTTP: true, notify: sse.SendNotification, maxLine: d.maxLine}
+		h := &hooks{cancelOverHTTP: true, notify: sse.SendNotification, maxLine: d.maxLine, keepHead: d.keepHead}
 		return &link{tr: &sseTransport{SSE: sse, h: h}, hooks: h, lineCapped: true}, nil
 	case mcpconfig.TransportStreamableHTTP:
 		opts := []transport.StreamableHTTPCOption{
@@ -118,7 +121,7 @@ func (d *dialer) open(legacyHTTP bool) (*link, error) {
 		if err != nil {
 			return nil, err
 		}
-		h := &hooks{maxLine: d.maxLine}
+		h := &hooks{maxLine: d.maxLine, keepHead: d.keepHead}
 		stdio := transport.NewIO(newLineCap(p.stdout, h.maxLine, h), p.stdin, nil)
 		return &link{tr: &stdioTransport{Stdio: stdio, h: h}, hooks: h, proc: p}, nil
 	}
@@ -205,10 +208,11 @@ type hooks struct {
 	modern           atomic.Bool
 	notify           func(context.Context, mcp.JSONRPCNotification) error
 	wg               sync.WaitGroup
-	// maxLine and oversized: see lineCap; oversized holds the JSON ids of
-	// the answers it replaced.
+	// maxLine, keepHead and oversized: see lineCap; oversized holds the
+	// heads (keepHead bytes) of the answers it replaced, by their JSON id.
 	maxLine   int
-	oversized sync.Map
+	keepHead  int
+	oversized droppedHeads
 }
 
 func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *transport.JSONRPCResponse, err error) (*transport.JSONRPCResponse, error) {
@@ -217,10 +221,11 @@ func (h *hooks) after(ctx context.Context, req transport.JSONRPCRequest, resp *t
 	}
 	if resp != nil && resp.Error != nil && resp.Error.Message == oversizedMessage {
 		if id, err := json.Marshal(req.ID); err == nil {
-			if _, ok := h.oversized.LoadAndDelete(string(id)); ok {
+			if head, ok := h.oversized.LoadAndDelete(string(id)); ok {
 				if p, ok := ctx.Value(answerProbeKey{}).(*answerProbe); ok {
 					p.tripped.Store(true)
 					p.cut.Store(int64(h.maxLine))
+					p.setHead(head[:min(len(head), int(p.limit))])
 				}
 			}
 		}
