@@ -20,15 +20,17 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     go build -ldflags="-s -w" -o /out/toolmesh ./cmd/toolmesh && \
     go build -ldflags="-s -w" -o /out/toolmesh-healthcheck ./deploy/healthcheck
-# The models folder `toolmesh model pull` writes to (compose's model-init), and the one
-# `toolmesh tls init` writes to (deploy/compose.mtls.yaml's tls-init): owned by the runtime
-# user, so a new volume mounted there starts with that owner (the image has no shell to chown).
-RUN mkdir -p /out/models /out/tls
+# The models folder `toolmesh model pull` writes to (compose's model-init), the one
+# `toolmesh tls init` writes to (deploy/compose.mtls.yaml's tls-init), and the executor's pin
+# file's (compose's pins volume): owned by the runtime user, so a new volume mounted there
+# starts with that owner (the image has no shell to chown).
+RUN mkdir -p /out/models /out/tls /out/pins
 
 FROM ${RUNTIME_IMAGE}
 COPY --from=build /out/toolmesh /out/toolmesh-healthcheck /usr/local/bin/
 COPY --from=build --chown=65532:65532 /out/models /models
 COPY --from=build --chown=65532:65532 /out/tls /tls
+COPY --from=build --chown=65532:65532 /out/pins /var/lib/toolmesh
 # distroless's nonroot user (65532); every port toolmesh uses is above 1024.
 USER 65532:65532
 # REST, api gRPC, retriever, inference, executor, calculator MCP, converter MCP.

@@ -118,8 +118,9 @@ func runMesh(t *testing.T, files ...string) {
 	bin := buildToolmesh(t)
 	healthcheck := buildHealthcheck(t)
 
-	// Named volumes a toolmesh service writes (tls-init's certificates) are folders here.
-	volumes := map[string]string{}
+	// Named volumes a toolmesh service writes (tls-init's certificates, the executor's pins)
+	// are folders here.
+	volumes := map[string]string{"pins": t.TempDir()}
 	if init, ok := services["tls-init"]; ok {
 		volumes["tls"] = t.TempDir()
 		var args []string

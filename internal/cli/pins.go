@@ -197,9 +197,11 @@ func approveInto(ctx context.Context, c *client, path, id, server, hash string, 
 		}
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "%s: definition %s recorded in %s.\nUpdate the pin file the executors read from it, e.g. for the Helm chart's ConfigMap:\n"+
-		"  kubectl create configmap RELEASE-toolmesh-pins --from-file=pins.json=%s --dry-run=client -o yaml | kubectl apply -f -\n"+
-		"Every executor takes it within a minute or two (the kubelet's sync, then --executor.pin-poll).\n", id, t.GetHash(), path, path)
+	_, err = fmt.Fprintf(stdout, "%s: definition %s recorded in %s.\nUpdate the pin file the executors read from it: with the Helm chart\n"+
+		"  helm upgrade RELEASE CHART --reuse-values --set-file executor.pins.file=%s\n"+
+		"or, with a ConfigMap of your own (executor.pins.existingConfigMap),\n"+
+		"  kubectl create configmap NAME --from-file=pins.json=%s --dry-run=client -o yaml | kubectl apply -f -\n"+
+		"Every executor takes it within a minute or two (the kubelet's sync, then --executor.pin-poll).\n", id, t.GetHash(), path, path, path)
 	return err
 }
 

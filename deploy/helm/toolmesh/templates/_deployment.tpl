@@ -70,6 +70,9 @@ spec:
             {{- if or (eq $component "executor") (eq $component "api") }}
             - --mcp-config={{ include "toolmesh.configDir" $ }}/mcp.json
             {{- end }}
+            {{- if eq $component "executor" }}
+            - --executor.pin-file={{ include "toolmesh.pinsDir" $ }}/pins.json
+            {{- end }}
             {{- with $v.extraArgs }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
@@ -125,6 +128,12 @@ spec:
               readOnly: true
             - name: tmp
               mountPath: /tmp
+            {{- if eq $component "executor" }}
+            # A directory mount (not subPath), so an updated pin file reaches the running pod.
+            - name: pins
+              mountPath: {{ include "toolmesh.pinsDir" $ }}
+              readOnly: true
+            {{- end }}
             {{- if $.Values.tls.enabled }}
             - name: tls
               mountPath: {{ include "toolmesh.tlsDir" $ }}
@@ -161,6 +170,14 @@ spec:
         - name: tmp
           emptyDir:
             sizeLimit: 256Mi
+        {{- if eq $component "executor" }}
+        - name: pins
+          configMap:
+            name: {{ include "toolmesh.pinsConfigMapName" $ }}
+            items:
+              - key: pins.json
+                path: pins.json
+        {{- end }}
         {{- if $.Values.tls.enabled }}
         - name: tls
           secret:

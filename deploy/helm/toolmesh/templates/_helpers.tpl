@@ -126,6 +126,10 @@ retriever.qdrant.addr. */}}
 
 {{/* Where the pods mount what. */}}
 {{- define "toolmesh.configDir" -}}/etc/toolmesh/config{{- end }}
+{{- define "toolmesh.pinsDir" -}}/etc/toolmesh/pins{{- end }}
+{{- define "toolmesh.pinsConfigMapName" -}}
+{{- default (printf "%s-pins" (include "toolmesh.fullname" .)) .Values.executor.pins.existingConfigMap }}
+{{- end }}
 {{- define "toolmesh.tlsDir" -}}/etc/toolmesh/tls{{- end }}
 {{- define "toolmesh.tokensDir" -}}/etc/toolmesh/api-tokens{{- end }}
 {{- define "toolmesh.qdrantCADir" -}}/etc/toolmesh/qdrant-ca{{- end }}
