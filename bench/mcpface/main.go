@@ -20,8 +20,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -29,9 +27,6 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
@@ -39,9 +34,10 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/toolmesh/toolmesh/bench/internal/callstats"
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
+	"github.com/toolmesh/toolmesh/bench/internal/inproc"
 	"github.com/toolmesh/toolmesh/bench/internal/loadavg"
-	"github.com/toolmesh/toolmesh/internal/app"
 )
 
 func main() {
@@ -172,19 +168,19 @@ func compareCalls(ctx context.Context, figs *figures.MCPFace, direct, face *clie
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
 	ratios := map[int][3]float64{}
 	for _, n := range []int{1, callers} {
-		var d, f stats
+		var d, f callstats.Stats
 		for range rounds {
-			if err := d.round(ctx, direct, "echo", n, duration); err != nil {
+			if err := d.Round(n, duration, callOf(ctx, direct, "echo")); err != nil {
 				return fmt.Errorf("direct: %w", err)
 			}
-			if err := f.round(ctx, face, "echo__echo", n, duration); err != nil {
+			if err := f.Round(n, duration, callOf(ctx, face, "echo__echo")); err != nil {
 				return fmt.Errorf("through /mcp: %w", err)
 			}
 		}
-		d.print("direct (held mcp-go session)", n)
-		f.print("through toolmesh /mcp", n)
-		figs.Calls = append(figs.Calls, d.figures("direct", n), f.figures("face", n))
-		ratios[n] = [3]float64{float64(f.p(50)-d.p(50)) / float64(time.Microsecond), f.rate() / d.rate(), d.cpuPerCall().Seconds() / f.cpuPerCall().Seconds()}
+		fmt.Println(d.Row("direct (held mcp-go session)", n))
+		fmt.Println(f.Row("through toolmesh /mcp", n))
+		figs.Calls = append(figs.Calls, callFigures(&d, "direct", n), callFigures(&f, "face", n))
+		ratios[n] = [3]float64{callstats.Micro(f.P(50) - d.P(50)), f.Rate() / d.Rate(), d.CPUPerCall().Seconds() / f.CPUPerCall().Seconds()}
 	}
 	fmt.Println()
 	for _, n := range []int{1, callers} {
@@ -241,16 +237,9 @@ func compareLists(ctx context.Context, figs *figures.MCPFace, bigURL string, fac
 	return nil
 }
 
-// stats gathers the latencies of one path over its rounds, and the process's CPU time in them.
-type stats struct {
-	lat     []time.Duration
-	elapsed time.Duration
-	cpu     time.Duration
-}
-
-// round runs n callers on c for d (after a short warm-up), each calling tool in a loop.
-func (s *stats) round(ctx context.Context, c *client.Client, tool string, n int, d time.Duration) error {
-	call := func() error {
+// callOf calls tool on c with a message, an error result counting as an error.
+func callOf(ctx context.Context, c *client.Client, tool string) func() error {
+	return func() error {
 		req := mcp.CallToolRequest{}
 		req.Params.Name = tool
 		req.Params.Arguments = map[string]any{"message": "hello"}
@@ -262,86 +251,13 @@ func (s *stats) round(ctx context.Context, c *client.Client, tool string, n int,
 		}
 		return err
 	}
-	var stop atomic.Bool
-	warm := time.Now().Add(min(d/5, time.Second))
-	var wg sync.WaitGroup
-	lat := make([][]time.Duration, n)
-	errs := make([]error, n)
-	var began, ended time.Time
-	var once sync.Once
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !stop.Load() {
-				t0 := time.Now()
-				if err := call(); err != nil {
-					errs[i] = err
-					stop.Store(true)
-					return
-				}
-				if t0.After(warm) {
-					lat[i] = append(lat[i], time.Since(t0))
-				}
-			}
-		}()
-	}
-	time.Sleep(time.Until(warm))
-	once.Do(func() { began = time.Now() })
-	cpu0 := cpuTime()
-	time.Sleep(d)
-	ended = time.Now()
-	s.cpu += cpuTime() - cpu0
-	stop.Store(true)
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	for _, l := range lat {
-		s.lat = append(s.lat, l...)
-	}
-	s.elapsed += ended.Sub(began)
-	return nil
 }
 
-func (s *stats) p(q int) time.Duration {
-	slices.Sort(s.lat)
-	if len(s.lat) == 0 {
-		return 0
-	}
-	return s.lat[min(len(s.lat)-1, len(s.lat)*q/100)]
+func callFigures(s *callstats.Stats, path string, n int) figures.MCPFaceCalls {
+	return figures.MCPFaceCalls{Path: path, Callers: n, Calls: s.Calls(), CallsPerSec: s.Rate(),
+		P50: callstats.Micro(s.P(50)), P99: callstats.Micro(s.P(99)), CPUPerCall: callstats.Micro(s.CPUPerCall())}
 }
 
-func (s *stats) rate() float64 { return float64(len(s.lat)) / s.elapsed.Seconds() }
-
-// cpuPerCall is the process's CPU time (user and system) per call measured.
-func (s *stats) cpuPerCall() time.Duration {
-	if len(s.lat) == 0 {
-		return 0
-	}
-	return s.cpu / time.Duration(len(s.lat))
-}
-
-func (s *stats) print(name string, n int) {
-	fmt.Printf("| %s | %d | %d | %.0f | %s | %s | %s | %s |\n", name, n, len(s.lat), s.rate(), us(s.p(50)), us(s.p(90)), us(s.p(99)), us(s.cpuPerCall()))
-}
-
-func (s *stats) figures(path string, n int) figures.MCPFaceCalls {
-	micro := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	return figures.MCPFaceCalls{Path: path, Callers: n, Calls: len(s.lat), CallsPerSec: s.rate(),
-		P50: micro(s.p(50)), P99: micro(s.p(99)), CPUPerCall: micro(s.cpuPerCall())}
-}
-
-// cpuTime is the CPU time this process has used so far, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 
 // serve runs an MCP server with tools over streamable HTTP on loopback.
@@ -439,69 +355,11 @@ func waitCatalog(ctx context.Context, c *client.Client, want int) error {
 	}
 }
 
-// startMesh runs the executor, retriever and api in this process on loopback with the MCP
-// servers of cfg and returns the REST base URL once /readyz says ready.
+// startMesh runs the executor, retriever and api targets in this process, as `toolmesh up`
+// does, with the MCP servers of cfg (an mcp.json), and returns the REST base URL once ready.
 func startMesh(cfg string) (string, func(), error) {
-	fs := flag.NewFlagSet("mesh", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var c app.Config
-	c.RegisterFlags(fs)
-	if err := c.Load(fs, []string{
+	return inproc.Start("mcpface", []string{
 		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
 		"--retriever.grpc-addr=127.0.0.1:0", "--api.inference-addr=", "--drain-timeout=2s", "--mcp-config=" + cfg,
-	}); err != nil {
-		return "", nil, err
-	}
-	c.Targets = []string{"executor", "retriever", "api"}
-	if err := c.Validate(); err != nil {
-		return "", nil, err
-	}
-	// Warnings only: the figures are of the calls, not of the log.
-	a, err := app.New(c, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	if err != nil {
-		return "", nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	started := make(chan struct{})
-	go func() { done <- a.Run(ctx, func() { close(started) }) }()
-	stop := func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			fmt.Fprintln(os.Stderr, "mcpface: the mesh did not stop within 15 s")
-		}
-	}
-	select {
-	case <-started:
-	case err := <-done:
-		cancel()
-		return "", nil, fmt.Errorf("mesh: %w", err)
-	}
-	var rest string
-	for _, e := range a.Endpoints {
-		if e.Name == "REST" {
-			rest = e.Addr
-		}
-	}
-	if rest == "" {
-		stop()
-		return "", nil, fmt.Errorf("mesh: no REST endpoint in %v", a.Endpoints)
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		resp, err := http.Get(rest + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return rest, stop, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return "", nil, fmt.Errorf("mesh: /readyz not 200 within 2 minutes (%v)", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	}, []string{"executor", "retriever", "api"}, 2*time.Minute)
 }

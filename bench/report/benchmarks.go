@@ -42,6 +42,8 @@ var benchmarks = []benchmark{
 		builds: []string{"./bench/replicas"}, run: runReplicas},
 	{name: "chat", issue: "25 OpenAI face", title: "Chat completions vs /v1/query (issue 25)",
 		builds: []string{"./bench/loop"}, run: runChat},
+	{name: "audit", issue: "27 audit", title: "Audit trail on vs off (issue 27)",
+		builds: []string{"./bench/audit"}, run: runAudit},
 }
 
 // pick is the quick or the full variant.
@@ -388,6 +390,25 @@ func runMCPFace(ctx context.Context, r *runner, s *section) {
 		shown: "go run ./bench/mcpface", bin: r.program("./bench/mcpface"), markdown: true, timeout: r.timeout(8 * time.Minute),
 		args: r.pick(nil, []string{"-callers", "8", "-duration", "300ms", "-rounds", "1", "-tools", "1000", "-list-runs", "2"}),
 	}, "mcpface.json", mcpfaceRows)
+}
+
+func runAudit(ctx context.Context, r *runner, s *section) {
+	s.Intro = []string{
+		"A REST tool call (`POST /v1/tools/calculator/add:call`: gateway → gRPC → executor → the demo " +
+			"calculator over SSE) on two meshes in one process, one without an audit trail and one writing it " +
+			"to a file (`--audit.file`, arguments as digests, fsync every second), at 1 and 16 callers in " +
+			"alternating rounds (which goes first alternates too), then one caller alternating a call on each " +
+			"mesh, so that both see the same moments of the machine (the p50 the target is judged by); then " +
+			"`Recorder.Record` alone, from its " +
+			"caller's side, and its writer's pace when one caller records as fast as it can (records past " +
+			"its queue are dropped and declared, by design); and the audited mesh's trail, verified and " +
+			"counted against the calls made on it. Targets: p50 ≤ off + 10 µs (paired), calls/s ≥ 0.95× " +
+			"off at 16 callers.",
+	}
+	runFigures(ctx, r, s, spec{
+		shown: "go run ./bench/audit", bin: r.program("./bench/audit"), markdown: true, timeout: r.timeout(6 * time.Minute),
+		args: r.pick([]string{"-markdown"}, []string{"-markdown", "-callers", "4", "-duration", "300ms", "-rounds", "1"}),
+	}, "audit.json", auditRows)
 }
 
 func runConsole(ctx context.Context, r *runner, s *section) {

@@ -521,3 +521,37 @@ func TestMCPFaceRows(t *testing.T) {
 		t.Errorf("calls/s at 0.25× direct: %s, want not met", rows[4].Verdict)
 	}
 }
+
+// TestAuditRows judges issue 27's targets: the paired p50 at one caller, calls/s at the
+// concurrent row; a trail that does not verify fails the section.
+func TestAuditRows(t *testing.T) {
+	f := figures.Audit{Callers: 16, Calls: []figures.AuditCalls{
+		{Audit: false, Callers: 1, CallsPerSec: 2000, P50: 480, CPUPerCall: 300},
+		{Audit: true, Callers: 1, CallsPerSec: 1990, P50: 530, CPUPerCall: 303},
+		{Audit: false, Callers: 16, CallsPerSec: 5000, P50: 3000, CPUPerCall: 280},
+		{Audit: true, Callers: 16, CallsPerSec: 4900, P50: 3050, CPUPerCall: 284},
+	}, PairedOffP50: 480, PairedOnP50: 484, Pairs: 20000,
+		RecordNs: 250, WriterPerSec: 300000, Verified: true, TrailRecords: 40000, Calls0: 40000}
+	rows := auditRows(f)
+	want := []verdict{met, info, info, info, info, met, info, info, met}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d: %+v", len(rows), len(want), rows)
+	}
+	for i, w := range want {
+		if rows[i].Verdict != w {
+			t.Errorf("row %d %q: %s, want %s", i, rows[i].Measure, rows[i].Verdict, w)
+		}
+	}
+	f.PairedOnP50, f.Calls[3].CallsPerSec = 500, 4000
+	if rows := auditRows(f); rows[0].Verdict != notMet || rows[5].Verdict != notMet {
+		t.Errorf("paired p50 +20 µs and calls/s 0.8×: %s, %s; want not met", rows[0].Verdict, rows[5].Verdict)
+	}
+	f.Pairs = 0
+	if rows := auditRows(f); rows[0].Verdict != failed {
+		t.Errorf("no paired calls: %s, want failed", rows[0].Verdict)
+	}
+	f.Verified = false
+	if rows := auditRows(f); rows[len(rows)-1].Verdict != failed {
+		t.Errorf("a trail that does not verify: %s, want failed", rows[len(rows)-1].Verdict)
+	}
+}

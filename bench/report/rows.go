@@ -71,6 +71,10 @@ const (
 	// issue 26: another token's calls beside a legacy SSE flood take at most their own call
 	// time (p50 alone) plus this
 	sseMaxExtraMS = 100.0
+	// issue 27: the audit trail adds at most this to a call's p50, and takes at most 5 % off
+	// calls/s
+	auditMaxAddedP50US = 10.0
+	auditMinThroughput = 0.95
 	// issue 9
 	consoleBudgetKB = 200.0
 	consoleGoalMS   = 300.0
@@ -597,4 +601,50 @@ func mcpfaceRows(f figures.MCPFace) []row {
 			fmt.Sprintf("%.1f ms", l.FaceP50Ms), fmt.Sprintf("%.1f ms", l.DirectP50Ms), ratio(l.FaceP50Ms, l.DirectP50Ms), "reported", info})
 	}
 	return rows
+}
+
+// auditRows compares tool calls with the audit trail on and off (issue 27): the paired p50 at
+// one caller and calls/s at the concurrent row are judged; the trail the run wrote must verify.
+func auditRows(f figures.Audit) []row {
+	const issue = "27 audit"
+	var rows []row
+	for _, n := range []int{1, f.Callers} {
+		off, okOff := f.Find(false, n)
+		on, okOn := f.Find(true, n)
+		if !okOff || !okOn {
+			rows = append(rows, row{issue, fmt.Sprintf("calls at %d callers", n), "not measured", "", math.NaN(), "", failed})
+			continue
+		}
+		added := on.P50 - off.P50
+		p50Target, rateTarget := "—", "—"
+		p50Verdict, rateVerdict := info, info
+		if n == f.Callers {
+			rateTarget, rateVerdict = fmt.Sprintf("≥ %.2f×", auditMinThroughput), judge(ratio(on.CallsPerSec, off.CallsPerSec) >= auditMinThroughput)
+		}
+		rows = append(rows,
+			row{issue, fmt.Sprintf("REST tool call p50, audit trail on vs off, %d caller(s) (adds %s)", n, signedUS(added)), us(on.P50), us(off.P50),
+				ratio(on.P50, off.P50), p50Target, p50Verdict},
+			row{issue, fmt.Sprintf("calls/s, audit trail on vs off, %d caller(s)", n), thousands(on.CallsPerSec, 0), thousands(off.CallsPerSec, 0),
+				ratio(on.CallsPerSec, off.CallsPerSec), rateTarget, rateVerdict},
+			row{issue, fmt.Sprintf("CPU per call (the whole process), audit trail on vs off, %d caller(s)", n), us(on.CPUPerCall), us(off.CPUPerCall),
+				ratio(on.CPUPerCall, off.CPUPerCall), "—", info})
+	}
+	// Rounds seconds apart see different moments of a shared machine; the paired calls (one
+	// caller alternating a call on each mesh) see the same ones, so the target is judged there.
+	paired := row{issue, "REST tool call p50, audit trail on vs off, one caller alternating a call on each", "not measured", "", math.NaN(),
+		"≤ off + " + us(auditMaxAddedP50US), failed}
+	if f.Pairs > 0 {
+		added := f.PairedOnP50 - f.PairedOffP50
+		paired = row{issue, fmt.Sprintf("REST tool call p50, audit trail on vs off, one caller alternating a call on each (%s pairs; adds %s)", thousands(float64(f.Pairs), 0), signedUS(added)),
+			us(f.PairedOnP50), us(f.PairedOffP50), ratio(f.PairedOnP50, f.PairedOffP50), "≤ off + " + us(auditMaxAddedP50US), judge(added <= auditMaxAddedP50US)}
+	}
+	rows = append([]row{paired}, rows...)
+	rows = append(rows, row{issue, fmt.Sprintf("Recorder.Record, the caller's cost p50 (the writer: %s records/s)", thousands(f.WriterPerSec, 0)),
+		thousands(f.RecordNs, 0) + " ns", "", math.NaN(), "reported", info})
+	trail := row{issue, "the audited mesh's trail: every call recorded, audit verify passes",
+		fmt.Sprintf("%s records for %s calls", thousands(float64(f.TrailRecords), 0), thousands(float64(f.Calls0), 0)), "", math.NaN(), "verifies", met}
+	if !f.Verified || f.TrailRecords != f.Calls0 {
+		trail.Verdict = failed
+	}
+	return append(rows, trail)
 }

@@ -31,6 +31,7 @@ Usage:
   toolmesh query "TEXT" [-k N] [--server S]   answer TEXT using the tools: steps on stderr, answer on stdout
   toolmesh connect [--search | --server S]    an MCP client's stdio, relayed to the mesh's MCP endpoint
   toolmesh version [--json]                   the version, commit, Go version and protocol versions
+  toolmesh audit verify FILE...               check an audit trail (--audit.file): names the first record edited, removed or moved
 
 Client commands read --api (env TOOLMESH_API, default http://127.0.0.1:7700) and --token
 (env TOOLMESH_TOKEN). Run "toolmesh COMMAND -h" for a command's flags.
@@ -64,6 +65,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = runConnect(ctx, rest, stdin, stdout, stderr)
 	case "version", "--version":
 		err = runVersion(rest, stdout, stderr)
+	case "audit":
+		err = runAudit(rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -53,6 +53,9 @@ const (
 	// now (mcpServers rateLimit, per tool and token); a google.rpc.RetryInfo and the
 	// "retry-after" header say when to come back (HTTP 429 with Retry-After).
 	ToolRateLimited = "TOOL_RATE_LIMITED"
+	// AuditUnavailable: UNAVAILABLE because the api's audit trail cannot be written and fails
+	// closed (--audit.on-failure=closed): the call was not made, and the api itself answered.
+	AuditUnavailable = "AUDIT_UNAVAILABLE"
 )
 
 // Status is a status of code and msg carrying reason.
@@ -69,15 +72,18 @@ func Error(code codes.Code, reason, msg string) error { return Status(code, reas
 
 // Of is the toolmesh reason err's status carries, or "" when it carries none (or err is no
 // status).
-func Of(err error) string {
+func Of(err error) string { return Info(err).GetReason() }
+
+// Info is the toolmesh ErrorInfo err's status carries (its reason and metadata), or nil.
+func Info(err error) *errdetails.ErrorInfo {
 	var se interface{ GRPCStatus() *status.Status }
 	if !errors.As(err, &se) {
-		return ""
+		return nil
 	}
 	for _, d := range se.GRPCStatus().Details() {
 		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == Domain {
-			return ei.GetReason()
+			return ei
 		}
 	}
-	return ""
+	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/audit"
 	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/chatcheck"
 	"github.com/toolmesh/toolmesh/internal/errreason"
@@ -68,6 +69,7 @@ type agentHandler struct {
 	inference inferenceClient // nil: no inference configured
 	policy    *policy.Policy
 	guard     *auth.Guard // charges each tool call to the caller's rate limit
+	trail     *trail
 	turns     *turnMemory
 	models    modelCache
 
@@ -234,7 +236,7 @@ func (h *agentHandler) run(ctx context.Context, q query, send func(*toolmeshv1.Q
 	defer cancelDeadline()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	r := &runner{h: h, q: q, resp: &toolmeshv1.QueryResponse{}, caller: caller(ctx, q.servers), began: start}
+	r := &runner{h: h, q: q, resp: &toolmeshv1.QueryResponse{}, caller: caller(ctx, q.servers), began: start, seen: h.trail.seenOf(ctx)}
 	if sc := span.SpanContext(); sc.HasTraceID() {
 		r.resp.TraceId = sc.TraceID().String()
 	}
@@ -326,6 +328,8 @@ type runner struct {
 
 	// began is when the query started: the response's timings count from it.
 	began time.Time
+	// seen is where the query came from, for the audit trail.
+	seen seen
 	// turn is what this turn called before this request: the caller's functions with their
 	// results, and the mesh calls of the requests that returned them (turnMemory).
 	turn []*toolmeshv1.ToolCallRecord
@@ -424,6 +428,7 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 		attribute.Int("toolmesh.step.function_calls", len(fnCalls)))
 	if err := h.guard.Charge(ctx, len(run)); err != nil {
 		undo()
+		r.refused(ctx, run, audit.OriginModel, "api.rate-limit")
 		resp, err := r.fail(ctx, err, n, "calling tools")
 		return resp, true, err
 	}
@@ -588,15 +593,19 @@ func (r *runner) admit(ctx context.Context, step *toolmeshv1.Step, calls []*tool
 		case d != nil:
 			r.h.policy.Record(ctx, d)
 			c.IsError, c.Output = true, d.Error()
+			r.refused(ctx, []*toolmeshv1.ToolCallRecord{c}, audit.OriginModel, string(d.Rule))
 		case len(run) == cfg.MaxStepCalls:
 			c.IsError, c.Output = true, fmt.Sprintf("not run: a step runs at most %d calls (api.max-step-calls)", cfg.MaxStepCalls)
+			r.refused(ctx, []*toolmeshv1.ToolCallRecord{c}, audit.OriginModel, "api.max-step-calls")
 		case r.ran+len(run) == cfg.MaxToolCalls:
 			c.IsError, c.Output = true, fmt.Sprintf("not run: the query has made its %d tool calls (api.max-tool-calls)", cfg.MaxToolCalls)
+			r.refused(ctx, []*toolmeshv1.ToolCallRecord{c}, audit.OriginModel, "api.max-tool-calls")
 		default:
 			undo, l := r.h.policy.Take(r.caller, c.GetTool())
 			if l != nil {
 				r.h.policy.RecordLimited(ctx, l)
 				c.IsError, c.Output = true, "not run: "+l.Error()
+				r.refused(ctx, []*toolmeshv1.ToolCallRecord{c}, audit.OriginModel, string(policy.RuleRateLimit))
 				continue
 			}
 			undos = append(undos, undo)
@@ -631,6 +640,7 @@ func (r *runner) direct(ctx context.Context) (*toolmeshv1.QueryResponse, error) 
 	ids := make([]string, len(calls))
 	for i, c := range calls {
 		if d := r.h.policy.Call(r.caller, c.GetTool()); d != nil {
+			r.refused(ctx, []*toolmeshv1.ToolCallRecord{c}, audit.OriginQuery, string(d.Rule))
 			return nil, r.h.policy.Record(ctx, d)
 		}
 		ids[i] = c.GetTool()
@@ -638,10 +648,17 @@ func (r *runner) direct(ctx context.Context) (*toolmeshv1.QueryResponse, error) 
 	undo, l := r.h.policy.Take(r.caller, ids...)
 	if l != nil {
 		_ = grpc.SetHeader(ctx, l.Header())
+		for _, c := range calls {
+			if c.GetTool() == l.Tool {
+				r.refused(ctx, []*toolmeshv1.ToolCallRecord{c}, audit.OriginQuery, string(policy.RuleRateLimit))
+				break
+			}
+		}
 		return nil, r.h.policy.RecordLimited(ctx, l)
 	}
 	if err := r.h.guard.Charge(ctx, len(calls)); err != nil {
 		undo()
+		r.refused(ctx, calls, audit.OriginQuery, "api.rate-limit")
 		return nil, err
 	}
 	r.resp.Steps = []*toolmeshv1.Step{{Number: 1}}
@@ -754,12 +771,22 @@ func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord, byModel
 	ctx, cancel := context.WithTimeout(ctx, r.h.cfg.CallTimeout)
 	defer cancel()
 	start := time.Now()
-	var trailer metadata.MD
-	res, err := r.h.executor.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: c.GetTool(), Arguments: c.GetArguments(), ByModel: byModel},
-		grpc.Trailer(&trailer))
-	if knownTool(ctx, err) {
-		label = c.GetTool()
+	origin := audit.OriginQuery
+	if byModel {
+		origin = audit.OriginModel
 	}
+	audited := r.h.trail.begin(ctx, r.seen, origin, c.GetTool(), c.GetArguments())
+	var res *toolmeshv1.ExecutorServiceCallToolResponse
+	var trailer metadata.MD
+	err := audited.ready()
+	if err == nil {
+		res, err = r.h.executor.CallTool(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: c.GetTool(), Arguments: c.GetArguments(), ByModel: byModel},
+			grpc.Trailer(&trailer))
+		if knownTool(ctx, err) {
+			label = c.GetTool()
+		}
+	}
+	audited.end(ctx, res, res.GetIsError(), err)
 	if err != nil {
 		err = dependencyError(ctx, "executor", r.h.cfg.ExecutorAddr, err)
 		if unreachable(err) && ctx.Err() == nil {
@@ -790,6 +817,13 @@ func (r *runner) call(ctx context.Context, c *toolmeshv1.ToolCallRecord, byModel
 	}
 	c.IsError = res.GetIsError()
 	c.DurationMs = res.GetDurationMs()
+}
+
+// refused records calls that were not made, refused by rule (a policy rule or a limit).
+func (r *runner) refused(ctx context.Context, calls []*toolmeshv1.ToolCallRecord, origin, rule string) {
+	for _, c := range calls {
+		r.h.trail.refused(ctx, r.seen, origin, c.GetTool(), c.GetArguments(), rule)
+	}
 }
 
 // unknownToolLabel stands for every tool the executor does not know in metric labels.

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/toolmesh/toolmesh/internal/audit"
 	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/secret"
@@ -67,6 +68,8 @@ type Config struct {
 	DialOptions []grpc.DialOption
 	// MCP tunes the MCP endpoints on the REST port (/mcp, /mcp/search, /mcp/servers/S, /sse).
 	MCP mcpface.Config
+	// Audit is the audit trail of the tool calls the api makes (the audit.* flags).
+	Audit audit.Config
 }
 
 // Secrets are the values the api target reads from the environment.
@@ -121,6 +124,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Auth.RegisterFlags(fs, "api.")
 	c.Web.RegisterFlags(fs, "api.")
 	c.MCP.RegisterFlags(fs, "api.mcp-")
+	c.Audit.RegisterFlags(fs)
 }
 
 // Validate reports the first bad value, naming its flag.
@@ -176,6 +180,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("api.body-timeout: %s must be positive", c.BodyTimeout)
 	}
 	if err := c.MCP.Validate("api.mcp-"); err != nil {
+		return err
+	}
+	if err := c.Audit.Validate(); err != nil {
 		return err
 	}
 	if c.JaegerURL != "" {

@@ -49,6 +49,7 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string, opts ...grpc.Dia
 		runtime.WithRoutingErrorHandler(routingError),
 		runtime.SetQueryParameterParser(&strictQuery{}),
 		runtime.WithMetadata(s.guard.ForwardedMetadata),
+		runtime.WithMetadata(s.trail.edgeMetadata),
 		runtime.WithOutgoingHeaderMatcher(auth.OutgoingHeaderMatcher),
 		runtime.WithErrorHandler(auth.GatewayErrorHandler(withTraceID(exhaustedStatus(runtime.DefaultHTTPErrorHandler)))),
 	)
@@ -111,6 +112,7 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string, opts ...grpc.Dia
 	// Probes and scrapes would drown the traces of real requests.
 	h = s.tel.HTTPHandler(traceHeader(errorBodies(h)), "rest", s.cfg.HTTPAddr, auth.Paths("/healthz", "/readyz", "/metrics", "/ui/"))
 	h = bodyDeadline(s.cfg.BodyTimeout, h)
+	h = edge(h) // the audit trail's record of where each request came from
 	return h, func() { _ = conn.Close() }, nil
 }
 
@@ -125,7 +127,7 @@ func (s *Service) forwardMetadata(r *http.Request) metadata.MD {
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		md.Set("x-forwarded-for", host)
 	}
-	return metadata.Join(md, s.guard.ForwardedMetadata(r.Context(), r))
+	return metadata.Join(md, s.guard.ForwardedMetadata(r.Context(), r), s.trail.edgeMetadata(r.Context(), r))
 }
 
 // readyz is 200 when the api can serve: the executor answers with its catalog, the retriever's

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/audit"
 	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/invalid"
@@ -42,6 +43,7 @@ type toolHandler struct {
 	executor  executorClient
 	retriever retrieverClient // nil when no retriever is configured
 	policy    *policy.Policy
+	trail     *trail
 }
 
 // caller is who the request in ctx comes from, for the policy.
@@ -116,7 +118,7 @@ func (h *toolHandler) CallTool(ctx context.Context, req *toolmeshv1.CallToolRequ
 
 // CallToolProgress is CallTool that passes the tool's progress reports to progress as they
 // come, when progress is set (the MCP face does, for a client that asked for them).
-func (h *toolHandler) CallToolProgress(ctx context.Context, req *toolmeshv1.CallToolRequest, progress func(*toolmeshv1.CallProgress)) (*toolmeshv1.CallToolResponse, error) {
+func (h *toolHandler) CallToolProgress(ctx context.Context, req *toolmeshv1.CallToolRequest, progress func(*toolmeshv1.CallProgress)) (_ *toolmeshv1.CallToolResponse, err error) {
 	if req.GetServer() == "" {
 		return nil, invalid.Field("server", "is required")
 	}
@@ -127,9 +129,15 @@ func (h *toolHandler) CallToolProgress(ctx context.Context, req *toolmeshv1.Call
 		return nil, invalid.Field("name", "is required")
 	}
 	id := toolid.Join(req.GetServer(), req.GetName())
+	var resp *toolmeshv1.ExecutorServiceCallToolResponse
+	audited := h.trail.begin(ctx, h.trail.seenOf(ctx), audit.OriginCall, id, req.GetArguments())
+	defer func() { audited.end(ctx, resp, resp.GetIsError(), err) }()
 	c := caller(ctx, nil)
 	if d := h.policy.Call(c, id); d != nil {
 		return nil, h.policy.Record(ctx, d)
+	}
+	if err := audited.ready(); err != nil {
+		return nil, err
 	}
 	if _, l := h.policy.Take(c, id); l != nil {
 		_ = grpc.SetHeader(ctx, l.Header())
@@ -138,9 +146,7 @@ func (h *toolHandler) CallToolProgress(ctx context.Context, req *toolmeshv1.Call
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.CallTimeout)
 	defer cancel()
 	call := &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: id, Arguments: req.GetArguments()}
-	var resp *toolmeshv1.ExecutorServiceCallToolResponse
 	var trailer metadata.MD
-	var err error
 	if progress == nil {
 		resp, err = h.executor.CallTool(ctx, call, grpc.Trailer(&trailer))
 	} else {

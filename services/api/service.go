@@ -3,6 +3,7 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/audit"
 	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/server"
@@ -37,6 +39,9 @@ type Service struct {
 	metrics http.Handler
 	// started is when the api started, for --api.ready-server-grace.
 	started time.Time
+	// audit writes the audit trail of the api's tool calls.
+	audit *audit.Recorder
+	trail *trail
 }
 
 // SetMetrics makes the REST server answer GET /metrics with h (the process's registry).
@@ -73,11 +78,18 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		cfg.MaxStepCalls = DefaultMaxStepCalls
 	}
 	s := &Service{cfg: cfg, logger: logger, guard: guard, web: web, tel: tel, started: time.Now()}
+	s.audit, err = audit.New(cfg.Audit, audit.Options{Logger: logger, Meter: tel.Meter("github.com/toolmesh/toolmesh/internal/audit"),
+		Log: tel.Logger("github.com/toolmesh/toolmesh/internal/audit")})
+	if err != nil {
+		return nil, err
+	}
+	s.trail = &trail{rec: s.audit, key: rand.Text(), on: s.audit.Enabled()}
 	execConn, err := s.dial(toolmeshv1.ExecutorService_ServiceDesc.ServiceName, cfg.ExecutorAddr)
 	if err != nil {
+		s.Close()
 		return nil, fmt.Errorf("executor client: %w", err)
 	}
-	s.tools = &toolHandler{cfg: cfg, executor: toolmeshv1.NewExecutorServiceClient(execConn), policy: pol}
+	s.tools = &toolHandler{cfg: cfg, executor: toolmeshv1.NewExecutorServiceClient(execConn), policy: pol, trail: s.trail}
 	mcfg := cfg.MCP
 	mcfg.RPCTimeout = cfg.RPCTimeout
 	mcfg.HostAllowed = web.HostAllowed // one Host rule for the whole REST port, /mcp included
@@ -91,7 +103,7 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		s.tools.retriever = toolmeshv1.NewRetrieverServiceClient(conn)
 	}
 	s.agent = newAgentHandler(cfg, logger, tel, s.tools.executor)
-	s.agent.policy, s.agent.guard = pol, guard
+	s.agent.policy, s.agent.guard, s.agent.trail = pol, guard, s.trail
 	if s.tools.retriever != nil {
 		s.agent.retriever = s.tools.retriever
 	}
@@ -105,6 +117,10 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 	}
 	return s, nil
 }
+
+// Audit is the api's audit trail, for events of other parts of the process to join it (a pin
+// approved or a tool quarantined: Recorder.Event). It is nil-safe and safe for concurrent use.
+func (s *Service) Audit() *audit.Recorder { return s.audit }
 
 // SetServerRules replaces the mcpServers rules the policy decides by (allowedTools,
 // excludedTools, allowDestructive), as a reload of the MCP server configuration does; the
@@ -176,10 +192,23 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 	toolmeshv1.RegisterAgentServiceServer(g, s.agent)
 }
 
-// Run follows the executor's catalog for the MCP endpoints until ctx ends, then closes the
-// dependency connections.
+// Run follows the executor's catalog for the MCP endpoints and its pin events for the audit
+// trail until ctx ends, then closes the dependency connections and the trail.
 func (s *Service) Run(ctx context.Context) error {
+	pins := make(chan struct{})
+	if src, ok := s.tools.executor.(pinEventSource); ok && s.audit.Enabled() {
+		go func() { // the executor's pin events join the audit trail
+			defer close(pins)
+			followPinEvents(ctx, src, s.logger, func(ctx context.Context, ev *toolmeshv1.PinEvent) {
+				kind, tool, detail := pinEventAudit(ev)
+				s.audit.Event(ctx, kind, tool, detail)
+			})
+		}()
+	} else {
+		close(pins)
+	}
 	err := s.mcp.Run(ctx)
+	<-pins
 	s.Close()
 	return err
 }
@@ -187,7 +216,8 @@ func (s *Service) Run(ctx context.Context) error {
 // Drain ends the MCP endpoints' open streams when the REST server starts draining.
 func (s *Service) Drain() { s.mcp.Drain() }
 
-// Close stops the MCP endpoints and closes the dependency connections.
+// Close stops the MCP endpoints, closes the dependency connections and writes what the audit
+// trail still holds.
 func (s *Service) Close() {
 	if s.mcp != nil {
 		s.mcp.Close()
@@ -196,4 +226,7 @@ func (s *Service) Close() {
 		_ = c.Close()
 	}
 	s.conns = nil
+	if err := s.audit.Close(); err != nil {
+		s.logger.Error("closing the audit trail", "err", err)
+	}
 }

@@ -297,8 +297,6 @@ func (l *Load) All() (LoadRow, bool) {
 	return LoadRow{}, false
 }
 
-// Write writes v as indented JSON to path through a temporary file and a rename, so a reader
-// never sees half a file.
 // MCPFace is bench/mcpface: tool calls through the api's /mcp against the same calls on a held
 // session directly, and tools/list of a big catalog both ways (issue 19); latencies in µs.
 type MCPFace struct {
@@ -338,6 +336,52 @@ type MCPFaceList struct {
 	FaceP50Ms   float64 `json:"face_p50_ms"`
 }
 
+// Audit is bench/audit: REST tool calls on a mesh without an audit trail and on one writing
+// it, in the same run, and the Recorder alone (issue 27); latencies in µs.
+type Audit struct {
+	Callers   int          `json:"callers"` // the concurrent row's callers
+	Arguments string       `json:"arguments"`
+	Calls     []AuditCalls `json:"calls"`
+	// PairedOffP50 and PairedOnP50 are the p50 of one caller alternating a call on each mesh,
+	// over Pairs pairs: the fairest difference on a shared machine.
+	PairedOffP50 float64 `json:"paired_off_p50_us"`
+	PairedOnP50  float64 `json:"paired_on_p50_us"`
+	Pairs        int     `json:"pairs"`
+	// RecordNs is what Recorder.Record costs its caller, p50; WriterPerSec the records written a
+	// second when one caller records as fast as it can.
+	RecordNs     float64 `json:"record_ns_p50"`
+	WriterPerSec float64 `json:"writer_records_per_sec"`
+	// Verified says the audited mesh's trail verified; TrailRecords is its call records, for
+	// Calls0 calls made on it (warm-ups included).
+	Verified     bool `json:"verified"`
+	TrailRecords int  `json:"trail_records"`
+	Calls0       int  `json:"calls_made"`
+}
+
+// AuditCalls is one mesh at one number of callers.
+type AuditCalls struct {
+	Audit       bool    `json:"audit"`
+	Callers     int     `json:"callers"`
+	Calls       int     `json:"calls"`
+	CallsPerSec float64 `json:"calls_per_sec"`
+	P50         float64 `json:"p50_us"`
+	P90         float64 `json:"p90_us"`
+	P99         float64 `json:"p99_us"`
+	CPUPerCall  float64 `json:"cpu_us_per_call"`
+}
+
+// Find returns the row of the mesh with the trail on or off, at callers.
+func (a *Audit) Find(on bool, callers int) (AuditCalls, bool) {
+	for _, c := range a.Calls {
+		if c.Audit == on && c.Callers == callers {
+			return c, true
+		}
+	}
+	return AuditCalls{}, false
+}
+
+// Write writes v as indented JSON to path through a temporary file and a rename, so a reader
+// never sees half a file.
 func Write(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
