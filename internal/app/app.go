@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/server"
@@ -386,7 +388,7 @@ func (a *App) serveGRPC(env targetEnv, addr string, svc service, opts ...grpc.Se
 		// Not serving until ready: a probe (Kubernetes' readiness, compose's health check)
 		// keeps callers away from a replica that would only answer "not ready".
 		g.SetRegistered(false)
-		runners = append(runners, func(ctx context.Context) error { followReady(ctx, g, r); return nil })
+		runners = append(runners, func(ctx context.Context) error { follow(ctx, readyPoll, r.Ready, g.SetRegistered); return nil })
 	}
 	return runners, nil
 }
@@ -474,25 +476,30 @@ type readiness interface {
 	Ready(ctx context.Context) (bool, string)
 }
 
-// readyPoll is how often followReady asks.
-const readyPoll = 500 * time.Millisecond
+// readyPoll is how often a readiness is asked; modelPoll how often the api asks whether the
+// model answers (a call to the inference service and from there to llama-server).
+const (
+	readyPoll = 500 * time.Millisecond
+	modelPoll = 2 * time.Second
+)
 
-// followReady reports g's services SERVING while r is ready and NOT_SERVING while it is not,
-// until ctx ends (the server's own drain then reports NOT_SERVING).
-func followReady(ctx context.Context, g *server.GRPC, r readiness) {
-	t := time.NewTicker(readyPoll)
+// follow asks ready every interval and calls set when the answer changes (the first answer
+// is a change from not serving), until ctx ends (the server's own drain then reports
+// NOT_SERVING).
+func follow(ctx context.Context, every time.Duration, ready func(context.Context) (bool, string), set func(serving bool)) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	serving := false
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		ok, _ := r.Ready(rctx)
+		ok, _ := ready(rctx)
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
 		if ok != serving {
 			serving = ok
-			g.SetRegistered(ok)
+			set(ok)
 		}
 		select {
 		case <-ctx.Done():
@@ -591,6 +598,19 @@ func initAPI(a *App, env targetEnv) ([]runner, error) {
 	// Apps that speak OpenAI take this as their base URL (docs/app.md).
 	a.endpoint("OpenAI API", "http://"+hs.Addr()+"/v1")
 	a.endpoint("api gRPC", g.Addr())
+	// AgentService's questions need the model: its health follows it, as /readyz's inference
+	// section does (it said SERVING with no model), while ToolService's searches and calls
+	// stay SERVING without one.
+	agent := toolmeshv1.AgentService_ServiceDesc.ServiceName
+	setAgent := func(ok bool) {
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if ok {
+			st = healthpb.HealthCheckResponse_SERVING
+		}
+		g.Health.SetServingStatus(agent, st)
+	}
+	setAgent(false)
+	answers := func(ctx context.Context) error { follow(ctx, modelPoll, svc.QuestionsReady, setAgent); return nil }
 	// The HTTP server drains before the gRPC server it forwards to stops.
 	serve := func(ctx context.Context) error {
 		errc := make(chan error, 1)
@@ -601,7 +621,7 @@ func initAPI(a *App, env targetEnv) ([]runner, error) {
 		stopGRPC()
 		return errors.Join(herr, <-errc)
 	}
-	return []runner{afterDrain(svc, serve)}, nil
+	return []runner{afterDrain(svc, serve), answers}, nil
 }
 
 // ServeTargets lists the targets `serve --target` accepts.

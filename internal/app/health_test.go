@@ -16,6 +16,12 @@ import (
 // retrieverHealth is what a probe (Kubernetes' readiness, compose's health check) reads.
 func retrieverHealth(t *testing.T, addr string) healthpb.HealthCheckResponse_ServingStatus {
 	t.Helper()
+	return serviceHealth(t, addr, "toolmesh.v1.RetrieverService")
+}
+
+// serviceHealth is what a probe, or a client that follows health, reads of service at addr.
+func serviceHealth(t *testing.T, addr, service string) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -23,9 +29,9 @@ func retrieverHealth(t *testing.T, addr string) healthpb.HealthCheckResponse_Ser
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "toolmesh.v1.RetrieverService"})
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
 	if err != nil {
-		t.Fatalf("health check of the retriever: %v", err)
+		t.Fatalf("health check of %s: %v", service, err)
 	}
 	return resp.GetStatus()
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/redact"
 )
 
 const modelUsage = `Usage:
@@ -133,7 +134,7 @@ func runModelPull(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		"hub", f.Hub(), "into", c.Dir)
 	e, err := f.Pull(ctx, c, ref)
 	if err != nil {
-		return err
+		return pullError(err)
 	}
 	logger.Info("model verified", "model", ref.String(), "commit", e.Commit, "sha256", e.SHA256, "against", e.Verified, "bytes", e.Size)
 	if !*printPin {
@@ -146,6 +147,22 @@ func runModelPull(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	printModelPin(stdout, e)
 	return nil
+}
+
+// pullError is a failed pull as one line: what failed (the fetcher names the reference, the
+// host and the cause) and what to do next, when the error does not say it already.
+func pullError(err error) error {
+	msg := "toolmesh model pull: " + redact.Text(err.Error())
+	switch {
+	case errors.Is(err, model.ErrUnreachable):
+		msg += "; check the network (a proxy goes in HTTPS_PROXY), or set " + model.EnvEndpoint + " to a mirror of the hub"
+	case errors.Is(err, context.Canceled):
+	case model.Permanent(err), errors.Is(err, model.ErrDeadline):
+		// Their messages say what to do: a token, a name, the disk, pulling again.
+	default:
+		msg += "; run it again later (it resumes what was downloaded), or set " + model.EnvEndpoint + " to a mirror of the hub"
+	}
+	return exitError{code: 1, msg: msg}
 }
 
 // printModelPin prints the pin of a verified file: the lines a maintainer sets on the model's

@@ -211,10 +211,10 @@ func stopError(resp *toolmeshv1.QueryResponse) error {
 	case toolmeshv1.StopReason_STOP_REASON_DEADLINE:
 		why = "deadline reached (raise --timeout?)"
 		if resp.GetError() != "" {
-			why = "deadline reached: " + resp.GetError()
+			why = "deadline reached: " + printable(resp.GetError())
 		}
 	case toolmeshv1.StopReason_STOP_REASON_ERROR:
-		why = "error: " + resp.GetError()
+		why = "error: " + printable(resp.GetError())
 	default:
 		why = fmt.Sprintf("no answer (stop reason %s)", resp.GetStopReason())
 	}
@@ -224,7 +224,8 @@ func stopError(resp *toolmeshv1.QueryResponse) error {
 	return exitError{code: 1, msg: "toolmesh query: stopped: " + why}
 }
 
-// progress prints the stream's events: steps to stderr, the answer to stdout.
+// progress prints the stream's events: steps to stderr, the answer to stdout. What the model,
+// the tools and their servers wrote goes through printable: it reaches a terminal.
 type progress struct {
 	stdout, stderr io.Writer
 	answer         strings.Builder // what has been printed of the answer
@@ -235,20 +236,20 @@ func (p *progress) event(ev *toolmeshv1.QueryStreamResponse) {
 	case *toolmeshv1.QueryStreamResponse_Retrieved:
 		p.retrieved(e.Retrieved)
 	case *toolmeshv1.QueryStreamResponse_ModelOutput:
-		out := oneLine(e.ModelOutput.GetModelOutput(), maxModelRunes)
+		out := printable(oneLine(e.ModelOutput.GetModelOutput(), maxModelRunes))
 		if out == "" {
 			out = "(empty)"
 		}
 		fmt.Fprintf(p.stderr, "  model: %s\n", out)
 	case *toolmeshv1.QueryStreamResponse_ToolCallStarted:
-		fmt.Fprintf(p.stderr, "  calling %s %s\n", e.ToolCallStarted.GetTool(), argsJSON(e.ToolCallStarted.GetArguments()))
+		fmt.Fprintf(p.stderr, "  calling %s %s\n", printable(e.ToolCallStarted.GetTool()), argsJSON(e.ToolCallStarted.GetArguments()))
 	case *toolmeshv1.QueryStreamResponse_ToolCallFinished:
 		r := e.ToolCallFinished
 		verb := "result"
 		if r.GetIsError() {
 			verb = "error"
 		}
-		fmt.Fprintf(p.stderr, "  %s %s (%s): %s\n", verb, r.GetTool(), formatMS(r.GetDurationMs()), oneLine(r.GetOutput(), maxOutputRunes))
+		fmt.Fprintf(p.stderr, "  %s %s (%s): %s\n", verb, printable(r.GetTool()), formatMS(r.GetDurationMs()), printable(oneLine(r.GetOutput(), maxOutputRunes)))
 	case *toolmeshv1.QueryStreamResponse_AnswerDelta:
 		p.writeAnswer(e.AnswerDelta)
 	}
@@ -268,10 +269,10 @@ func (p *progress) retrieved(s *toolmeshv1.Step) {
 		if i == 0 {
 			sep = ": "
 		}
-		fmt.Fprintf(&b, "%s%s (%.2f)", sep, t.GetTool().GetId(), t.GetScore())
+		fmt.Fprintf(&b, "%s%s (%.2f)", sep, printable(t.GetTool().GetId()), t.GetScore())
 	}
 	if d := s.GetDroppedToolIds(); len(d) > 0 {
-		fmt.Fprintf(&b, "; %d dropped to fit the prompt: %s", len(d), strings.Join(d, ", "))
+		fmt.Fprintf(&b, "; %d dropped to fit the prompt: %s", len(d), printable(strings.Join(d, ", ")))
 	}
 	fmt.Fprintln(p.stderr, b.String())
 }
@@ -290,7 +291,7 @@ func (p *progress) writeAnswer(s string) {
 		return
 	}
 	p.answer.WriteString(s)
-	_, _ = io.WriteString(p.stdout, s)
+	_, _ = io.WriteString(p.stdout, printable(s))
 }
 
 // endAnswer ends the answer's last line, once.
@@ -306,7 +307,8 @@ func argsJSON(s *structpb.Struct) string {
 	if err != nil {
 		return "(arguments not JSON: " + err.Error() + ")"
 	}
-	return oneLine(string(b), maxOutputRunes)
+	// JSON escapes the C0 controls but not DEL, C1 or the bidi overrides.
+	return printable(oneLine(string(b), maxOutputRunes))
 }
 
 func formatMS(ms float64) string {

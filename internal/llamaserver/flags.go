@@ -61,6 +61,7 @@ func FromCache(ref model.Ref, c model.Cache, logger *slog.Logger) ModelFunc {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	announced := false // the supervisor calls it again after a failure, and logs that itself
 	return func(ctx context.Context, report func(string)) (string, error) {
 		f := model.FetcherFromEnv(logger)
 		if !ref.Local() {
@@ -68,7 +69,10 @@ func FromCache(ref model.Ref, c model.Cache, logger *slog.Logger) ModelFunc {
 				return e.Path, nil
 			}
 			report("pulling " + ref.String())
-			logger.Info("pulling the model; it is verified before llama-server starts", "model", ref.String(), "hub", f.Hub(), "into", c.Dir)
+			if !announced {
+				announced = true
+				logger.Info("pulling the model; it is verified before llama-server starts", "model", ref.String(), "hub", f.Hub(), "into", c.Dir)
+			}
 		}
 		logged := model.LogProgress(logger, 10*time.Second)
 		f.Progress = func(p model.Progress) {

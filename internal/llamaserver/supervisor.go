@@ -67,6 +67,10 @@ type Config struct {
 	// BackoffMin and BackoffMax shape the waits before a restart (1 s doubling to 1 m; back
 	// to 1 s after a child that ran a minute).
 	BackoffMin, BackoffMax time.Duration
+	// ModelBackoffMax bounds the wait between two tries to get the model (from BackoffMin,
+	// doubling; default 5 m). A hub that cannot be reached is most often a machine offline
+	// for a while: asking it every minute only fills the log.
+	ModelBackoffMax time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -79,6 +83,7 @@ func (c Config) withDefaults() Config {
 	def(&c.StopTimeout, 10*time.Second)
 	def(&c.BackoffMin, time.Second)
 	def(&c.BackoffMax, time.Minute)
+	def(&c.ModelBackoffMax, 5*time.Minute)
 	if c.Bin == "" {
 		c.Bin = DefaultBin
 	}
@@ -192,6 +197,8 @@ type Supervisor struct {
 	state    State
 	since    time.Time // when state was entered
 	detail   string    // what Preparing reports, or why Restarting
+	retryAt  time.Time // when Restarting ends (zero: not waiting)
+	retry    string    // what happens then: "restarting", "trying again"
 	lastErr  error
 	pid      int
 	restarts int
@@ -256,6 +263,10 @@ func (s *Supervisor) Status() Status {
 		st.Message = "ready"
 	case Restarting, Failed:
 		st.Message = s.detail
+		if !s.retryAt.IsZero() {
+			// Counted down when asked: a wait of minutes read a minute later is shorter.
+			st.Message += fmt.Sprintf("; %s in %s", s.retry, roundDur(max(0, time.Until(s.retryAt))))
+		}
 	case Stopped:
 		st.Message = "stopped"
 	}
@@ -268,9 +279,24 @@ func (s *Supervisor) set(state State, detail string, err error) {
 	if s.state != state {
 		s.since = time.Now()
 	}
-	s.state, s.detail = state, detail
+	s.state, s.detail, s.retryAt = state, detail, time.Time{}
 	if err != nil {
 		s.lastErr = err
+	}
+}
+
+// waitRetry reports Restarting for detail (err), says what happens after wait, and waits; it
+// returns false when ctx ended first.
+func (s *Supervisor) waitRetry(ctx context.Context, detail string, err error, what string, wait time.Duration) bool {
+	s.set(Restarting, detail, err)
+	s.mu.Lock()
+	s.retryAt, s.retry = time.Now().Add(wait), what
+	s.mu.Unlock()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(wait):
+		return true
 	}
 }
 
@@ -320,14 +346,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		if ranFor > time.Minute {
 			backoff = s.cfg.BackoffMin
 		}
-		wait := time.Duration(float64(backoff) * (0.8 + 0.4*rand.Float64()))
-		msg := fmt.Sprintf("%v; restarting in %s", err, roundDur(wait))
-		s.set(Restarting, msg, err)
+		wait := jitter(backoff)
 		s.log.Error("llama-server is down; restarting it", "err", err, "restart_in", roundDur(wait))
-		select {
-		case <-ctx.Done():
+		if !s.waitRetry(ctx, err.Error(), err, "restarting", wait) {
 			return nil
-		case <-time.After(wait):
 		}
 		backoff = min(2*backoff, s.cfg.BackoffMax)
 		s.mu.Lock()
@@ -359,16 +381,20 @@ func (s *Supervisor) prepare(ctx context.Context) (string, bool) {
 			s.log.Error("cannot get the model; llama-server is not started", "err", err)
 			return "", false
 		}
-		wait := time.Duration(float64(backoff) * (0.8 + 0.4*rand.Float64()))
-		s.set(Restarting, fmt.Sprintf("no model yet: %v; trying again in %s", err, roundDur(wait)), err)
+		wait := jitter(backoff)
+		// One line a try, the waits doubling up to ModelBackoffMax: a hub that cannot be
+		// reached for an hour is a dozen lines, not hundreds.
 		s.log.Warn("cannot get the model yet; trying again", "err", err, "retry_in", roundDur(wait))
-		select {
-		case <-ctx.Done():
+		if !s.waitRetry(ctx, "no model yet: "+err.Error(), err, "trying again", wait) {
 			return "", false
-		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, s.cfg.BackoffMax)
+		backoff = min(2*backoff, s.cfg.ModelBackoffMax)
 	}
+}
+
+// jitter spreads a wait over ±20%, so that replicas started together do not retry together.
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
 // args is the command line for a child on port.

@@ -198,7 +198,7 @@ func (f *Fetcher) Pull(ctx context.Context, c Cache, r Ref) (Entry, error) {
 	}
 
 	var lastErr error
-	for failures := 0; ; {
+	for tries, failures := 0, 0; ; tries++ {
 		e, progressed, err := f.pullOnce(ctx, c, r, arm)
 		if err == nil {
 			return e, nil
@@ -209,13 +209,20 @@ func (f *Fetcher) Pull(ctx context.Context, c Cache, r Ref) (Entry, error) {
 		if Permanent(err) || ctx.Err() != nil {
 			return Entry{}, err
 		}
+		if tries == 0 && !progressed && errors.Is(err, ErrUnreachable) {
+			// Nothing answered at all: offline, or HF_ENDPOINT names no hub. Retrying for
+			// half a minute only delays saying so; a caller that waits for the network
+			// (toolmesh up) retries with its own, longer backoff.
+			return Entry{}, err
+		}
 		lastErr = err
 		if progressed {
 			failures, backoff = 0, orDefault(f.BackoffMin, time.Second)
 		}
 		failures++
 		if failures >= attempts {
-			return Entry{}, fmt.Errorf("%s: giving up after %d tries: %w", r, attempts, lastErr)
+			// The reference once: lastErr starts with it.
+			return Entry{}, fmt.Errorf("%w; giving up after %d tries", lastErr, attempts)
 		}
 		wait := time.Duration(float64(backoff) * (0.8 + 0.4*rand.Float64()))
 		f.log().Warn("model download failed; trying again", "model", r.String(), "err", err, "retry_in", wait.Round(time.Millisecond))
@@ -281,7 +288,7 @@ func (f *Fetcher) head(ctx context.Context, r Ref) (meta, error) {
 		req.Header.Set("Accept-Encoding", "identity")
 		resp, err := hc.Do(req)
 		if err != nil {
-			return meta{}, fmt.Errorf("%s: HEAD %s: %w", r, redact.URL(target), bare(err))
+			return meta{}, f.transportError(r, "HEAD", target, err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
@@ -336,7 +343,7 @@ func (f *Fetcher) statusError(r Ref, method, target string, resp *http.Response)
 	if code != "" {
 		detail += " (" + code + ")"
 	}
-	if msg != "" {
+	if msg != "" && msg != http.StatusText(resp.StatusCode) {
 		detail += ": " + msg
 	}
 	switch {
@@ -359,7 +366,9 @@ func (f *Fetcher) statusError(r Ref, method, target string, resp *http.Response)
 		}
 		return fmt.Errorf("%s: %w: %s (%s %s: %s)", r, ErrNotFound, what, method, redact.URL(target), detail)
 	}
-	return fmt.Errorf("%s: %s %s: %s", r, method, redact.URL(target), detail)
+	// A hub in trouble (5xx, a proxy's error page): who answered what, not the URL, which
+	// only repeats the reference.
+	return fmt.Errorf("%s: %s answered %s with %s", r, f.server(target), method, detail)
 }
 
 // apiMeta asks the model API for the file's LFS SHA-256 ("" for a plain git file) and size
@@ -374,7 +383,7 @@ func (f *Fetcher) apiMeta(ctx context.Context, r Ref, commit string) (string, in
 	}
 	resp, err := f.client().Do(req)
 	if err != nil {
-		return "", 0, fmt.Errorf("%s: model API %s: %w", r, redact.URL(target), bare(err))
+		return "", 0, f.transportError(r, "the model API request", target, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -693,7 +702,7 @@ func (f *Fetcher) get(ctx context.Context, r Ref, location string, offset int64)
 			if ctx.Err() != nil {
 				err = context.Cause(ctx)
 			}
-			return nil, fmt.Errorf("%s: GET %s: %w", r, redact.URL(target), bare(err))
+			return nil, f.transportError(r, "GET", target, err)
 		}
 		if resp.StatusCode < 300 || resp.StatusCode >= 400 {
 			return resp, nil
@@ -753,16 +762,12 @@ func contentRangeStart(v string) int64 {
 	return n
 }
 
-// Ensure returns the path of r's file: a local file as it is (it must exist), a cached file
-// at once, and otherwise what Pull fetches.
+// Ensure returns the path of r's file: a local file as it is (it must be a GGUF file, see
+// CheckFile), a cached file at once, and otherwise what Pull fetches.
 func Ensure(ctx context.Context, f *Fetcher, c Cache, r Ref) (string, error) {
 	if r.Local() {
-		fi, err := os.Stat(r.Path)
-		if err != nil {
-			return "", fmt.Errorf("model file: %w", err)
-		}
-		if !fi.Mode().IsRegular() {
-			return "", fmt.Errorf("model file %s is not a regular file", r.Path)
+		if err := CheckFile(r.Path); err != nil {
+			return "", err
 		}
 		return r.Path, nil
 	}

@@ -1,11 +1,15 @@
 package inference
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
 
+	"google.golang.org/grpc/codes"
+
+	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/llamaserver"
 	"github.com/toolmesh/toolmesh/internal/model"
 	"github.com/toolmesh/toolmesh/internal/redact"
@@ -38,6 +42,14 @@ func newBackend(cfg Config, logger *slog.Logger) (backend, error) {
 	if cfg.LLM.URL != "" {
 		b.url = cfg.LLM.URL
 		return b, nil
+	}
+	if ref.Local() {
+		// Refused at start, as a missing llama-server is: a mesh that came up "ready" with a
+		// model it can never load only says so in a log line and on /readyz.
+		if err := model.CheckFile(ref.Path); err != nil {
+			return backend{}, fmt.Errorf("inference.llm.model: %w; give --model (--inference.llm.model) a .gguf file, or a model to pull such as %s",
+				err, model.Default)
+		}
 	}
 	cache, cacheErr := cfg.Server.Cache()
 	if cfg.Model == "" {
@@ -91,6 +103,44 @@ func (b backend) describe() string {
 	return "llama-server " + redact.URL(b.url)
 }
 
+// notReady says why the model does not answer, health being the error of its /health. The
+// supervisor of a llama-server toolmesh runs knows best, in its own words: through the proxy
+// its message came back as a 503 quoted inside another error.
+func (b backend) notReady(health error) string {
+	if b.sup != nil {
+		if st := b.sup.Status(); st.State != llamaserver.Ready {
+			return st.Message
+		}
+	}
+	if b.why != "" {
+		return b.why + "; " + health.Error()
+	}
+	return health.Error()
+}
+
+// unavailable is the error of a question asked while the llama-server toolmesh runs is not
+// ready, in the supervisor's words ("no model yet: …", "Loading model: downloading …"), or
+// nil when it is ready or the user runs the server. Asked through the proxy, the same news
+// came back as llama-server's 503 quoted inside the client's error.
+func (b backend) unavailable() error {
+	if b.sup == nil {
+		return nil
+	}
+	st := b.sup.Status()
+	switch st.State {
+	case llamaserver.Ready:
+		return nil
+	case llamaserver.Preparing, llamaserver.Loading:
+		// Retrying soon helps: the api says "still loading".
+		return errreason.Error(codes.Unavailable, errreason.NotReady, st.Message)
+	}
+	return errreason.Error(codes.Unavailable, errreason.BackendUnavailable, st.Message)
+}
+
+// otherModel is what a user can do instead of waiting for the hub: each is a restart.
+const otherModel = "restart toolmesh with `HF_ENDPOINT=URL` naming a mirror of the hub, with `--model FILE.gguf` for a model file you have, " +
+	"or with `--llm-url URL` for a llama-server you run (in serve: --inference.llm.model, --inference.llm.url)"
+
 // fix is the one command that makes questions answerable, or "" when waiting is enough.
 func (b backend) fix() string {
 	if b.sup == nil {
@@ -108,10 +158,20 @@ func (b backend) fix() string {
 		return fmt.Sprintf("`%s`: it downloads the model once, verifies it and runs llama-server with it (for serve: --inference.llm.model=%s)", upDefault, model.Default)
 	}
 	st := b.sup.Status()
-	switch st.State {
-	case llamaserver.Failed:
+	var unreachable *model.UnreachableError
+	switch {
+	case st.State == llamaserver.Failed && b.ref.Local():
+		// `model pull` refuses a file: the file itself is what to fix.
+		return fmt.Sprintf("%s cannot be loaded (the error says why): restart toolmesh with --model naming a .gguf file, or a model to pull such as %s",
+			b.ref.Path, model.Default)
+	case st.State == llamaserver.Failed:
 		return fmt.Sprintf("`toolmesh model pull %s` shows the download and why it fails; then restart toolmesh", b.ref)
-	case llamaserver.Restarting:
+	case st.State == llamaserver.Restarting && st.ModelPath == "" && errors.As(st.Err, &unreachable):
+		// Not `toolmesh up --model …`: that is the command already running.
+		return fmt.Sprintf("%s cannot be reached (%s): %s; or wait: toolmesh tries the hub again by itself", unreachable.Server, unreachable.Cause, otherModel)
+	case st.State == llamaserver.Restarting && st.ModelPath == "":
+		return "pulling the model failed (the error says why): " + otherModel + "; or wait: toolmesh tries again by itself"
+	case st.State == llamaserver.Restarting:
 		if len(st.Command) > 0 {
 			return fmt.Sprintf("run llama-server by hand to see why it stops: `%s`", strings.Join(st.Command, " "))
 		}

@@ -109,6 +109,24 @@ func TestBackendChoice(t *testing.T) {
 			t.Errorf("New with --inference.llm.model and no llama-server: %v", err)
 		}
 	})
+	t.Run("model file that cannot be loaded", func(t *testing.T) {
+		// Refused at start, naming the file and what it is, as a missing llama-server is
+		// (issue 31 item 4); it used to start and send the user to `model pull FILE`.
+		fakeBinDir(t, true)
+		dir := t.TempDir()
+		html := filepath.Join(dir, "page.gguf")
+		if err := os.WriteFile(html, []byte("<html>404</html>"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for file, want := range map[string]string{filepath.Join(dir, "missing.gguf"): "does not exist", html: "is a web page"} {
+			cfg := defaultConfig(t)
+			cfg.Model = file
+			_, err := New(cfg, nil, nil)
+			if err == nil || !strings.HasPrefix(err.Error(), "inference.llm.model: model file "+file+" "+want) {
+				t.Errorf("New with --inference.llm.model %s: %v; want it refused: %s", file, err, want)
+			}
+		}
+	})
 	t.Run("bad model reference", func(t *testing.T) {
 		cfg := defaultConfig(t)
 		cfg.Model = "hf://acme/m/m.gguf"

@@ -32,6 +32,9 @@ func (s *Service) ComposeAnswer(req *toolmeshv1.ComposeAnswerRequest, stream grp
 	if s.chat != nil {
 		return s.composeChat(ctx, req, stream)
 	}
+	if err := s.backend.unavailable(); err != nil {
+		return err
+	}
 	gen := req.GetGeneration()
 	// Both bounds are the answer's: the caller's (generation) and the api's.
 	limit := bound(int(gen.GetMaxTokens()), int(req.GetMaxTokens()))

@@ -48,6 +48,9 @@ func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest)
 	if s.chat != nil {
 		return s.generateChat(ctx, req, tools)
 	}
+	if err := s.backend.unavailable(); err != nil {
+		return nil, err
+	}
 	props, err := s.contextSize(ctx)
 	if err != nil {
 		return nil, llmStatus(err)
@@ -215,10 +218,7 @@ func (s *Service) GetModelStatus(ctx context.Context, _ *toolmeshv1.GetModelStat
 	}
 	out := &toolmeshv1.GetModelStatusResponse{BackendUrl: s.cfg.LLM.URL, Model: s.cfg.LLM.Model, Backend: "llama.cpp"}
 	if err := s.llm.Health(ctx); err != nil {
-		out.Message, out.Fix = err.Error(), s.backend.fix()
-		if s.backend.why != "" {
-			out.Message = s.backend.why + "; " + out.Message
-		}
+		out.Message, out.Fix = s.backend.notReady(err), s.backend.fix()
 		return out, nil
 	}
 	p, err := s.contextSize(ctx)
