@@ -805,7 +805,11 @@ type Server struct {
 	ConnectedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=connected_at,json=connectedAt,proto3" json:"connected_at,omitempty"`
 	// refused_tools are tools the server listed that break the executor's limits (an input
 	// schema too large, too deep or too costly to validate): never indexed or callable.
-	RefusedTools  []*RefusedTool `protobuf:"bytes,11,rep,name=refused_tools,json=refusedTools,proto3" json:"refused_tools,omitempty"`
+	RefusedTools []*RefusedTool `protobuf:"bytes,11,rep,name=refused_tools,json=refusedTools,proto3" json:"refused_tools,omitempty"`
+	// config_name is the server's name as its config (mcp.json, mcpServers) gives it, when that
+	// is not a valid server name and name is what toolmesh made of it ("GitHub" served as
+	// "github"); empty when the config gives name itself.
+	ConfigName    string `protobuf:"bytes,12,opt,name=config_name,json=configName,proto3" json:"config_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -915,6 +919,13 @@ func (x *Server) GetRefusedTools() []*RefusedTool {
 		return x.RefusedTools
 	}
 	return nil
+}
+
+func (x *Server) GetConfigName() string {
+	if x != nil {
+		return x.ConfigName
+	}
+	return ""
 }
 
 // RefusedTool is a tool a server listed that the executor refused.
@@ -1028,7 +1039,7 @@ const file_toolmesh_v1_tool_proto_rawDesc = "" +
 	"_mime_typeB\a\n" +
 	"\x05_dataB\x06\n" +
 	"\x04_uriB\a\n" +
-	"\x05_name\"\xcd\x03\n" +
+	"\x05_name\"\xee\x03\n" +
 	"\x06Server\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\ttransport\x18\x02 \x01(\x0e2\x16.toolmesh.v1.TransportR\ttransport\x12\x1a\n" +
@@ -1044,7 +1055,9 @@ const file_toolmesh_v1_tool_proto_rawDesc = "" +
 	"last_error\x18\t \x01(\tR\tlastError\x12=\n" +
 	"\fconnected_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAt\x12=\n" +
-	"\rrefused_tools\x18\v \x03(\v2\x18.toolmesh.v1.RefusedToolR\frefusedTools\"9\n" +
+	"\rrefused_tools\x18\v \x03(\v2\x18.toolmesh.v1.RefusedToolR\frefusedTools\x12\x1f\n" +
+	"\vconfig_name\x18\f \x01(\tR\n" +
+	"configName\"9\n" +
 	"\vRefusedTool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason*l\n" +
