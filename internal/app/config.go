@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/secret"
@@ -167,26 +165,25 @@ func (c *Config) overlayFile(fs *flag.FlagSet, given map[string]bool) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return fmt.Errorf("config %s: %w", c.ConfigFile, err)
-	}
-	servers, err := yamlServers(c.ConfigFile, doc)
+	f, err := readYAML(c.ConfigFile, data)
 	if err != nil {
 		return err
 	}
-	c.servers = servers
+	if c.servers, err = f.servers(); err != nil {
+		return err
+	}
+	doc := f.doc
 	if raw, ok := doc["policy"]; ok {
 		p, err := policy.ParseYAML(raw)
 		if err != nil {
-			return fmt.Errorf("config %s: %w", c.ConfigFile, err)
+			return f.pathErrors(err)
 		}
 		c.API.Policy.Tokens, c.API.Policy.Default = p.Tokens, p.Default
 		delete(doc, "policy")
 	}
 	flat := map[string]string{}
 	if err := flatten("", doc, flat); err != nil {
-		return fmt.Errorf("config %s: %w", c.ConfigFile, err)
+		return f.pathErrors(err)
 	}
 	keys := make([]string, 0, len(flat))
 	for k := range flat {
@@ -195,34 +192,40 @@ func (c *Config) overlayFile(fs *flag.FlagSet, given map[string]bool) error {
 	sort.Strings(keys)
 	for _, k := range keys {
 		if k == "config" {
-			return fmt.Errorf("config %s: config: a config file cannot name another", c.ConfigFile)
+			return f.keyError(k, false, errors.New("config: a config file cannot name another"))
 		}
 		if fs.Lookup(k) == nil {
-			return fmt.Errorf("config %s: unknown key %q (keys are flag names; see --help)", c.ConfigFile, k)
+			return f.keyError(k, false, fmt.Errorf("unknown key %q (keys are flag names; see --help)", k))
 		}
 		if given[k] {
 			continue
 		}
 		if err := fs.Set(k, flat[k]); err != nil {
-			return fmt.Errorf("config %s: %s: %w", c.ConfigFile, k, err)
+			// The value is not quoted: the position points at it, and a value is never echoed
+			// where it could be a secret put in the wrong key.
+			return f.keyError(k, true, fmt.Errorf("%s: %w: expected %s", k, err, flagValueKind(fs.Lookup(k))))
 		}
 	}
 	return nil
 }
 
-// yamlServers takes the mcpServers map out of doc, the YAML file path parsed; mcpServers
-// parses it.
-func yamlServers(path string, doc map[string]any) (map[string]any, error) {
-	raw, ok := doc["mcpServers"]
-	if !ok {
-		return nil, nil
+// flagValueKind says what value f takes, for an error about a value it refused.
+func flagValueKind(f *flag.Flag) string {
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return "true or false"
 	}
-	delete(doc, "mcpServers")
-	m, ok := raw.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("config %s: mcpServers: want a map of server name to server", path)
+	switch kind, _ := flag.UnquoteUsage(f); kind {
+	case "duration":
+		return `a duration like "30s" or "2m"`
+	case "int", "uint":
+		return "a whole number"
+	case "float":
+		return "a number"
+	case "", "value":
+		return "a value as --help describes it"
+	default:
+		return "a " + kind
 	}
-	return m, nil
 }
 
 // flatten turns nested maps into dotted keys; lists become comma-joined values.
@@ -272,9 +275,14 @@ func (c *Config) mcpServers(mcpData []byte, rulesOnly bool) (map[string]mcpconfi
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", c.MCPConfig, err)
 		}
-		for name, s := range fromFile {
-			if _, dup := out[name]; dup {
-				return nil, fmt.Errorf("mcp server %q is declared both in %s and in %s", name, c.ConfigFile, c.MCPConfig)
+		for _, name := range mcpconfig.Names(fromFile) {
+			s := fromFile[name]
+			if prev, dup := out[name]; dup {
+				if prev.ConfigName == "" && s.ConfigName == "" {
+					return nil, fmt.Errorf("mcp server %q is declared both in %s and in %s", name, c.ConfigFile, c.MCPConfig)
+				}
+				return nil, fmt.Errorf("mcp servers %q in %s and %q in %s are both served as %q: rename one of them",
+					prev.NameInConfig(), c.ConfigFile, s.NameInConfig(), c.MCPConfig, name)
 			}
 			out[name] = s
 		}

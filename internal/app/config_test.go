@@ -18,7 +18,12 @@ import (
 	"github.com/toolmesh/toolmesh/services/executor"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(envStdioServer) != "" {
+		os.Exit(serveStdioDouble()) // re-executed as a stdio MCP server (confignames_test.go)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func load(t *testing.T, args ...string) (Config, error) {
 	t.Helper()

@@ -13,7 +13,11 @@ import (
 // with one command-line flag on top: it must return a config or an error, never panic, and
 // a loaded config must survive Validate.
 func FuzzConfigLoad(f *testing.F) {
-	for _, p := range []string{"testdata/toolmesh.yaml", "testdata/unknown-key.yaml", "../../deploy/toolmesh.yaml"} {
+	files, err := filepath.Glob("testdata/syntax/*.yaml") // each a mistake the errors must place
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, p := range append([]string{"testdata/toolmesh.yaml", "testdata/unknown-key.yaml", "../../deploy/toolmesh.yaml"}, files...) {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			f.Fatal(err)

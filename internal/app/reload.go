@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/policy"
@@ -131,13 +130,14 @@ func (r *reloader) parse(snap snapshot) (map[string]mcpconfig.Server, map[string
 	c := Config{ConfigFile: r.configFile, MCPConfig: r.mcpConfig}
 	var rest map[string]any
 	if r.configFile != "" {
-		if err := yaml.Unmarshal(snap.config, &rest); err != nil {
-			return nil, nil, fmt.Errorf("config %s: %w", r.configFile, err)
-		}
-		var err error
-		if c.servers, err = yamlServers(r.configFile, rest); err != nil {
+		f, err := readYAML(r.configFile, snap.config)
+		if err != nil {
 			return nil, nil, err
 		}
+		if c.servers, err = f.servers(); err != nil {
+			return nil, nil, err
+		}
+		rest = f.doc
 	}
 	// Without an executor here (the api alone) the rules are all that is used: read them
 	// without the servers' secrets, as Load does when they are not set.

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // maxFileSize bounds what Load reads; real mcp.json files are a few kilobytes.
@@ -104,40 +105,58 @@ func parse(data []byte, lookupEnv func(string) (string, bool), rulesOnly bool) (
 	dec.UseNumber()
 	var doc any
 	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("mcp config: %w", jsonError(clean, err))
+		return nil, fmt.Errorf("mcp config: %w", jsonError(data, clean, err))
 	}
+	end := int(dec.InputOffset())
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("mcp config: unexpected data after the top-level object")
+		i := skipBlank(clean, end, " \t\r\n")
+		r, _ := utf8.DecodeRune(clean[i:])
+		return nil, fmt.Errorf("mcp config: %w", at(data, i, "%q after the end of the top-level object: expected the end of the file", r))
 	}
+	first := skipBlank(clean, 0, " \t\r\n")
 	top, ok := doc.(map[string]any)
 	if !ok {
-		return nil, errors.New("mcp config: top level must be a JSON object")
+		return nil, fmt.Errorf("mcp config: %w", at(data, first, `the top level is %s: expected a JSON object like {"mcpServers": {...}}`, TypeName(doc)))
 	}
+	keys := objectKeys(clean, first)
 	a, hasA := top["mcpServers"]
 	b, hasB := top["servers"]
 	var key string
 	var raw any
+	var valueAt int
 	switch {
 	case hasA && hasB:
-		return nil, errors.New(`mcp config: both "mcpServers" and "servers" are present; use one`)
+		return nil, fmt.Errorf("mcp config: %w", at(data, keys["servers"].key, `both "mcpServers" and "servers" are present; use one`))
 	case hasA:
-		key, raw = "mcpServers", a
+		key, raw, valueAt = "mcpServers", a, keys["mcpServers"].value
 	case hasB:
-		key, raw = "servers", b
+		key, raw, valueAt = "servers", b, keys["servers"].value
 	default:
 		if mcp, ok := top["mcp"].(map[string]any); ok {
 			if s, ok := mcp["servers"]; ok {
-				key, raw = "mcp.servers", s
+				key, raw, valueAt = "mcp.servers", s, objectKeys(clean, keys["mcp"].value)["servers"].value
 				break
 			}
 		}
-		return nil, errors.New(`mcp config: no "mcpServers" (Claude Desktop, Cursor) or "servers" (VS Code) key`)
+		return nil, fmt.Errorf("mcp config: %w", noServersKey(data, first, keys))
 	}
 	entries, ok := raw.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("mcp config: %q must be an object mapping server names to servers", key)
+		return nil, fmt.Errorf("mcp config: %w", at(data, valueAt, "%q is %s: expected an object mapping server names to servers", key, TypeName(raw)))
 	}
 	return parseEntries(entries, lookupEnv, rulesOnly)
+}
+
+// noServersKey is the error for a document without a servers map: at a key that looks like one
+// misspelt, else at the top-level object.
+func noServersKey(data []byte, first int, keys map[string]keyAt) error {
+	const msg = `no "mcpServers" (Claude Desktop, Cursor) or "servers" (VS Code) key`
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if near := closest(k, []string{"mcpServers", "servers"}); near != "" {
+			return at(data, keys[k].key, "%s: found %q (did you mean %q?)", msg, k, near)
+		}
+	}
+	return at(data, first, "%s: expected an object like {\"mcpServers\": {\"NAME\": {\"url\": ...}}}", msg)
 }
 
 // FromYAML takes the value of an "mcpServers:" map inline in toolmesh's YAML config, as
@@ -157,6 +176,7 @@ func parseEntries(entries map[string]any, lookupEnv func(string) (string, bool),
 		lookupEnv = func(string) (string, bool) { return "", false }
 	}
 	out := make(map[string]Server, len(entries))
+	served := servedNames{}
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(entries)) {
 		s, keep, err := parseEntry(name, entries[name], lookupEnv, rulesOnly)
@@ -164,9 +184,17 @@ func parseEntries(entries map[string]any, lookupEnv func(string) (string, bool),
 			errs = append(errs, err)
 			continue
 		}
-		if keep {
-			out[name] = s
+		if !keep {
+			continue // a disabled entry is served as nothing, so it clashes with nothing
 		}
+		if err := served.add(s); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if s.ConfigName != "" {
+			s.Warnings = append(s.Warnings, servedNote(s.ConfigName, s.Name))
+		}
+		out[s.Name] = s
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -204,7 +232,16 @@ func parseEntry(name string, raw any, lookup func(string) (string, bool), rulesO
 		return Server{}, false, errors.Join(e.errs...)
 	}
 
-	s := Server{Name: name}
+	// Errors name the entry as the config does (e.server); the server is served as ServedName
+	// makes of it.
+	s := Server{Name: ServedName(name)}
+	if s.Name != name {
+		s.ConfigName = name
+	}
+	if s.Name == "" {
+		e.fail("name", "leaves nothing to serve it as: a server name needs a letter a-z or A-Z, a digit, '_' or '-' "+
+			"(tool ids are SERVER.TOOL with SERVER of lower-case letters, digits, '_' and '-')")
+	}
 	var explicit Transport
 	for _, k := range []string{"transport", "type", "transportType"} {
 		v, ok := e.str(k, false)
@@ -263,8 +300,8 @@ func parseEntry(name string, raw any, lookup func(string) (string, bool), rulesO
 		return Server{}, false, errors.Join(append(e.errs, hints(name, s.Warnings)...)...)
 	}
 	if rulesOnly {
-		return Server{Name: name, AllowedTools: s.AllowedTools, ExcludedTools: s.ExcludedTools, AllowDestructive: s.AllowDestructive,
-			RateLimit: s.RateLimit, Tools: s.Tools}, true, nil
+		return Server{Name: s.Name, ConfigName: s.ConfigName, AllowedTools: s.AllowedTools, ExcludedTools: s.ExcludedTools,
+			AllowDestructive: s.AllowDestructive, RateLimit: s.RateLimit, Tools: s.Tools}, true, nil
 	}
 
 	switch {

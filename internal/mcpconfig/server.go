@@ -28,9 +28,14 @@ const (
 
 // Server is one configured MCP server, with ${ENV} references already expanded.
 type Server struct {
-	// Name is the map key; it must match [a-z0-9_-]+ because tool ids are SERVER.TOOL.
-	Name      string
-	Transport Transport
+	// Name is the map key; it must match [a-z0-9_-]+ because tool ids are SERVER.TOOL. Parse
+	// gives an entry whose name does not the name ServedName makes of it.
+	Name string
+	// ConfigName is the entry's name in the config when it is not Name ("GitHub" served as
+	// "github"), for the places a user looks for it: the log, /v1/servers, errors. Empty when
+	// the config uses Name itself.
+	ConfigName string
+	Transport  Transport
 
 	// URL and Headers apply to sse and streamable-http.
 	URL     string
@@ -173,7 +178,7 @@ var (
 func (s Server) Validate() error {
 	var errs []error
 	add := func(field, format string, args ...any) {
-		errs = append(errs, &FieldError{Server: s.Name, Field: field, Msg: fmt.Sprintf(format, args...)})
+		errs = append(errs, &FieldError{Server: s.NameInConfig(), Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
 	if !toolid.ValidServer(s.Name) {
 		add("name", "must match %s (tool ids are SERVER.TOOL and the first dot splits them)", toolid.ServerRule)
@@ -343,6 +348,7 @@ func (s Server) Endpoint() string {
 // redacted is the printable view of a Server: no header values, env values or args.
 type redacted struct {
 	Name             string   `json:"name"`
+	ConfigName       string   `json:"config_name,omitempty"`
 	Transport        string   `json:"transport"`
 	Endpoint         string   `json:"endpoint"`
 	HeaderNames      []string `json:"header_names,omitempty"`
@@ -359,6 +365,7 @@ type redacted struct {
 func (s Server) redacted() redacted {
 	r := redacted{
 		Name:             s.Name,
+		ConfigName:       s.ConfigName,
 		Transport:        string(s.Transport),
 		Endpoint:         s.Endpoint(),
 		HeaderNames:      slices.Sorted(maps.Keys(s.Headers)),
@@ -380,7 +387,11 @@ func (s Server) redacted() redacted {
 func (s Server) String() string {
 	r := s.redacted()
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s %s", r.Name, r.Transport, r.Endpoint)
+	b.WriteString(r.Name)
+	if r.ConfigName != "" {
+		fmt.Fprintf(&b, " (%q in the config)", r.ConfigName)
+	}
+	fmt.Fprintf(&b, " %s %s", r.Transport, r.Endpoint)
 	if len(r.HeaderNames) > 0 {
 		fmt.Fprintf(&b, " headers=%s(values redacted)", strings.Join(r.HeaderNames, ","))
 	}
@@ -419,9 +430,14 @@ func (s Server) LogValue() slog.Value {
 	r := s.redacted()
 	attrs := []slog.Attr{
 		slog.String("name", r.Name),
+	}
+	if r.ConfigName != "" {
+		attrs = append(attrs, slog.String("config_name", r.ConfigName))
+	}
+	attrs = append(attrs,
 		slog.String("transport", r.Transport),
 		slog.String("endpoint", r.Endpoint),
-	}
+	)
 	if len(r.HeaderNames) > 0 {
 		attrs = append(attrs, slog.Any("header_names", r.HeaderNames))
 	}
@@ -458,7 +474,7 @@ func (s Server) MarshalJSON() ([]byte, error) { return json.Marshal(s.redacted()
 
 // FieldError is one problem with one server's declaration.
 type FieldError struct {
-	Server string // the server's name (its map key)
+	Server string // the server's name as the config gives it (its map key there)
 	Field  string // e.g. "url", "headers.Authorization", "args[2]"; empty for the entry as a whole
 	Msg    string // never contains an expanded ${VAR} value
 }

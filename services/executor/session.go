@@ -975,6 +975,7 @@ func (s *session) status() *toolmeshv1.Server {
 	state, lastErr := s.healthLocked()
 	out := &toolmeshv1.Server{
 		Name:            s.name,
+		ConfigName:      s.srv.ConfigName,
 		Transport:       transportEnum(s.srv.Transport),
 		Endpoint:        redact.Text(s.endpoint),
 		State:           state,

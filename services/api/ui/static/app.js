@@ -360,7 +360,11 @@ const serversView = {
       const [state, stateText] = STATES[s.state] || ['info', (s.state || 'unknown').replace('SERVER_STATE_', '').toLowerCase()];
       const version = [s.server_name !== s.name ? s.server_name : '', s.server_version].filter(Boolean).join(' ');
       const cells = [
-        [s.name, version, () => [el('strong', {}, s.name), version ? el('span', { class: 'meta' }, ' ', version) : null]],
+        // A name the config gives that is not a valid server name is shown beside the one it is
+        // served as, so the user finds the server they wrote ("GitHub" served as github).
+        [s.name, s.config_name, version, () => [el('strong', {}, s.name),
+          s.config_name ? el('span', { class: 'meta', title: 'the name in the config' }, ` (“${s.config_name}”)`) : null,
+          version ? el('span', { class: 'meta' }, ' ', version) : null]],
         [state + stateText, () => el('span', { class: 'badge ' + state }, stateText)],
         [s.transport, () => TRANSPORTS[s.transport] || s.transport || '—'],
         [s.endpoint, () => el('code', {}, s.endpoint || '—')],
