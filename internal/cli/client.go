@@ -152,6 +152,11 @@ func (c *client) send(ctx context.Context, method, path string, body any) (*http
 type toolJSON struct {
 	ID          string `json:"id"`
 	Description string `json:"description"`
+	// Pin and Findings say what toolmesh trusts of the definition (toolFlags).
+	Pin      string `json:"pin"`
+	Findings []struct {
+		Kind string `json:"kind"`
+	} `json:"findings"`
 }
 
 func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -194,9 +199,18 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := json.Unmarshal(data, &out); err != nil {
 		return fmt.Errorf("decode tools: %w", err)
 	}
+	flagged := false
+	for _, t := range out.Tools {
+		flagged = flagged || toolFlags(t) != ""
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	for _, t := range out.Tools {
-		fmt.Fprintf(tw, "%s\t%s\n", t.ID, firstLine(t.Description, 80))
+		if flagged {
+			// The flags get a column only when a tool has any: the common listing stays two.
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", t.ID, toolFlags(t), firstLine(shown(t.Description), 80))
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\n", t.ID, firstLine(shown(t.Description), 80))
+		}
 	}
 	return tw.Flush()
 }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/user"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/pinfile"
 	"github.com/toolmesh/toolmesh/internal/toolid"
+	"github.com/toolmesh/toolmesh/internal/tooltext"
 )
 
 const pendingUsage = `Usage: toolmesh tools pending [--server S] [flags]
@@ -114,8 +116,48 @@ func writePending(w io.Writer, p *toolmeshv1.PendingTool) {
 	}
 	fmt.Fprintf(w, "  approve what you reviewed: toolmesh tools approve %s --hash %s\n", t.GetId(), t.GetHash())
 	for _, line := range strings.Split(strings.TrimRight(p.GetDiff(), "\n"), "\n") {
-		fmt.Fprintln(w, "  "+line)
+		fmt.Fprintln(w, "  "+shown(line))
 	}
+}
+
+// findingWords are the findings' kinds as the console words them.
+var findingWords = map[string]string{
+	"FINDING_KIND_HIDDEN_CHARACTERS": "hidden characters removed",
+	"FINDING_KIND_MODEL_INSTRUCTION": "instructions to the model",
+	"FINDING_KIND_CONCEAL_FROM_USER": "hides things from the user",
+	"FINDING_KIND_READ_SECRETS":      "reads files or secrets",
+}
+
+// toolFlags is what `toolmesh tools` says of a tool's trust: "[changed since approved; flagged:
+// instructions to the model]", or "" for a tool with nothing to say.
+func toolFlags(t toolJSON) string {
+	var parts, kinds []string
+	if t.Pin == toolmeshv1.PinState_PIN_STATE_CHANGED.String() {
+		parts = append(parts, "changed since approved")
+	}
+	for _, f := range t.Findings {
+		w := findingWords[f.Kind]
+		if w == "" {
+			w = f.Kind
+		}
+		if !slices.Contains(kinds, w) {
+			kinds = append(kinds, w)
+		}
+	}
+	if len(kinds) > 0 {
+		parts = append(parts, "flagged: "+strings.Join(kinds, ", "))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "[" + strings.Join(parts, "; ") + "]"
+}
+
+// shown is a tool's text for a terminal: the executor removes hidden and control characters,
+// and this keeps an api that did not (an older one) from sending escape sequences to it.
+func shown(s string) string {
+	clean, _ := tooltext.Clean("description", s)
+	return clean
 }
 
 func when(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") }

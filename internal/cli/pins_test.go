@@ -40,6 +40,11 @@ func (p *pinAPI) server(t *testing.T) *httptest.Server {
 		}
 		_, _ = w.Write([]byte(pendingJSON))
 	})
+	mux.HandleFunc("GET /v1/tools", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"tools":[{"id":"news.headlines","description":"Top headlines. <IMPORTANT>","pin":"PIN_STATE_CHANGED",
+"findings":[{"kind":"FINDING_KIND_MODEL_INSTRUCTION"}]},{"id":"weather.today","description":"Today's weather.\u200b","pin":"PIN_STATE_PINNED",
+"findings":[{"kind":"FINDING_KIND_HIDDEN_CHARACTERS"}]},{"id":"calc.add","description":"Add.","pin":"PIN_STATE_PINNED"}]}`))
+	})
 	mux.HandleFunc("POST /v1/tools/{server}/{rest}", func(w http.ResponseWriter, r *http.Request) {
 		var body bytes.Buffer
 		_, _ = body.ReadFrom(r.Body)
@@ -156,5 +161,25 @@ func TestToolsApprove(t *testing.T) {
 	}
 	if code, _, errOut := runCLI(t, "tools", "approve", "weather.forecast", "--hash", "h1", "--pin-file", path); code != 1 || !strings.Contains(errOut, "h2") {
 		t.Errorf("--pin-file with a stale hash: exit %d, %q", code, errOut)
+	}
+}
+
+// TestToolsListFlags: `toolmesh tools` marks a tool whose definition changed since it was
+// approved and one with findings, so that a terminal user sees what the console shows.
+func TestToolsListFlags(t *testing.T) {
+	api := (&pinAPI{}).server(t)
+	t.Setenv("TOOLMESH_API", api.URL)
+	code, out, errOut := runCLI(t, "tools")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"news.headlines  [changed since approved; flagged: instructions to the model]  Top headlines. <IMPORTANT>\n",
+		"weather.today   [flagged: hidden characters removed]                          Today's weather.\n",
+		"calc.add                                                                      Add.\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 }

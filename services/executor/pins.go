@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -80,7 +82,13 @@ func newPinBook(path string, poll time.Duration, log *slog.Logger, meter metric.
 		file: map[string]pinfile.Pin{}, memory: map[string]pinfile.Pin{}, pending: map[string]*pendingTool{}}
 	b.events.instance = newInstance()
 	if path == "" {
+		log.Info("tool pins are kept in memory: each start trusts the tool definitions it sees first (--config or --executor.pin-file keeps them in a file)")
 		return b, nil
+	}
+	// A pin file in a folder that is not there is a mistyped path: pins would be kept in
+	// memory, and forgotten at the next start.
+	if fi, err := os.Stat(filepath.Dir(path)); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("pin file %s: its folder %s is not there (--executor.pin-file)", path, filepath.Dir(path))
 	}
 	// A pin file that does not read stops the start: without its pins every tool would be
 	// a first sight, and a rug pull would pass as one.
@@ -90,6 +98,7 @@ func newPinBook(path string, poll time.Duration, log *slog.Logger, meter metric.
 	}
 	b.file = f.Pins
 	b.watch.Changed(path)
+	log.Info("tool pins", "file", path, "pins", len(f.Pins))
 	return b, nil
 }
 

@@ -413,6 +413,11 @@ func TestPinFileRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("New with a broken pin file: %v, want an error naming it", err)
 	}
+	// A pin file in a folder that does not exist is a mistyped path: pins would stay in memory.
+	missing := filepath.Join(t.TempDir(), "nope", "pins.json")
+	if _, err := New(Config{PinFile: missing}, nil, nil); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("New with a pin file in a missing folder: %v, want an error naming it", err)
+	}
 }
 
 // TestPinFileBrokenLater: a pin file broken while the executor runs is not taken: the pins it
