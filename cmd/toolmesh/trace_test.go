@@ -56,7 +56,9 @@ func TestOneQueryOneTrace(t *testing.T) {
 	start(t, bin, "serve", "--target=retriever", "--retriever.grpc-addr="+ret, "--retriever.executor-addr="+exe, otel)
 	start(t, bin, "serve", "--target=inference", "--inference.grpc-addr="+inf, "--inference.llm.url="+d.URL, otel)
 	start(t, bin, "serve", "--target=api", "--api.http-addr="+rest, "--api.grpc-addr="+api,
-		"--api.executor-addr="+exe, "--api.retriever-addr="+ret, "--api.inference-addr="+inf, otel)
+		"--api.executor-addr="+exe, "--api.retriever-addr="+ret, "--api.inference-addr="+inf,
+		// Questions go to the model at once: ready means the inference process answers too.
+		"--api.ready-needs-inference", otel)
 	base := "http://" + rest
 	waitReady(t, base)
 

@@ -528,8 +528,8 @@ type pinEvents struct {
 	instance string
 	mu       sync.Mutex
 	seq      uint64
-	buf     []*toolmeshv1.PinEvent
-	changed chan struct{}
+	buf      []*toolmeshv1.PinEvent
+	changed  chan struct{}
 }
 
 func (l *pinEvents) add(ev *toolmeshv1.PinEvent) {
