@@ -488,11 +488,11 @@ func (s *session) republish() {
 		return
 	}
 	tools := s.pins.judge(s.name, s.srv.PinningMode(), s.listed)
-	up, rm := s.cat.replaceServer(s.name, tools)
-	s.pubMu.Unlock()
-	s.mu.Lock()
+	s.mu.Lock() // before the watchers are told, as in publish
 	s.toolCount = len(tools)
 	s.mu.Unlock()
+	up, rm := s.cat.replaceServer(s.name, tools)
+	s.pubMu.Unlock()
 	if up > 0 || rm > 0 {
 		s.log.Info("tools changed by a pin", "upserted", up, "removed", rm, "total", len(tools))
 	}

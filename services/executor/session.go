@@ -644,13 +644,15 @@ func (s *session) publish(l *listing) {
 	// The pins decide what of the listing is served (pins.go); republish judges it again.
 	s.listed = l.tools
 	tools := s.pins.judge(s.name, s.srv.PinningMode(), l.tools)
-	up, rm := s.cat.replaceServer(s.name, tools)
-	s.pubMu.Unlock()
+	// The server's count first: replaceServer tells the watchers, and one that then asks
+	// for the server must read the count of the tools it was just told about.
 	s.mu.Lock()
 	s.toolCount = len(tools)
 	s.refused = l.refused
 	s.listErr = ""
 	s.mu.Unlock()
+	up, rm := s.cat.replaceServer(s.name, tools)
+	s.pubMu.Unlock()
 	if up > 0 || rm > 0 {
 		s.log.Info("tools changed", "upserted", up, "removed", rm, "total", len(l.tools))
 	}
