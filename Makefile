@@ -1,5 +1,5 @@
 # Every target works on a fresh clone; `make test` is the one command CI runs.
-.PHONY: generate lint test build docs chart
+.PHONY: generate lint test test-quick build docs chart
 
 build:
 	go build -o bin/toolmesh ./cmd/toolmesh
@@ -14,6 +14,11 @@ lint:
 
 test:
 	./scripts/test
+
+# test-quick is a first pass in a few minutes: it installs nothing, runs go vet and go test -short
+# without the race detector, and ends by listing what it skipped and why. `make test` is what CI runs.
+test-quick:
+	TOOLMESH_TEST_QUICK=1 ./scripts/test
 
 # docs regenerates docs/operations/config.md from the flags, and the Helm chart's values
 # reference (docs/operations/kubernetes.md) and rendered configs (deploy/helm/chartcheck/
