@@ -260,6 +260,16 @@ var patterns = []pattern{
 		re(`\b(pass|send|include|put|add|append|paste)\s+(its|their|the|that|this|your)\s+(full\s+|entire\s+)?contents?\s+(as|in|into|to|with)\b`)},
 }
 
+// patternNeeds holds, for each of patterns, the folded literals one of which any match contains
+// (prefilter.go).
+var patternNeeds = func() [][][][]string {
+	out := make([][][][]string, len(patterns))
+	for i, p := range patterns {
+		out[i] = needs(p.re.String())
+	}
+	return out
+}()
+
 // Scan returns the findings of the known injection patterns in text (already cleaned), one per
 // rule, ordered by kind and then by where they matched.
 func Scan(field, text string) []*toolmeshv1.ToolFinding {
@@ -268,7 +278,11 @@ func Scan(field, text string) []*toolmeshv1.ToolFinding {
 		pos int
 	}
 	var hits []hit
-	for _, p := range patterns {
+	ft := folded(text)
+	for i, p := range patterns {
+		if !mayMatch(ft, patternNeeds[i]) {
+			continue
+		}
 		loc := p.re.FindStringIndex(text)
 		if loc == nil {
 			continue

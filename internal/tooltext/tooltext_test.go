@@ -208,5 +208,12 @@ func FuzzClean(f *testing.F) {
 		if (finding != nil) != (out != s) {
 			t.Fatalf("Clean(%q) = %q with finding %v", s, out, finding)
 		}
+		// The prefilter never skips a pattern that matches (prefilter.go).
+		ft := folded(out)
+		for i, p := range patterns {
+			if p.re.MatchString(out) && !mayMatch(ft, patternNeeds[i]) {
+				t.Fatalf("%s matches %q but its prefilter skips it", p.rule, out)
+			}
+		}
 	})
 }
