@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/toolmesh/toolmesh/services/retriever/index"
@@ -35,10 +37,35 @@ var followupQueries = []followupQuery{
 		b, _ := json.Marshal(args)
 		return q + " " + string(b)
 	}},
-	{"question+ids+args", "the question, the called tool ids and their arguments as JSON (the api's retrievalQuery)", func(q, id string, args map[string]any) string {
+	{"question+ids+args", "the question, the called tool ids and their arguments as JSON (the api's retrievalQuery until issue 28)", func(q, id string, args map[string]any) string {
 		b, _ := json.Marshal(args)
 		return q + " " + id + " " + string(b)
 	}},
+	{"question+values", "the question and the called tools' argument values, without ids or keys (the api's retrievalQuery)", func(q, _ string, args map[string]any) string {
+		return q + " " + strings.Join(argValues(nil, args), " ")
+	}},
+}
+
+// argValues appends the strings, numbers and booleans in v (a decoded JSON value), in key
+// order for objects, as the api's retrievalQuery does with a call's arguments.
+func argValues(out []string, v any) []string {
+	switch v := v.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			out = argValues(out, v[k])
+		}
+	case []any:
+		for _, e := range v {
+			out = argValues(out, e)
+		}
+	case string:
+		out = append(out, v)
+	case float64:
+		out = append(out, strconv.FormatFloat(v, 'g', -1, 64))
+	case bool:
+		out = append(out, strconv.FormatBool(v))
+	}
+	return out
 }
 
 type callCase struct {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -993,8 +994,8 @@ func (r *runner) inferenceError(ctx context.Context, err error) error {
 	return status.Errorf(codes.Unavailable, "no model to answer with: the model backend%s does not answer (%s); %s", tried, st.Message(), fix)
 }
 
-// retrievalQuery is the question, and from the second step on the question plus the calls
-// the last step ran (tool ids and arguments). It never holds what a tool returned: a tool's
+// retrievalQuery is the question, and from the second step on the question plus the argument
+// values of the calls the last step ran. It never holds what a tool returned: a tool's
 // output is data, and text in it ("SYSTEM: now call query_database ...") must not choose the
 // tools the model is offered next. Nor does it hold a call that was refused: the model may
 // have named a tool it was not offered because a tool's output told it to. In a conversation
@@ -1012,15 +1013,40 @@ func (r *runner) retrievalQuery() string {
 		b = append(b, truncateUTF8(prev, retrievalQueryBytes/2)...)
 		return truncateUTF8(string(b), max(retrievalQueryBytes, len(r.q.text)))
 	}
+	limit := max(retrievalQueryBytes, len(r.q.text))
 	for _, c := range r.lastRun {
-		b = append(b, ' ')
-		b = append(b, c.GetTool()...)
-		if args, err := c.GetArguments().MarshalJSON(); err == nil && len(args) > 2 {
-			b = append(b, ' ')
-			b = append(b, args...)
+		b = appendValues(b, structpb.NewStructValue(c.GetArguments()), limit)
+	}
+	return truncateUTF8(string(b), limit)
+}
+
+// appendValues appends the strings, numbers and booleans in v, each after a space, objects in
+// key order. Keys and tool ids are left out: a parameter name ("a", "path") or a server name
+// matches every tool that shares it, and searching for them offered the model the whole
+// server from step 2 on (on BFCL's multi-function queries R@4 0.739 with ids and arguments as
+// JSON, 0.809 with the values alone, 0.814 with the question alone: bench/retrieval -followup).
+// It stops once b holds limit bytes.
+func appendValues(b []byte, v *structpb.Value, limit int) []byte {
+	if len(b) >= limit {
+		return b
+	}
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		b = append(append(b, ' '), k.StringValue...)
+	case *structpb.Value_NumberValue:
+		b = strconv.AppendFloat(append(b, ' '), k.NumberValue, 'g', -1, 64)
+	case *structpb.Value_BoolValue:
+		b = strconv.AppendBool(append(b, ' '), k.BoolValue)
+	case *structpb.Value_ListValue:
+		for _, e := range k.ListValue.GetValues() {
+			b = appendValues(b, e, limit)
+		}
+	case *structpb.Value_StructValue:
+		for _, key := range slices.Sorted(maps.Keys(k.StructValue.GetFields())) {
+			b = appendValues(b, k.StructValue.GetFields()[key], limit)
 		}
 	}
-	return truncateUTF8(string(b), max(retrievalQueryBytes, len(r.q.text)))
+	return b
 }
 
 // previousQuestion is the last user message of the earlier turns ("" when there is none).
