@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/localclient"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/server"
@@ -104,9 +103,6 @@ type App struct {
 	api  *api.Service
 	// reloader is set by Run when there is a config file to read again.
 	reloader *reloader
-	// sockets is the private directory of the internal targets' Unix sockets (privateAddr);
-	// "" until the first of them starts. Run removes it when it returns.
-	sockets string
 }
 
 // ForceStop makes a stop under way skip what is left of its drains (a second signal): calls
@@ -144,7 +140,9 @@ func afterDrain(svc service, serve runner) runner {
 // addressBook holds what a started target offers the targets that depend on it: the address
 // its gRPC server bound (port 0 picks one) and, for the demo, the MCP servers it runs.
 type addressBook struct {
-	grpc       map[string]string
+	grpc map[string]string
+	// local are the targets served in this process only (serveLocal), by name.
+	local      map[string]*server.Local
 	mcpServers map[string]mcpconfig.Server
 }
 
@@ -192,7 +190,7 @@ func New(cfg Config, logger *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	return &App{cfg: cfg, logger: logger, tel: tel, tls: tlsSrc, force: make(chan struct{}),
-		book: addressBook{grpc: map[string]string{}, mcpServers: map[string]mcpconfig.Server{}}}, nil
+		book: addressBook{grpc: map[string]string{}, local: map[string]*server.Local{}, mcpServers: map[string]mcpconfig.Server{}}}, nil
 }
 
 // order lists the requested targets so that each comes after the dependencies that are also requested.
@@ -222,8 +220,6 @@ func order(requested []string) []string {
 // targets in reverse dependency order, so the api drains before the executor closes sessions.
 // started, if not nil, is called once every listener is bound.
 func (a *App) Run(ctx context.Context, started func()) error {
-	// After every target has stopped: their listeners have removed the sockets by then.
-	defer a.removeSockets()
 	names := order(a.cfg.Targets)
 	type running struct {
 		name   string
@@ -340,11 +336,10 @@ func (a *App) endpoint(name, addr string) {
 // bound address in the address book under the target's name. On error svc is closed if it can be.
 func (a *App) startGRPC(env targetEnv, addr string, svc service, opts ...grpc.ServerOption) (*server.GRPC, error) {
 	// Every server speaks the TLS the config asks for: mutual between the services, and the
-	// api's public port its own. A private socket needs none (privateAddr).
-	switch {
-	case env.name == "api":
+	// api's public port its own.
+	if env.name == "api" {
 		opts = append(opts, a.tls.apiServerOptions()...)
-	case !a.tls.privateSocket(addr):
+	} else {
 		opts = append(opts, a.tls.serverOptions()...)
 	}
 	g, err := server.NewGRPC(addr, env.logger, a.cfg.DrainTimeout, opts...)
@@ -361,14 +356,14 @@ func (a *App) startGRPC(env targetEnv, addr string, svc service, opts ...grpc.Se
 	return g, nil
 }
 
-// serveGRPC is an internal target (targets' internal port) that is one service on one gRPC
-// server, at addr or at a private socket (privateAddr).
+// serveGRPC is an internal target (targets' internal port) that is one service: on a gRPC
+// server at addr, or in this process only (serveLocal) when every target that calls it runs
+// here and addr was not given on purpose (the command line or the config file).
 func (a *App) serveGRPC(env targetEnv, addr string, svc service, opts ...grpc.ServerOption) ([]runner, error) {
-	addr, private, err := a.privateAddr(env, addr)
-	if err == nil && !private {
-		err = a.checkOpen(env, addr)
+	if env.callersHere && !a.cfg.given(env.internal.flag) {
+		return a.serveLocal(env, svc), nil
 	}
-	if err != nil {
+	if err := a.checkOpen(env, addr); err != nil {
 		if c, ok := svc.(interface{ Close() }); ok {
 			c.Close()
 		}
@@ -378,11 +373,7 @@ func (a *App) serveGRPC(env targetEnv, addr string, svc service, opts ...grpc.Se
 	if err != nil {
 		return nil, err
 	}
-	if private {
-		a.endpoint(env.name+" gRPC", "in-process, "+g.Addr()+" (no network port; this user only)")
-	} else {
-		a.endpoint(env.name+" gRPC", g.Addr())
-	}
+	a.endpoint(env.name+" gRPC", g.Addr())
 	runners := []runner{afterDrain(svc, g.Run)}
 	if r, ok := svc.(readiness); ok {
 		// Not serving until ready: a probe (Kubernetes' readiness, compose's health check)
@@ -393,33 +384,29 @@ func (a *App) serveGRPC(env targetEnv, addr string, svc service, opts ...grpc.Se
 	return runners, nil
 }
 
-// privateAddr is where the internal target of env listens, addr being its configured address:
-// a Unix socket in a directory of this process's own when every target that calls it runs in
-// this process too and addr was not given on purpose (the command line or the config file),
-// else addr. On a default `up` no other user of the machine can then reach the executor and
-// run tools past the api's tokens and scopes, as anyone could on 127.0.0.1:7704: the
-// directory is 0700 and each socket 0600, so only this user (and root) can connect. The
-// sockets stand in for the in-process path (issue "A hop costs what a proxy costs"), which
-// would need no listener at all.
-func (a *App) privateAddr(env targetEnv, addr string) (string, bool, error) {
-	if !env.callersHere || a.cfg.given(env.internal.flag) {
-		return addr, false, nil
+// serveLocal serves svc to the targets of this process only, without a listener: they call it
+// directly (server.Local, internal/localclient), with the interceptors, spans and metrics of a
+// gRPC call but no socket, HTTP/2 or encoding (issue 28). On a default `up` nothing outside the
+// process can then reach the executor and run tools past the api's tokens and scopes, as anyone
+// could on 127.0.0.1:7704 (issue 26 put these targets on private Unix sockets; now there is
+// nothing to connect to at all).
+func (a *App) serveLocal(env targetEnv, svc service) []runner {
+	l := server.NewLocal(env.name, env.logger, a.cfg.DrainTimeout, env.tel.GRPCServerStats())
+	l.ForceOn(a.force)
+	svc.Register(l)
+	a.book.local[env.name] = l
+	a.endpoint(env.name+" gRPC", l.Addr()+"; only this process calls it")
+	return []runner{afterDrain(svc, l.Run)}
+}
+
+// localClient is a client of the target name when it runs in this process (serveLocal) for a
+// caller whose telemetry is tel; nil when it does not.
+func (a *App) localClient(name string, tel *telemetry.Service) *server.LocalClient {
+	l, ok := a.book.local[name]
+	if !ok {
+		return nil
 	}
-	if a.sockets == "" {
-		dir, err := os.MkdirTemp(runtimeDir(), "toolmesh-")
-		if err != nil {
-			// $XDG_RUNTIME_DIR may be another user's (after su).
-			dir, err = os.MkdirTemp("", "toolmesh-")
-		}
-		if err != nil {
-			return "", false, fmt.Errorf("private socket directory: %w", err)
-		}
-		// MkdirTemp makes it 0700 less the umask: nobody else may enter it, whatever the
-		// sockets' own modes.
-		a.sockets = dir
-		a.tls.private = dir
-	}
-	return "unix:" + filepath.Join(a.sockets, env.name+".sock"), true, nil
+	return l.Client(tel.GRPCClientStats())
 }
 
 // callersHere reports whether every target that calls the target name (has it in its deps)
@@ -431,28 +418,6 @@ func (a *App) callersHere(name string) bool {
 		}
 	}
 	return true
-}
-
-// runtimeDir is where the private socket directory goes: the user's runtime directory
-// ($XDG_RUNTIME_DIR, itself 0700 and the user's own) when there is one, else the temporary
-// directory.
-func runtimeDir() string {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(d) {
-		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
-			return d
-		}
-	}
-	return os.TempDir()
-}
-
-// removeSockets removes the private socket directory, once the listeners in it have closed.
-func (a *App) removeSockets() {
-	if a.sockets == "" {
-		return
-	}
-	if err := os.RemoveAll(a.sockets); err != nil {
-		a.logger.Warn("removing the private socket directory", "dir", a.sockets, "err", err)
-	}
 }
 
 // checkOpen refuses the internal target of env on addr beyond loopback without mutual TLS
@@ -544,6 +509,7 @@ func initRetriever(a *App, env targetEnv) ([]runner, error) {
 	cfg := a.cfg.Retriever
 	cfg.ExecutorAddr = a.dial("executor", cfg.ExecutorAddr)
 	cfg.DialOptions = a.tls.dialOptions()
+	cfg.LocalExecutor = localclient.Executor(a.localClient("executor", env.tel))
 	svc, err := retriever.New(context.Background(), cfg, env.logger, env.tel)
 	if err != nil {
 		return nil, err
@@ -571,6 +537,9 @@ func initAPI(a *App, env targetEnv) ([]runner, error) {
 	cfg.RetrieverAddr = a.dial("retriever", cfg.RetrieverAddr)
 	cfg.InferenceAddr = a.dial("inference", cfg.InferenceAddr)
 	cfg.DialOptions = a.tls.dialOptions()
+	cfg.LocalExecutor = localclient.Executor(a.localClient("executor", env.tel))
+	cfg.LocalRetriever = localclient.Retriever(a.localClient("retriever", env.tel))
+	cfg.LocalInference = localclient.Inference(a.localClient("inference", env.tel))
 	svc, err := api.New(cfg, env.logger, env.tel)
 	if err != nil {
 		return nil, err

@@ -4,17 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -328,14 +325,13 @@ func freeDefaults(c *Config) {
 	c.Executor.GRPCAddr, c.Retriever.GRPCAddr, c.Inference.GRPCAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 }
 
-var socketAddr = regexp.MustCompile(`unix:(\S+)`)
-
 // TestAttackInternalPorts: in one process (`up`) the executor, retriever and inference take no
-// network connection: on main any local user could call ExecutorService/CallTool on loopback
-// and run any tool past the api's tokens and scopes. Each listens on a Unix socket of its own
-// (0600) in a directory only this user may enter (0700), removed at stop, and the banner says
-// so; the mesh still answers. A target keeps its TCP port when its address was given on
-// purpose (command line or config file) or when a target that calls it runs elsewhere.
+// connection at all: on main any local user could call ExecutorService/CallTool on loopback
+// and run any tool past the api's tokens and scopes. Issue 26 moved them to private Unix
+// sockets; now (issue 28) they have no listener: the api and the retriever call them in the
+// process, the banner says so, and the mesh still answers. A target keeps its TCP port when
+// its address was given on purpose (command line or config file) or when a target that calls
+// it runs elsewhere.
 func TestAttackInternalPorts(t *testing.T) {
 	internal := []string{"executor gRPC", "retriever gRPC", "inference gRPC"}
 	// tcp reports whether the banner gives name a TCP address.
@@ -344,43 +340,24 @@ func TestAttackInternalPorts(t *testing.T) {
 		return err == nil && port != "0"
 	}
 	t.Run("up", func(t *testing.T) {
-		a, stop, err := launch(t, upArgs, nil, freeDefaults, allTargets...)
+		before := listeners(t)
+		a, _, err := launch(t, upArgs, nil, freeDefaults, allTargets...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var dir string
 		for _, name := range internal {
-			addr := endpoint(a, name)
-			m := socketAddr.FindStringSubmatch(addr)
-			if m == nil || !strings.Contains(addr, "in-process") {
-				t.Errorf("%s at %q; want an in-process unix socket", name, addr)
-				continue
-			}
-			fi, err := os.Stat(m[1])
-			if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
-				t.Errorf("%s: socket %s: %v, %v; want a socket with mode 0600", name, m[1], fi, err)
-			}
-			switch {
-			case dir == "":
-				dir = filepath.Dir(m[1])
-			case filepath.Dir(m[1]) != dir:
-				t.Errorf("%s in %s, the others in %s: want one directory", name, filepath.Dir(m[1]), dir)
+			if addr := endpoint(a, name); !strings.HasPrefix(addr, "in-process (no listener)") {
+				t.Errorf("%s at %q; want in-process, no listener", name, addr)
 			}
 		}
-		if dir == "" {
-			t.FailNow()
-		}
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
-			t.Errorf("socket directory %s: %v, %v; want a directory with mode 0700", dir, fi, err)
+		// What the process listens on: the api's two ports and the demo's three servers.
+		if got := listeners(t) - before; got != 5 {
+			t.Errorf("%d new listening sockets; want 5 (REST, api gRPC, 3 demo MCP servers): %v", got, a.Endpoints)
 		}
 		base := endpoint(a, "REST")
 		waitReady(t, base, "")
 		attack{method: "POST", path: "/v1/tools/calculator/add:call", contentType: "application/json",
 			body: `{"arguments":{"a":2,"b":3}}`, want: 200, wantIn: `"text":"5"`}.check(t, base)
-		stop()
-		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("socket directory after stop: %v; want it removed", err)
-		}
 	})
 	t.Run("an address given on purpose", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "toolmesh.yaml")
@@ -401,8 +378,8 @@ func TestAttackInternalPorts(t *testing.T) {
 	})
 	t.Run("with mutual TLS", func(t *testing.T) {
 		// The executor on a TCP port with mutual TLS (given on purpose), the retriever and
-		// inference on private sockets, which speak no TLS: the api's one set of dial options
-		// reaches all three, the retriever the executor, and a question is answered.
+		// inference in the process: the api reaches all three, the retriever the executor,
+		// and a question is answered.
 		ca := tlstest.NewCA(t)
 		d := llamatest.NewDouble(t, llamatest.DoubleOptions{})
 		m := &scriptedModel{scripts: map[string]script{}}
@@ -415,7 +392,7 @@ func TestAttackInternalPorts(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !tcp(a, "executor gRPC") || tcp(a, "retriever gRPC") || tcp(a, "inference gRPC") {
-			t.Fatalf("endpoints %v; want the executor on TCP, the others private", a.Endpoints)
+			t.Fatalf("endpoints %v; want the executor on TCP, the others in-process", a.Endpoints)
 		}
 		if _, err := tlstest.HealthCheck(t, endpointOf(t, a, "executor gRPC"), "toolmesh.v1.ExecutorService", grpc.WithTransportCredentials(insecure.NewCredentials())); err == nil {
 			t.Error("the executor's TCP port answered a plaintext client")
@@ -729,4 +706,37 @@ func TestSecretsNeverShown(t *testing.T) {
 			t.Errorf("the %s never mention the masked URL (%q), so the test cannot see a leak there:\n%.2000s", where, want, outputs[where])
 		}
 	}
+}
+
+// listeners counts the listening TCP and Unix sockets of this process (Linux: /proc).
+func listeners(t *testing.T) int {
+	t.Helper()
+	inodes := map[string]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6", "/proc/net/unix"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Skipf("no %s: %v", f, err)
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			switch {
+			case strings.HasPrefix(f, "/proc/net/tcp") && len(fs) > 9 && fs[3] == "0A": // LISTEN
+				inodes[fs[9]] = true
+			case f == "/proc/net/unix" && len(fs) > 6 && fs[5] == "01" && fs[3] == "00010000": // listening stream
+				inodes[fs[6]] = true
+			}
+		}
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	n := 0
+	for _, fd := range fds {
+		link, err := os.Readlink("/proc/self/fd/" + fd.Name())
+		if ino, ok := strings.CutPrefix(link, "socket:["); err == nil && ok && inodes[strings.TrimSuffix(ino, "]")] {
+			n++
+		}
+	}
+	return n
 }

@@ -7,14 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/tlsfiles"
@@ -101,8 +98,6 @@ type tlsSources struct {
 	apiClientCAs *tlsfiles.Source
 	serverName   string
 	interval     time.Duration
-	// private is this process's private socket directory (App.privateAddr); "" when none.
-	private string
 }
 
 // loadTLS reads the files the config names; the api's only when the api runs here.
@@ -175,8 +170,8 @@ func (s tlsSources) apiServerOptions() []grpc.ServerOption {
 }
 
 // dialOptions are the options of a client of another toolmesh service: with mutual TLS it
-// presents the mesh's certificate and checks the server's against the mesh's CA, but to a
-// private socket of this process, which speaks plaintext (privateSocket).
+// presents the mesh's certificate and checks the server's against the mesh's CA. (A target of
+// this process called directly, serveLocal, needs none.)
 func (s tlsSources) dialOptions() []grpc.DialOption {
 	if s.mesh == nil {
 		return nil
@@ -184,45 +179,7 @@ func (s tlsSources) dialOptions() []grpc.DialOption {
 	creds := server.ClientTLS(func() *tls.Config {
 		return tlsfiles.ClientConfig(s.mesh, s.mesh)
 	}, s.serverName)
-	if s.private != "" {
-		creds = privateOrTLS{TransportCredentials: creds, dir: s.private}
-	}
 	return []grpc.DialOption{grpc.WithTransportCredentials(creds)}
-}
-
-// privateSocket reports whether addr is a socket in this process's private directory. Such
-// a server has no TLS, with mutual TLS on or not: only this user may connect to it (App.
-// privateAddr), and its only clients are in this process, so a certificate would prove
-// nothing the directory's mode does not; the mesh's certificate need not name it either.
-func (s tlsSources) privateSocket(addr string) bool {
-	path, ok := strings.CutPrefix(addr, "unix:")
-	return ok && s.private != "" && filepath.Dir(path) == s.private
-}
-
-// privateOrTLS are a client's TLS credentials that leave a connection to a socket in dir,
-// this process's private directory, as it is: the api has one set of dial options for the
-// executor, the retriever and inference, and some of them may be private sockets while
-// others are TCP ports with mutual TLS (an address given on purpose, another process). The
-// socket's path is read from the connection itself, so only a socket in dir goes without TLS.
-type privateOrTLS struct {
-	credentials.TransportCredentials
-	dir string
-}
-
-// privateInfo is the AuthInfo of a connection to a private socket.
-type privateInfo struct{ credentials.CommonAuthInfo }
-
-func (privateInfo) AuthType() string { return "private-socket" }
-
-func (c privateOrTLS) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	if a, ok := raw.RemoteAddr().(*net.UnixAddr); ok && filepath.Dir(a.Name) == c.dir {
-		return raw, privateInfo{credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}, nil
-	}
-	return c.TransportCredentials.ClientHandshake(ctx, authority, raw)
-}
-
-func (c privateOrTLS) Clone() credentials.TransportCredentials {
-	return privateOrTLS{TransportCredentials: c.TransportCredentials.Clone(), dir: c.dir}
 }
 
 // gatewayDialOptions are the options of the REST gateway's client of the api's own gRPC port:

@@ -364,12 +364,21 @@ func (s *Service) GRPCServerOptions() []grpc.ServerOption {
 	if s == nil {
 		return nil
 	}
-	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(
+	return []grpc.ServerOption{grpc.StatsHandler(s.GRPCServerStats())}
+}
+
+// GRPCServerStats is the stats handler of GRPCServerOptions, for a server that is no
+// grpc.Server (server.Local, in one process); nil when s is.
+func (s *Service) GRPCServerStats() stats.Handler {
+	if s == nil {
+		return nil
+	}
+	return otelgrpc.NewServerHandler(
 		otelgrpc.WithTracerProvider(s.tracerProvider), otelgrpc.WithMeterProvider(s.meterProvider),
 		otelgrpc.WithPropagators(s.Propagator),
 		// Health probes would drown every other span.
 		otelgrpc.WithFilter(func(info *stats.RPCTagInfo) bool { return !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.") }),
-	))}
+	)
 }
 
 // GRPCDialOptions trace and measure every RPC the target makes, and carry the trace context.
@@ -377,10 +386,19 @@ func (s *Service) GRPCDialOptions() []grpc.DialOption {
 	if s == nil {
 		return nil
 	}
-	return []grpc.DialOption{grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+	return []grpc.DialOption{grpc.WithStatsHandler(s.GRPCClientStats())}
+}
+
+// GRPCClientStats is the stats handler of GRPCDialOptions, for a client that is no
+// grpc.ClientConn (server.LocalClient); nil when s is.
+func (s *Service) GRPCClientStats() stats.Handler {
+	if s == nil {
+		return nil
+	}
+	return otelgrpc.NewClientHandler(
 		otelgrpc.WithTracerProvider(s.tracerProvider), otelgrpc.WithMeterProvider(s.meterProvider),
 		otelgrpc.WithPropagators(s.Propagator),
-	))}
+	)
 }
 
 // HTTPTransport traces outbound HTTP requests made through base (nil: http.DefaultTransport)

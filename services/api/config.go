@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/audit"
 	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/policy"
@@ -66,6 +67,12 @@ type Config struct {
 	// DialOptions are added to those of every client of a dependency (mutual TLS); set by the
 	// app, not a flag.
 	DialOptions []grpc.DialOption
+	// LocalExecutor, LocalRetriever and LocalInference are the dependencies that run in this
+	// process (`toolmesh up`, internal/localclient): when set, the api calls them directly
+	// instead of dialing their address. Set by the app, not flags.
+	LocalExecutor  toolmeshv1.ExecutorServiceClient
+	LocalRetriever toolmeshv1.RetrieverServiceClient
+	LocalInference toolmeshv1.InferenceServiceClient
 	// MCP tunes the MCP endpoints on the REST port (/mcp, /mcp/search, /mcp/servers/S, /sse).
 	MCP mcpface.Config
 	// Audit is the audit trail of the tool calls the api makes (the audit.* flags).

@@ -84,17 +84,24 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		return nil, err
 	}
 	s.trail = &trail{rec: s.audit, key: rand.Text(), on: s.audit.Enabled()}
-	execConn, err := s.dial(toolmeshv1.ExecutorService_ServiceDesc.ServiceName, cfg.ExecutorAddr)
-	if err != nil {
-		s.Close()
-		return nil, fmt.Errorf("executor client: %w", err)
+	exec := cfg.LocalExecutor
+	if exec == nil {
+		conn, err := s.dial(toolmeshv1.ExecutorService_ServiceDesc.ServiceName, cfg.ExecutorAddr)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("executor client: %w", err)
+		}
+		exec = toolmeshv1.NewExecutorServiceClient(conn)
 	}
-	s.tools = &toolHandler{cfg: cfg, executor: toolmeshv1.NewExecutorServiceClient(execConn), policy: pol, trail: s.trail}
+	s.tools = &toolHandler{cfg: cfg, executor: exec, policy: pol, trail: s.trail}
 	mcfg := cfg.MCP
 	mcfg.RPCTimeout = cfg.RPCTimeout
 	mcfg.HostAllowed = web.HostAllowed // one Host rule for the whole REST port, /mcp included
-	s.mcp = mcpface.New(mcfg, s.tools, toolmeshv1.NewExecutorServiceClient(execConn), pol, logger, tel)
-	if cfg.RetrieverAddr != "" {
+	s.mcp = mcpface.New(mcfg, s.tools, exec, pol, logger, tel)
+	switch {
+	case cfg.LocalRetriever != nil:
+		s.tools.retriever = cfg.LocalRetriever
+	case cfg.RetrieverAddr != "":
 		conn, err := s.dial(toolmeshv1.RetrieverService_ServiceDesc.ServiceName, cfg.RetrieverAddr)
 		if err != nil {
 			s.Close()
@@ -107,7 +114,10 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 	if s.tools.retriever != nil {
 		s.agent.retriever = s.tools.retriever
 	}
-	if cfg.InferenceAddr != "" {
+	switch {
+	case cfg.LocalInference != nil:
+		s.agent.inference = cfg.LocalInference
+	case cfg.InferenceAddr != "":
 		conn, err := s.dial(toolmeshv1.InferenceService_ServiceDesc.ServiceName, cfg.InferenceAddr)
 		if err != nil {
 			s.Close()

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/llamaserver"
 	"github.com/toolmesh/toolmesh/internal/model"
 	"github.com/toolmesh/toolmesh/internal/secret"
@@ -55,6 +56,10 @@ type Config struct {
 	// DialOptions are added to those of the executor's client (mutual TLS); set by the app,
 	// not a flag.
 	DialOptions []grpc.DialOption
+	// LocalExecutor is the executor when it runs in this process (`toolmesh up`,
+	// internal/localclient): the retriever then calls it directly instead of dialing
+	// ExecutorAddr. Set by the app, not a flag.
+	LocalExecutor toolmeshv1.ExecutorServiceClient
 }
 
 // Secrets come from the environment only, never from flags (flags show in ps and logs).

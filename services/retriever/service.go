@@ -122,12 +122,15 @@ func (s *Service) Run(ctx context.Context) error {
 			s.log.Warn("close tool index store", "err", err)
 		}
 	}()
-	conn, err := grpc.NewClient(s.cfg.ExecutorAddr, slices.Concat(server.DialOptionsFor(toolmeshv1.ExecutorService_ServiceDesc.ServiceName, s.cfg.ExecutorAddr), s.cfg.DialOptions, s.tel.GRPCDialOptions())...)
-	if err != nil {
-		return fmt.Errorf("executor client: %w", err)
+	client := s.cfg.LocalExecutor
+	if client == nil {
+		conn, err := grpc.NewClient(s.cfg.ExecutorAddr, slices.Concat(server.DialOptionsFor(toolmeshv1.ExecutorService_ServiceDesc.ServiceName, s.cfg.ExecutorAddr), s.cfg.DialOptions, s.tel.GRPCDialOptions())...)
+		if err != nil {
+			return fmt.Errorf("executor client: %w", err)
+		}
+		defer conn.Close()
+		client = toolmeshv1.NewExecutorServiceClient(conn)
 	}
-	defer conn.Close()
-	client := toolmeshv1.NewExecutorServiceClient(conn)
 
 	// Read the index before the executor answers, so that a kept complete index serves even
 	// while the executor is slow or down. On failure the sync reads it again.
