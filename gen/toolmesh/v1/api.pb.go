@@ -751,6 +751,510 @@ func (x *ListServersResponse) GetServers() []*Server {
 	return nil
 }
 
+type ListPromptsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// server limits the list to one server; empty lists all.
+	Server        string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPromptsRequest) Reset() {
+	*x = ListPromptsRequest{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPromptsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPromptsRequest) ProtoMessage() {}
+
+func (x *ListPromptsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPromptsRequest.ProtoReflect.Descriptor instead.
+func (*ListPromptsRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListPromptsRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+type ListPromptsResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Prompts []*Prompt              `protobuf:"bytes,1,rep,name=prompts,proto3" json:"prompts,omitempty"`
+	// errors says, by server, why a server's prompts are missing (it did not answer).
+	Errors        map[string]string `protobuf:"bytes,2,rep,name=errors,proto3" json:"errors,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPromptsResponse) Reset() {
+	*x = ListPromptsResponse{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPromptsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPromptsResponse) ProtoMessage() {}
+
+func (x *ListPromptsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPromptsResponse.ProtoReflect.Descriptor instead.
+func (*ListPromptsResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListPromptsResponse) GetPrompts() []*Prompt {
+	if x != nil {
+		return x.Prompts
+	}
+	return nil
+}
+
+func (x *ListPromptsResponse) GetErrors() map[string]string {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+type GetPromptRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Server string                 `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	Name   string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// arguments are the prompt's arguments by name (MCP prompt arguments are strings).
+	Arguments     map[string]string `protobuf:"bytes,3,rep,name=arguments,proto3" json:"arguments,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPromptRequest) Reset() {
+	*x = GetPromptRequest{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPromptRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPromptRequest) ProtoMessage() {}
+
+func (x *GetPromptRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPromptRequest.ProtoReflect.Descriptor instead.
+func (*GetPromptRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GetPromptRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *GetPromptRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GetPromptRequest) GetArguments() map[string]string {
+	if x != nil {
+		return x.Arguments
+	}
+	return nil
+}
+
+type GetPromptResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Description   string                 `protobuf:"bytes,1,opt,name=description,proto3" json:"description,omitempty"`
+	Messages      []*PromptMessage       `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPromptResponse) Reset() {
+	*x = GetPromptResponse{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPromptResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPromptResponse) ProtoMessage() {}
+
+func (x *GetPromptResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPromptResponse.ProtoReflect.Descriptor instead.
+func (*GetPromptResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GetPromptResponse) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *GetPromptResponse) GetMessages() []*PromptMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+type ListResourcesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// server limits the list to one server; empty lists all.
+	Server        string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResourcesRequest) Reset() {
+	*x = ListResourcesRequest{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResourcesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResourcesRequest) ProtoMessage() {}
+
+func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResourcesRequest.ProtoReflect.Descriptor instead.
+func (*ListResourcesRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListResourcesRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+type ListResourcesResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Resources []*Resource            `protobuf:"bytes,1,rep,name=resources,proto3" json:"resources,omitempty"`
+	// errors says, by server, why a server's resources are missing (it did not answer).
+	Errors        map[string]string `protobuf:"bytes,2,rep,name=errors,proto3" json:"errors,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResourcesResponse) Reset() {
+	*x = ListResourcesResponse{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResourcesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResourcesResponse) ProtoMessage() {}
+
+func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResourcesResponse.ProtoReflect.Descriptor instead.
+func (*ListResourcesResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListResourcesResponse) GetResources() []*Resource {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *ListResourcesResponse) GetErrors() map[string]string {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+type ListResourceTemplatesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// server limits the list to one server; empty lists all.
+	Server        string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResourceTemplatesRequest) Reset() {
+	*x = ListResourceTemplatesRequest{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResourceTemplatesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResourceTemplatesRequest) ProtoMessage() {}
+
+func (x *ListResourceTemplatesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResourceTemplatesRequest.ProtoReflect.Descriptor instead.
+func (*ListResourceTemplatesRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListResourceTemplatesRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+type ListResourceTemplatesResponse struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	ResourceTemplates []*ResourceTemplate    `protobuf:"bytes,1,rep,name=resource_templates,json=resourceTemplates,proto3" json:"resource_templates,omitempty"`
+	// errors says, by server, why a server's templates are missing (it did not answer).
+	Errors        map[string]string `protobuf:"bytes,2,rep,name=errors,proto3" json:"errors,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResourceTemplatesResponse) Reset() {
+	*x = ListResourceTemplatesResponse{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResourceTemplatesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResourceTemplatesResponse) ProtoMessage() {}
+
+func (x *ListResourceTemplatesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResourceTemplatesResponse.ProtoReflect.Descriptor instead.
+func (*ListResourceTemplatesResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListResourceTemplatesResponse) GetResourceTemplates() []*ResourceTemplate {
+	if x != nil {
+		return x.ResourceTemplates
+	}
+	return nil
+}
+
+func (x *ListResourceTemplatesResponse) GetErrors() map[string]string {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+type ReadResourceRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Server string                 `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	// uri is the resource's URI as its server gives it (a query parameter on REST).
+	Uri           string `protobuf:"bytes,2,opt,name=uri,proto3" json:"uri,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadResourceRequest) Reset() {
+	*x = ReadResourceRequest{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadResourceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadResourceRequest) ProtoMessage() {}
+
+func (x *ReadResourceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadResourceRequest.ProtoReflect.Descriptor instead.
+func (*ReadResourceRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReadResourceRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *ReadResourceRequest) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+type ReadResourceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Contents      []*ResourceContents    `protobuf:"bytes,1,rep,name=contents,proto3" json:"contents,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadResourceResponse) Reset() {
+	*x = ReadResourceResponse{}
+	mi := &file_toolmesh_v1_api_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadResourceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadResourceResponse) ProtoMessage() {}
+
+func (x *ReadResourceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_api_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadResourceResponse.ProtoReflect.Descriptor instead.
+func (*ReadResourceResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ReadResourceResponse) GetContents() []*ResourceContents {
+	if x != nil {
+		return x.Contents
+	}
+	return nil
+}
+
 type ListModelsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -759,7 +1263,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[12]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +1275,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[12]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +1288,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{12}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 type ListModelsResponse struct {
@@ -796,7 +1300,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[13]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +1312,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[13]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +1325,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -847,7 +1351,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[14]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +1363,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[14]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1376,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Model) GetId() string {
@@ -930,7 +1434,7 @@ type QueryRequest struct {
 
 func (x *QueryRequest) Reset() {
 	*x = QueryRequest{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[15]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1446,7 @@ func (x *QueryRequest) String() string {
 func (*QueryRequest) ProtoMessage() {}
 
 func (x *QueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[15]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1459,7 @@ func (x *QueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryRequest.ProtoReflect.Descriptor instead.
 func (*QueryRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueryRequest) GetQuery() string {
@@ -1040,7 +1544,7 @@ type ToolChoice struct {
 
 func (x *ToolChoice) Reset() {
 	*x = ToolChoice{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[16]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1556,7 @@ func (x *ToolChoice) String() string {
 func (*ToolChoice) ProtoMessage() {}
 
 func (x *ToolChoice) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[16]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1569,7 @@ func (x *ToolChoice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
 func (*ToolChoice) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ToolChoice) GetMode() ToolChoiceMode {
@@ -1106,7 +1610,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[17]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1622,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[17]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1635,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Step) GetNumber() int32 {
@@ -1237,7 +1741,7 @@ type QueryResponse struct {
 
 func (x *QueryResponse) Reset() {
 	*x = QueryResponse{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[18]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1753,7 @@ func (x *QueryResponse) String() string {
 func (*QueryResponse) ProtoMessage() {}
 
 func (x *QueryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[18]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1766,7 @@ func (x *QueryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryResponse.ProtoReflect.Descriptor instead.
 func (*QueryResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *QueryResponse) GetAnswer() string {
@@ -1393,7 +1897,7 @@ type QueryStreamRequest struct {
 
 func (x *QueryStreamRequest) Reset() {
 	*x = QueryStreamRequest{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[19]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1909,7 @@ func (x *QueryStreamRequest) String() string {
 func (*QueryStreamRequest) ProtoMessage() {}
 
 func (x *QueryStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[19]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1922,7 @@ func (x *QueryStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryStreamRequest.ProtoReflect.Descriptor instead.
 func (*QueryStreamRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *QueryStreamRequest) GetQuery() string {
@@ -1508,7 +2012,7 @@ type QueryStreamResponse struct {
 
 func (x *QueryStreamResponse) Reset() {
 	*x = QueryStreamResponse{}
-	mi := &file_toolmesh_v1_api_proto_msgTypes[20]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +2024,7 @@ func (x *QueryStreamResponse) String() string {
 func (*QueryStreamResponse) ProtoMessage() {}
 
 func (x *QueryStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_api_proto_msgTypes[20]
+	mi := &file_toolmesh_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +2037,7 @@ func (x *QueryStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryStreamResponse.ProtoReflect.Descriptor instead.
 func (*QueryStreamResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_toolmesh_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *QueryStreamResponse) GetEvent() isQueryStreamResponse_Event {
@@ -1641,7 +2145,7 @@ var File_toolmesh_v1_api_proto protoreflect.FileDescriptor
 
 const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"\n" +
-	"\x15toolmesh/v1/api.proto\x12\vtoolmesh.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1btoolmesh/v1/inference.proto\x1a\x16toolmesh/v1/tool.proto\"1\n" +
+	"\x15toolmesh/v1/api.proto\x12\vtoolmesh.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1btoolmesh/v1/inference.proto\x1a\x1atoolmesh/v1/resource.proto\x1a\x16toolmesh/v1/tool.proto\"1\n" +
 	"\x17ListPendingToolsRequest\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\"J\n" +
 	"\x18ListPendingToolsResponse\x12.\n" +
@@ -1674,7 +2178,46 @@ const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"durationMs\"\x14\n" +
 	"\x12ListServersRequest\"D\n" +
 	"\x13ListServersResponse\x12-\n" +
-	"\aservers\x18\x01 \x03(\v2\x13.toolmesh.v1.ServerR\aservers\"\x13\n" +
+	"\aservers\x18\x01 \x03(\v2\x13.toolmesh.v1.ServerR\aservers\",\n" +
+	"\x12ListPromptsRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\"\xc5\x01\n" +
+	"\x13ListPromptsResponse\x12-\n" +
+	"\aprompts\x18\x01 \x03(\v2\x13.toolmesh.v1.PromptR\aprompts\x12D\n" +
+	"\x06errors\x18\x02 \x03(\v2,.toolmesh.v1.ListPromptsResponse.ErrorsEntryR\x06errors\x1a9\n" +
+	"\vErrorsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc8\x01\n" +
+	"\x10GetPromptRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12J\n" +
+	"\targuments\x18\x03 \x03(\v2,.toolmesh.v1.GetPromptRequest.ArgumentsEntryR\targuments\x1a<\n" +
+	"\x0eArgumentsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"m\n" +
+	"\x11GetPromptResponse\x12 \n" +
+	"\vdescription\x18\x01 \x01(\tR\vdescription\x126\n" +
+	"\bmessages\x18\x02 \x03(\v2\x1a.toolmesh.v1.PromptMessageR\bmessages\".\n" +
+	"\x14ListResourcesRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\"\xcf\x01\n" +
+	"\x15ListResourcesResponse\x123\n" +
+	"\tresources\x18\x01 \x03(\v2\x15.toolmesh.v1.ResourceR\tresources\x12F\n" +
+	"\x06errors\x18\x02 \x03(\v2..toolmesh.v1.ListResourcesResponse.ErrorsEntryR\x06errors\x1a9\n" +
+	"\vErrorsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"6\n" +
+	"\x1cListResourceTemplatesRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\"\xf8\x01\n" +
+	"\x1dListResourceTemplatesResponse\x12L\n" +
+	"\x12resource_templates\x18\x01 \x03(\v2\x1d.toolmesh.v1.ResourceTemplateR\x11resourceTemplates\x12N\n" +
+	"\x06errors\x18\x02 \x03(\v26.toolmesh.v1.ListResourceTemplatesResponse.ErrorsEntryR\x06errors\x1a9\n" +
+	"\vErrorsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"?\n" +
+	"\x13ReadResourceRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x10\n" +
+	"\x03uri\x18\x02 \x01(\tR\x03uri\"Q\n" +
+	"\x14ReadResourceResponse\x129\n" +
+	"\bcontents\x18\x01 \x03(\v2\x1d.toolmesh.v1.ResourceContentsR\bcontents\"\x13\n" +
 	"\x11ListModelsRequest\"@\n" +
 	"\x12ListModelsResponse\x12*\n" +
 	"\x06models\x18\x01 \x03(\v2\x12.toolmesh.v1.ModelR\x06models\"G\n" +
@@ -1779,7 +2322,14 @@ const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"\bCallTool\x12\x1c.toolmesh.v1.CallToolRequest\x1a\x1d.toolmesh.v1.CallToolResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/tools/{server}/{name}:call\x12e\n" +
 	"\vListServers\x12\x1f.toolmesh.v1.ListServersRequest\x1a .toolmesh.v1.ListServersResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\v/v1/servers\x12z\n" +
 	"\x10ListPendingTools\x12$.toolmesh.v1.ListPendingToolsRequest\x1a%.toolmesh.v1.ListPendingToolsResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/tools:pending\x12~\n" +
-	"\vApproveTool\x12\x1f.toolmesh.v1.ApproveToolRequest\x1a .toolmesh.v1.ApproveToolResponse\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/tools/{server}/{name}:approve2\xa4\x02\n" +
+	"\vApproveTool\x12\x1f.toolmesh.v1.ApproveToolRequest\x1a .toolmesh.v1.ApproveToolResponse\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/tools/{server}/{name}:approve2\xee\x01\n" +
+	"\rPromptService\x12e\n" +
+	"\vListPrompts\x12\x1f.toolmesh.v1.ListPromptsRequest\x1a .toolmesh.v1.ListPromptsResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\v/v1/prompts\x12v\n" +
+	"\tGetPrompt\x12\x1d.toolmesh.v1.GetPromptRequest\x1a\x1e.toolmesh.v1.GetPromptResponse\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/prompts/{server}/{name}:get2\x8c\x03\n" +
+	"\x0fResourceService\x12m\n" +
+	"\rListResources\x12!.toolmesh.v1.ListResourcesRequest\x1a\".toolmesh.v1.ListResourcesResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/resources\x12\x8f\x01\n" +
+	"\x15ListResourceTemplates\x12).toolmesh.v1.ListResourceTemplatesRequest\x1a*.toolmesh.v1.ListResourceTemplatesResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/resources:templates\x12x\n" +
+	"\fReadResource\x12 .toolmesh.v1.ReadResourceRequest\x1a!.toolmesh.v1.ReadResourceResponse\"#\x82\xd3\xe4\x93\x02\x1d\x12\x1b/v1/resources/{server}:read2\xa4\x02\n" +
 	"\fAgentService\x12T\n" +
 	"\x05Query\x12\x19.toolmesh.v1.QueryRequest\x1a\x1a.toolmesh.v1.QueryResponse\"\x14\x82\xd3\xe4\x93\x02\x0e:\x01*\"\t/v1/query\x12o\n" +
 	"\vQueryStream\x12\x1f.toolmesh.v1.QueryStreamRequest\x1a .toolmesh.v1.QueryStreamResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/query:stream0\x01\x12M\n" +
@@ -1799,100 +2349,138 @@ func file_toolmesh_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_toolmesh_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_toolmesh_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_toolmesh_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_toolmesh_v1_api_proto_goTypes = []any{
-	(ToolChoiceMode)(0),              // 0: toolmesh.v1.ToolChoiceMode
-	(StopReason)(0),                  // 1: toolmesh.v1.StopReason
-	(*ListPendingToolsRequest)(nil),  // 2: toolmesh.v1.ListPendingToolsRequest
-	(*ListPendingToolsResponse)(nil), // 3: toolmesh.v1.ListPendingToolsResponse
-	(*ApproveToolRequest)(nil),       // 4: toolmesh.v1.ApproveToolRequest
-	(*ApproveToolResponse)(nil),      // 5: toolmesh.v1.ApproveToolResponse
-	(*ListToolsRequest)(nil),         // 6: toolmesh.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),        // 7: toolmesh.v1.ListToolsResponse
-	(*SearchToolsRequest)(nil),       // 8: toolmesh.v1.SearchToolsRequest
-	(*SearchToolsResponse)(nil),      // 9: toolmesh.v1.SearchToolsResponse
-	(*CallToolRequest)(nil),          // 10: toolmesh.v1.CallToolRequest
-	(*CallToolResponse)(nil),         // 11: toolmesh.v1.CallToolResponse
-	(*ListServersRequest)(nil),       // 12: toolmesh.v1.ListServersRequest
-	(*ListServersResponse)(nil),      // 13: toolmesh.v1.ListServersResponse
-	(*ListModelsRequest)(nil),        // 14: toolmesh.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),       // 15: toolmesh.v1.ListModelsResponse
-	(*Model)(nil),                    // 16: toolmesh.v1.Model
-	(*QueryRequest)(nil),             // 17: toolmesh.v1.QueryRequest
-	(*ToolChoice)(nil),               // 18: toolmesh.v1.ToolChoice
-	(*Step)(nil),                     // 19: toolmesh.v1.Step
-	(*QueryResponse)(nil),            // 20: toolmesh.v1.QueryResponse
-	(*QueryStreamRequest)(nil),       // 21: toolmesh.v1.QueryStreamRequest
-	(*QueryStreamResponse)(nil),      // 22: toolmesh.v1.QueryStreamResponse
-	(*PendingTool)(nil),              // 23: toolmesh.v1.PendingTool
-	(*Tool)(nil),                     // 24: toolmesh.v1.Tool
-	(*ScoredTool)(nil),               // 25: toolmesh.v1.ScoredTool
-	(*structpb.Struct)(nil),          // 26: google.protobuf.Struct
-	(*Content)(nil),                  // 27: toolmesh.v1.Content
-	(*Server)(nil),                   // 28: toolmesh.v1.Server
-	(*Message)(nil),                  // 29: toolmesh.v1.Message
-	(*Function)(nil),                 // 30: toolmesh.v1.Function
-	(*GenerationOptions)(nil),        // 31: toolmesh.v1.GenerationOptions
-	(*Usage)(nil),                    // 32: toolmesh.v1.Usage
-	(*HistoryFit)(nil),               // 33: toolmesh.v1.HistoryFit
-	(*ToolCallRecord)(nil),           // 34: toolmesh.v1.ToolCallRecord
-	(*FunctionCall)(nil),             // 35: toolmesh.v1.FunctionCall
+	(ToolChoiceMode)(0),                   // 0: toolmesh.v1.ToolChoiceMode
+	(StopReason)(0),                       // 1: toolmesh.v1.StopReason
+	(*ListPendingToolsRequest)(nil),       // 2: toolmesh.v1.ListPendingToolsRequest
+	(*ListPendingToolsResponse)(nil),      // 3: toolmesh.v1.ListPendingToolsResponse
+	(*ApproveToolRequest)(nil),            // 4: toolmesh.v1.ApproveToolRequest
+	(*ApproveToolResponse)(nil),           // 5: toolmesh.v1.ApproveToolResponse
+	(*ListToolsRequest)(nil),              // 6: toolmesh.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),             // 7: toolmesh.v1.ListToolsResponse
+	(*SearchToolsRequest)(nil),            // 8: toolmesh.v1.SearchToolsRequest
+	(*SearchToolsResponse)(nil),           // 9: toolmesh.v1.SearchToolsResponse
+	(*CallToolRequest)(nil),               // 10: toolmesh.v1.CallToolRequest
+	(*CallToolResponse)(nil),              // 11: toolmesh.v1.CallToolResponse
+	(*ListServersRequest)(nil),            // 12: toolmesh.v1.ListServersRequest
+	(*ListServersResponse)(nil),           // 13: toolmesh.v1.ListServersResponse
+	(*ListPromptsRequest)(nil),            // 14: toolmesh.v1.ListPromptsRequest
+	(*ListPromptsResponse)(nil),           // 15: toolmesh.v1.ListPromptsResponse
+	(*GetPromptRequest)(nil),              // 16: toolmesh.v1.GetPromptRequest
+	(*GetPromptResponse)(nil),             // 17: toolmesh.v1.GetPromptResponse
+	(*ListResourcesRequest)(nil),          // 18: toolmesh.v1.ListResourcesRequest
+	(*ListResourcesResponse)(nil),         // 19: toolmesh.v1.ListResourcesResponse
+	(*ListResourceTemplatesRequest)(nil),  // 20: toolmesh.v1.ListResourceTemplatesRequest
+	(*ListResourceTemplatesResponse)(nil), // 21: toolmesh.v1.ListResourceTemplatesResponse
+	(*ReadResourceRequest)(nil),           // 22: toolmesh.v1.ReadResourceRequest
+	(*ReadResourceResponse)(nil),          // 23: toolmesh.v1.ReadResourceResponse
+	(*ListModelsRequest)(nil),             // 24: toolmesh.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),            // 25: toolmesh.v1.ListModelsResponse
+	(*Model)(nil),                         // 26: toolmesh.v1.Model
+	(*QueryRequest)(nil),                  // 27: toolmesh.v1.QueryRequest
+	(*ToolChoice)(nil),                    // 28: toolmesh.v1.ToolChoice
+	(*Step)(nil),                          // 29: toolmesh.v1.Step
+	(*QueryResponse)(nil),                 // 30: toolmesh.v1.QueryResponse
+	(*QueryStreamRequest)(nil),            // 31: toolmesh.v1.QueryStreamRequest
+	(*QueryStreamResponse)(nil),           // 32: toolmesh.v1.QueryStreamResponse
+	nil,                                   // 33: toolmesh.v1.ListPromptsResponse.ErrorsEntry
+	nil,                                   // 34: toolmesh.v1.GetPromptRequest.ArgumentsEntry
+	nil,                                   // 35: toolmesh.v1.ListResourcesResponse.ErrorsEntry
+	nil,                                   // 36: toolmesh.v1.ListResourceTemplatesResponse.ErrorsEntry
+	(*PendingTool)(nil),                   // 37: toolmesh.v1.PendingTool
+	(*Tool)(nil),                          // 38: toolmesh.v1.Tool
+	(*ScoredTool)(nil),                    // 39: toolmesh.v1.ScoredTool
+	(*structpb.Struct)(nil),               // 40: google.protobuf.Struct
+	(*Content)(nil),                       // 41: toolmesh.v1.Content
+	(*Server)(nil),                        // 42: toolmesh.v1.Server
+	(*Prompt)(nil),                        // 43: toolmesh.v1.Prompt
+	(*PromptMessage)(nil),                 // 44: toolmesh.v1.PromptMessage
+	(*Resource)(nil),                      // 45: toolmesh.v1.Resource
+	(*ResourceTemplate)(nil),              // 46: toolmesh.v1.ResourceTemplate
+	(*ResourceContents)(nil),              // 47: toolmesh.v1.ResourceContents
+	(*Message)(nil),                       // 48: toolmesh.v1.Message
+	(*Function)(nil),                      // 49: toolmesh.v1.Function
+	(*GenerationOptions)(nil),             // 50: toolmesh.v1.GenerationOptions
+	(*Usage)(nil),                         // 51: toolmesh.v1.Usage
+	(*HistoryFit)(nil),                    // 52: toolmesh.v1.HistoryFit
+	(*ToolCallRecord)(nil),                // 53: toolmesh.v1.ToolCallRecord
+	(*FunctionCall)(nil),                  // 54: toolmesh.v1.FunctionCall
 }
 var file_toolmesh_v1_api_proto_depIdxs = []int32{
-	23, // 0: toolmesh.v1.ListPendingToolsResponse.tools:type_name -> toolmesh.v1.PendingTool
-	24, // 1: toolmesh.v1.ApproveToolResponse.tool:type_name -> toolmesh.v1.Tool
-	24, // 2: toolmesh.v1.ListToolsResponse.tools:type_name -> toolmesh.v1.Tool
-	25, // 3: toolmesh.v1.SearchToolsResponse.results:type_name -> toolmesh.v1.ScoredTool
-	26, // 4: toolmesh.v1.CallToolRequest.arguments:type_name -> google.protobuf.Struct
-	27, // 5: toolmesh.v1.CallToolResponse.content:type_name -> toolmesh.v1.Content
-	26, // 6: toolmesh.v1.CallToolResponse.structured_content:type_name -> google.protobuf.Struct
-	28, // 7: toolmesh.v1.ListServersResponse.servers:type_name -> toolmesh.v1.Server
-	16, // 8: toolmesh.v1.ListModelsResponse.models:type_name -> toolmesh.v1.Model
-	29, // 9: toolmesh.v1.QueryRequest.messages:type_name -> toolmesh.v1.Message
-	30, // 10: toolmesh.v1.QueryRequest.functions:type_name -> toolmesh.v1.Function
-	18, // 11: toolmesh.v1.QueryRequest.tool_choice:type_name -> toolmesh.v1.ToolChoice
-	31, // 12: toolmesh.v1.QueryRequest.generation:type_name -> toolmesh.v1.GenerationOptions
-	0,  // 13: toolmesh.v1.ToolChoice.mode:type_name -> toolmesh.v1.ToolChoiceMode
-	25, // 14: toolmesh.v1.Step.retrieved:type_name -> toolmesh.v1.ScoredTool
-	32, // 15: toolmesh.v1.Step.usage:type_name -> toolmesh.v1.Usage
-	33, // 16: toolmesh.v1.Step.history:type_name -> toolmesh.v1.HistoryFit
-	34, // 17: toolmesh.v1.QueryResponse.tool_calls:type_name -> toolmesh.v1.ToolCallRecord
-	19, // 18: toolmesh.v1.QueryResponse.steps:type_name -> toolmesh.v1.Step
-	1,  // 19: toolmesh.v1.QueryResponse.stop_reason:type_name -> toolmesh.v1.StopReason
-	35, // 20: toolmesh.v1.QueryResponse.function_calls:type_name -> toolmesh.v1.FunctionCall
-	32, // 21: toolmesh.v1.QueryResponse.usage:type_name -> toolmesh.v1.Usage
-	29, // 22: toolmesh.v1.QueryStreamRequest.messages:type_name -> toolmesh.v1.Message
-	30, // 23: toolmesh.v1.QueryStreamRequest.functions:type_name -> toolmesh.v1.Function
-	18, // 24: toolmesh.v1.QueryStreamRequest.tool_choice:type_name -> toolmesh.v1.ToolChoice
-	31, // 25: toolmesh.v1.QueryStreamRequest.generation:type_name -> toolmesh.v1.GenerationOptions
-	19, // 26: toolmesh.v1.QueryStreamResponse.retrieved:type_name -> toolmesh.v1.Step
-	19, // 27: toolmesh.v1.QueryStreamResponse.model_output:type_name -> toolmesh.v1.Step
-	34, // 28: toolmesh.v1.QueryStreamResponse.tool_call_started:type_name -> toolmesh.v1.ToolCallRecord
-	34, // 29: toolmesh.v1.QueryStreamResponse.tool_call_finished:type_name -> toolmesh.v1.ToolCallRecord
-	20, // 30: toolmesh.v1.QueryStreamResponse.done:type_name -> toolmesh.v1.QueryResponse
-	6,  // 31: toolmesh.v1.ToolService.ListTools:input_type -> toolmesh.v1.ListToolsRequest
-	8,  // 32: toolmesh.v1.ToolService.SearchTools:input_type -> toolmesh.v1.SearchToolsRequest
-	10, // 33: toolmesh.v1.ToolService.CallTool:input_type -> toolmesh.v1.CallToolRequest
-	12, // 34: toolmesh.v1.ToolService.ListServers:input_type -> toolmesh.v1.ListServersRequest
-	2,  // 35: toolmesh.v1.ToolService.ListPendingTools:input_type -> toolmesh.v1.ListPendingToolsRequest
-	4,  // 36: toolmesh.v1.ToolService.ApproveTool:input_type -> toolmesh.v1.ApproveToolRequest
-	17, // 37: toolmesh.v1.AgentService.Query:input_type -> toolmesh.v1.QueryRequest
-	21, // 38: toolmesh.v1.AgentService.QueryStream:input_type -> toolmesh.v1.QueryStreamRequest
-	14, // 39: toolmesh.v1.AgentService.ListModels:input_type -> toolmesh.v1.ListModelsRequest
-	7,  // 40: toolmesh.v1.ToolService.ListTools:output_type -> toolmesh.v1.ListToolsResponse
-	9,  // 41: toolmesh.v1.ToolService.SearchTools:output_type -> toolmesh.v1.SearchToolsResponse
-	11, // 42: toolmesh.v1.ToolService.CallTool:output_type -> toolmesh.v1.CallToolResponse
-	13, // 43: toolmesh.v1.ToolService.ListServers:output_type -> toolmesh.v1.ListServersResponse
-	3,  // 44: toolmesh.v1.ToolService.ListPendingTools:output_type -> toolmesh.v1.ListPendingToolsResponse
-	5,  // 45: toolmesh.v1.ToolService.ApproveTool:output_type -> toolmesh.v1.ApproveToolResponse
-	20, // 46: toolmesh.v1.AgentService.Query:output_type -> toolmesh.v1.QueryResponse
-	22, // 47: toolmesh.v1.AgentService.QueryStream:output_type -> toolmesh.v1.QueryStreamResponse
-	15, // 48: toolmesh.v1.AgentService.ListModels:output_type -> toolmesh.v1.ListModelsResponse
-	40, // [40:49] is the sub-list for method output_type
-	31, // [31:40] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	37, // 0: toolmesh.v1.ListPendingToolsResponse.tools:type_name -> toolmesh.v1.PendingTool
+	38, // 1: toolmesh.v1.ApproveToolResponse.tool:type_name -> toolmesh.v1.Tool
+	38, // 2: toolmesh.v1.ListToolsResponse.tools:type_name -> toolmesh.v1.Tool
+	39, // 3: toolmesh.v1.SearchToolsResponse.results:type_name -> toolmesh.v1.ScoredTool
+	40, // 4: toolmesh.v1.CallToolRequest.arguments:type_name -> google.protobuf.Struct
+	41, // 5: toolmesh.v1.CallToolResponse.content:type_name -> toolmesh.v1.Content
+	40, // 6: toolmesh.v1.CallToolResponse.structured_content:type_name -> google.protobuf.Struct
+	42, // 7: toolmesh.v1.ListServersResponse.servers:type_name -> toolmesh.v1.Server
+	43, // 8: toolmesh.v1.ListPromptsResponse.prompts:type_name -> toolmesh.v1.Prompt
+	33, // 9: toolmesh.v1.ListPromptsResponse.errors:type_name -> toolmesh.v1.ListPromptsResponse.ErrorsEntry
+	34, // 10: toolmesh.v1.GetPromptRequest.arguments:type_name -> toolmesh.v1.GetPromptRequest.ArgumentsEntry
+	44, // 11: toolmesh.v1.GetPromptResponse.messages:type_name -> toolmesh.v1.PromptMessage
+	45, // 12: toolmesh.v1.ListResourcesResponse.resources:type_name -> toolmesh.v1.Resource
+	35, // 13: toolmesh.v1.ListResourcesResponse.errors:type_name -> toolmesh.v1.ListResourcesResponse.ErrorsEntry
+	46, // 14: toolmesh.v1.ListResourceTemplatesResponse.resource_templates:type_name -> toolmesh.v1.ResourceTemplate
+	36, // 15: toolmesh.v1.ListResourceTemplatesResponse.errors:type_name -> toolmesh.v1.ListResourceTemplatesResponse.ErrorsEntry
+	47, // 16: toolmesh.v1.ReadResourceResponse.contents:type_name -> toolmesh.v1.ResourceContents
+	26, // 17: toolmesh.v1.ListModelsResponse.models:type_name -> toolmesh.v1.Model
+	48, // 18: toolmesh.v1.QueryRequest.messages:type_name -> toolmesh.v1.Message
+	49, // 19: toolmesh.v1.QueryRequest.functions:type_name -> toolmesh.v1.Function
+	28, // 20: toolmesh.v1.QueryRequest.tool_choice:type_name -> toolmesh.v1.ToolChoice
+	50, // 21: toolmesh.v1.QueryRequest.generation:type_name -> toolmesh.v1.GenerationOptions
+	0,  // 22: toolmesh.v1.ToolChoice.mode:type_name -> toolmesh.v1.ToolChoiceMode
+	39, // 23: toolmesh.v1.Step.retrieved:type_name -> toolmesh.v1.ScoredTool
+	51, // 24: toolmesh.v1.Step.usage:type_name -> toolmesh.v1.Usage
+	52, // 25: toolmesh.v1.Step.history:type_name -> toolmesh.v1.HistoryFit
+	53, // 26: toolmesh.v1.QueryResponse.tool_calls:type_name -> toolmesh.v1.ToolCallRecord
+	29, // 27: toolmesh.v1.QueryResponse.steps:type_name -> toolmesh.v1.Step
+	1,  // 28: toolmesh.v1.QueryResponse.stop_reason:type_name -> toolmesh.v1.StopReason
+	54, // 29: toolmesh.v1.QueryResponse.function_calls:type_name -> toolmesh.v1.FunctionCall
+	51, // 30: toolmesh.v1.QueryResponse.usage:type_name -> toolmesh.v1.Usage
+	48, // 31: toolmesh.v1.QueryStreamRequest.messages:type_name -> toolmesh.v1.Message
+	49, // 32: toolmesh.v1.QueryStreamRequest.functions:type_name -> toolmesh.v1.Function
+	28, // 33: toolmesh.v1.QueryStreamRequest.tool_choice:type_name -> toolmesh.v1.ToolChoice
+	50, // 34: toolmesh.v1.QueryStreamRequest.generation:type_name -> toolmesh.v1.GenerationOptions
+	29, // 35: toolmesh.v1.QueryStreamResponse.retrieved:type_name -> toolmesh.v1.Step
+	29, // 36: toolmesh.v1.QueryStreamResponse.model_output:type_name -> toolmesh.v1.Step
+	53, // 37: toolmesh.v1.QueryStreamResponse.tool_call_started:type_name -> toolmesh.v1.ToolCallRecord
+	53, // 38: toolmesh.v1.QueryStreamResponse.tool_call_finished:type_name -> toolmesh.v1.ToolCallRecord
+	30, // 39: toolmesh.v1.QueryStreamResponse.done:type_name -> toolmesh.v1.QueryResponse
+	6,  // 40: toolmesh.v1.ToolService.ListTools:input_type -> toolmesh.v1.ListToolsRequest
+	8,  // 41: toolmesh.v1.ToolService.SearchTools:input_type -> toolmesh.v1.SearchToolsRequest
+	10, // 42: toolmesh.v1.ToolService.CallTool:input_type -> toolmesh.v1.CallToolRequest
+	12, // 43: toolmesh.v1.ToolService.ListServers:input_type -> toolmesh.v1.ListServersRequest
+	2,  // 44: toolmesh.v1.ToolService.ListPendingTools:input_type -> toolmesh.v1.ListPendingToolsRequest
+	4,  // 45: toolmesh.v1.ToolService.ApproveTool:input_type -> toolmesh.v1.ApproveToolRequest
+	14, // 46: toolmesh.v1.PromptService.ListPrompts:input_type -> toolmesh.v1.ListPromptsRequest
+	16, // 47: toolmesh.v1.PromptService.GetPrompt:input_type -> toolmesh.v1.GetPromptRequest
+	18, // 48: toolmesh.v1.ResourceService.ListResources:input_type -> toolmesh.v1.ListResourcesRequest
+	20, // 49: toolmesh.v1.ResourceService.ListResourceTemplates:input_type -> toolmesh.v1.ListResourceTemplatesRequest
+	22, // 50: toolmesh.v1.ResourceService.ReadResource:input_type -> toolmesh.v1.ReadResourceRequest
+	27, // 51: toolmesh.v1.AgentService.Query:input_type -> toolmesh.v1.QueryRequest
+	31, // 52: toolmesh.v1.AgentService.QueryStream:input_type -> toolmesh.v1.QueryStreamRequest
+	24, // 53: toolmesh.v1.AgentService.ListModels:input_type -> toolmesh.v1.ListModelsRequest
+	7,  // 54: toolmesh.v1.ToolService.ListTools:output_type -> toolmesh.v1.ListToolsResponse
+	9,  // 55: toolmesh.v1.ToolService.SearchTools:output_type -> toolmesh.v1.SearchToolsResponse
+	11, // 56: toolmesh.v1.ToolService.CallTool:output_type -> toolmesh.v1.CallToolResponse
+	13, // 57: toolmesh.v1.ToolService.ListServers:output_type -> toolmesh.v1.ListServersResponse
+	3,  // 58: toolmesh.v1.ToolService.ListPendingTools:output_type -> toolmesh.v1.ListPendingToolsResponse
+	5,  // 59: toolmesh.v1.ToolService.ApproveTool:output_type -> toolmesh.v1.ApproveToolResponse
+	15, // 60: toolmesh.v1.PromptService.ListPrompts:output_type -> toolmesh.v1.ListPromptsResponse
+	17, // 61: toolmesh.v1.PromptService.GetPrompt:output_type -> toolmesh.v1.GetPromptResponse
+	19, // 62: toolmesh.v1.ResourceService.ListResources:output_type -> toolmesh.v1.ListResourcesResponse
+	21, // 63: toolmesh.v1.ResourceService.ListResourceTemplates:output_type -> toolmesh.v1.ListResourceTemplatesResponse
+	23, // 64: toolmesh.v1.ResourceService.ReadResource:output_type -> toolmesh.v1.ReadResourceResponse
+	30, // 65: toolmesh.v1.AgentService.Query:output_type -> toolmesh.v1.QueryResponse
+	32, // 66: toolmesh.v1.AgentService.QueryStream:output_type -> toolmesh.v1.QueryStreamResponse
+	25, // 67: toolmesh.v1.AgentService.ListModels:output_type -> toolmesh.v1.ListModelsResponse
+	54, // [54:68] is the sub-list for method output_type
+	40, // [40:54] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_toolmesh_v1_api_proto_init() }
@@ -1901,8 +2489,9 @@ func file_toolmesh_v1_api_proto_init() {
 		return
 	}
 	file_toolmesh_v1_inference_proto_init()
+	file_toolmesh_v1_resource_proto_init()
 	file_toolmesh_v1_tool_proto_init()
-	file_toolmesh_v1_api_proto_msgTypes[20].OneofWrappers = []any{
+	file_toolmesh_v1_api_proto_msgTypes[30].OneofWrappers = []any{
 		(*QueryStreamResponse_Retrieved)(nil),
 		(*QueryStreamResponse_ModelOutput)(nil),
 		(*QueryStreamResponse_ToolCallStarted)(nil),
@@ -1916,9 +2505,9 @@ func file_toolmesh_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolmesh_v1_api_proto_rawDesc), len(file_toolmesh_v1_api_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   35,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   4,
 		},
 		GoTypes:           file_toolmesh_v1_api_proto_goTypes,
 		DependencyIndexes: file_toolmesh_v1_api_proto_depIdxs,

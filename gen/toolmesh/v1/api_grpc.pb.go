@@ -329,6 +329,348 @@ var ToolService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
+	PromptService_ListPrompts_FullMethodName = "/toolmesh.v1.PromptService/ListPrompts"
+	PromptService_GetPrompt_FullMethodName   = "/toolmesh.v1.PromptService/GetPrompt"
+)
+
+// PromptServiceClient is the client API for PromptService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// PromptService serves the MCP servers' prompts. A caller sees and gets the prompts of the
+// servers whose tools its token's scope covers whole (SERVER, SERVER.* or *: list to see them,
+// call to get them); the servers' allowedPrompts and excludedPrompts decide which exist.
+type PromptServiceClient interface {
+	ListPrompts(ctx context.Context, in *ListPromptsRequest, opts ...grpc.CallOption) (*ListPromptsResponse, error)
+	// GetPrompt fills in a prompt with its arguments. Errors: NOT_FOUND unknown server or prompt,
+	// PERMISSION_DENIED the policy refuses it, INVALID_ARGUMENT the server refused the arguments.
+	GetPrompt(ctx context.Context, in *GetPromptRequest, opts ...grpc.CallOption) (*GetPromptResponse, error)
+}
+
+type promptServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewPromptServiceClient(cc grpc.ClientConnInterface) PromptServiceClient {
+	return &promptServiceClient{cc}
+}
+
+func (c *promptServiceClient) ListPrompts(ctx context.Context, in *ListPromptsRequest, opts ...grpc.CallOption) (*ListPromptsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPromptsResponse)
+	err := c.cc.Invoke(ctx, PromptService_ListPrompts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *promptServiceClient) GetPrompt(ctx context.Context, in *GetPromptRequest, opts ...grpc.CallOption) (*GetPromptResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPromptResponse)
+	err := c.cc.Invoke(ctx, PromptService_GetPrompt_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// PromptServiceServer is the server API for PromptService service.
+// All implementations must embed UnimplementedPromptServiceServer
+// for forward compatibility.
+//
+// PromptService serves the MCP servers' prompts. A caller sees and gets the prompts of the
+// servers whose tools its token's scope covers whole (SERVER, SERVER.* or *: list to see them,
+// call to get them); the servers' allowedPrompts and excludedPrompts decide which exist.
+type PromptServiceServer interface {
+	ListPrompts(context.Context, *ListPromptsRequest) (*ListPromptsResponse, error)
+	// GetPrompt fills in a prompt with its arguments. Errors: NOT_FOUND unknown server or prompt,
+	// PERMISSION_DENIED the policy refuses it, INVALID_ARGUMENT the server refused the arguments.
+	GetPrompt(context.Context, *GetPromptRequest) (*GetPromptResponse, error)
+	mustEmbedUnimplementedPromptServiceServer()
+}
+
+// UnimplementedPromptServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedPromptServiceServer struct{}
+
+func (UnimplementedPromptServiceServer) ListPrompts(context.Context, *ListPromptsRequest) (*ListPromptsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPrompts not implemented")
+}
+func (UnimplementedPromptServiceServer) GetPrompt(context.Context, *GetPromptRequest) (*GetPromptResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPrompt not implemented")
+}
+func (UnimplementedPromptServiceServer) mustEmbedUnimplementedPromptServiceServer() {}
+func (UnimplementedPromptServiceServer) testEmbeddedByValue()                       {}
+
+// UnsafePromptServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to PromptServiceServer will
+// result in compilation errors.
+type UnsafePromptServiceServer interface {
+	mustEmbedUnimplementedPromptServiceServer()
+}
+
+func RegisterPromptServiceServer(s grpc.ServiceRegistrar, srv PromptServiceServer) {
+	// If the following call panics, it indicates UnimplementedPromptServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&PromptService_ServiceDesc, srv)
+}
+
+func _PromptService_ListPrompts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPromptsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PromptServiceServer).ListPrompts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PromptService_ListPrompts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PromptServiceServer).ListPrompts(ctx, req.(*ListPromptsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PromptService_GetPrompt_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPromptRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PromptServiceServer).GetPrompt(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PromptService_GetPrompt_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PromptServiceServer).GetPrompt(ctx, req.(*GetPromptRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// PromptService_ServiceDesc is the grpc.ServiceDesc for PromptService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var PromptService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "toolmesh.v1.PromptService",
+	HandlerType: (*PromptServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "ListPrompts",
+			Handler:    _PromptService_ListPrompts_Handler,
+		},
+		{
+			MethodName: "GetPrompt",
+			Handler:    _PromptService_GetPrompt_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "toolmesh/v1/api.proto",
+}
+
+const (
+	ResourceService_ListResources_FullMethodName         = "/toolmesh.v1.ResourceService/ListResources"
+	ResourceService_ListResourceTemplates_FullMethodName = "/toolmesh.v1.ResourceService/ListResourceTemplates"
+	ResourceService_ReadResource_FullMethodName          = "/toolmesh.v1.ResourceService/ReadResource"
+)
+
+// ResourceServiceClient is the client API for ResourceService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// ResourceService serves the MCP servers' resources, with the same policy as PromptService
+// (allowedResources and excludedResources match URIs and URI templates).
+type ResourceServiceClient interface {
+	ListResources(ctx context.Context, in *ListResourcesRequest, opts ...grpc.CallOption) (*ListResourcesResponse, error)
+	ListResourceTemplates(ctx context.Context, in *ListResourceTemplatesRequest, opts ...grpc.CallOption) (*ListResourceTemplatesResponse, error)
+	// ReadResource reads a resource by its server and URI. An answer over the server's result
+	// limit (mcpServers maxResultBytes) is refused: RESOURCE_EXHAUSTED with reason
+	// TOOL_RESULT_TOO_LARGE (HTTP 502), naming the limit and the setting that raises it.
+	ReadResource(ctx context.Context, in *ReadResourceRequest, opts ...grpc.CallOption) (*ReadResourceResponse, error)
+}
+
+type resourceServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewResourceServiceClient(cc grpc.ClientConnInterface) ResourceServiceClient {
+	return &resourceServiceClient{cc}
+}
+
+func (c *resourceServiceClient) ListResources(ctx context.Context, in *ListResourcesRequest, opts ...grpc.CallOption) (*ListResourcesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListResourcesResponse)
+	err := c.cc.Invoke(ctx, ResourceService_ListResources_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *resourceServiceClient) ListResourceTemplates(ctx context.Context, in *ListResourceTemplatesRequest, opts ...grpc.CallOption) (*ListResourceTemplatesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListResourceTemplatesResponse)
+	err := c.cc.Invoke(ctx, ResourceService_ListResourceTemplates_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *resourceServiceClient) ReadResource(ctx context.Context, in *ReadResourceRequest, opts ...grpc.CallOption) (*ReadResourceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadResourceResponse)
+	err := c.cc.Invoke(ctx, ResourceService_ReadResource_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ResourceServiceServer is the server API for ResourceService service.
+// All implementations must embed UnimplementedResourceServiceServer
+// for forward compatibility.
+//
+// ResourceService serves the MCP servers' resources, with the same policy as PromptService
+// (allowedResources and excludedResources match URIs and URI templates).
+type ResourceServiceServer interface {
+	ListResources(context.Context, *ListResourcesRequest) (*ListResourcesResponse, error)
+	ListResourceTemplates(context.Context, *ListResourceTemplatesRequest) (*ListResourceTemplatesResponse, error)
+	// ReadResource reads a resource by its server and URI. An answer over the server's result
+	// limit (mcpServers maxResultBytes) is refused: RESOURCE_EXHAUSTED with reason
+	// TOOL_RESULT_TOO_LARGE (HTTP 502), naming the limit and the setting that raises it.
+	ReadResource(context.Context, *ReadResourceRequest) (*ReadResourceResponse, error)
+	mustEmbedUnimplementedResourceServiceServer()
+}
+
+// UnimplementedResourceServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedResourceServiceServer struct{}
+
+func (UnimplementedResourceServiceServer) ListResources(context.Context, *ListResourcesRequest) (*ListResourcesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListResources not implemented")
+}
+func (UnimplementedResourceServiceServer) ListResourceTemplates(context.Context, *ListResourceTemplatesRequest) (*ListResourceTemplatesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListResourceTemplates not implemented")
+}
+func (UnimplementedResourceServiceServer) ReadResource(context.Context, *ReadResourceRequest) (*ReadResourceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadResource not implemented")
+}
+func (UnimplementedResourceServiceServer) mustEmbedUnimplementedResourceServiceServer() {}
+func (UnimplementedResourceServiceServer) testEmbeddedByValue()                         {}
+
+// UnsafeResourceServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ResourceServiceServer will
+// result in compilation errors.
+type UnsafeResourceServiceServer interface {
+	mustEmbedUnimplementedResourceServiceServer()
+}
+
+func RegisterResourceServiceServer(s grpc.ServiceRegistrar, srv ResourceServiceServer) {
+	// If the following call panics, it indicates UnimplementedResourceServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&ResourceService_ServiceDesc, srv)
+}
+
+func _ResourceService_ListResources_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListResourcesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ResourceServiceServer).ListResources(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ResourceService_ListResources_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ResourceServiceServer).ListResources(ctx, req.(*ListResourcesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ResourceService_ListResourceTemplates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListResourceTemplatesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ResourceServiceServer).ListResourceTemplates(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ResourceService_ListResourceTemplates_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ResourceServiceServer).ListResourceTemplates(ctx, req.(*ListResourceTemplatesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ResourceService_ReadResource_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadResourceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ResourceServiceServer).ReadResource(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ResourceService_ReadResource_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ResourceServiceServer).ReadResource(ctx, req.(*ReadResourceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// ResourceService_ServiceDesc is the grpc.ServiceDesc for ResourceService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var ResourceService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "toolmesh.v1.ResourceService",
+	HandlerType: (*ResourceServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "ListResources",
+			Handler:    _ResourceService_ListResources_Handler,
+		},
+		{
+			MethodName: "ListResourceTemplates",
+			Handler:    _ResourceService_ListResourceTemplates_Handler,
+		},
+		{
+			MethodName: "ReadResource",
+			Handler:    _ResourceService_ReadResource_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "toolmesh/v1/api.proto",
+}
+
+const (
 	AgentService_Query_FullMethodName       = "/toolmesh.v1.AgentService/Query"
 	AgentService_QueryStream_FullMethodName = "/toolmesh.v1.AgentService/QueryStream"
 	AgentService_ListModels_FullMethodName  = "/toolmesh.v1.AgentService/ListModels"

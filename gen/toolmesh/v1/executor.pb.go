@@ -1253,11 +1253,602 @@ func (x *WatchToolsResponse) GetRevision() uint64 {
 	return 0
 }
 
+type ExecutorServiceListPromptsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// server limits the list to one server; empty lists all.
+	Server        string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorServiceListPromptsRequest) Reset() {
+	*x = ExecutorServiceListPromptsRequest{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorServiceListPromptsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorServiceListPromptsRequest) ProtoMessage() {}
+
+func (x *ExecutorServiceListPromptsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorServiceListPromptsRequest.ProtoReflect.Descriptor instead.
+func (*ExecutorServiceListPromptsRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ExecutorServiceListPromptsRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+type ExecutorServiceListPromptsResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Prompts []*Prompt              `protobuf:"bytes,1,rep,name=prompts,proto3" json:"prompts,omitempty"`
+	// errors says, by server, why a server's list is missing.
+	Errors        map[string]string `protobuf:"bytes,2,rep,name=errors,proto3" json:"errors,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorServiceListPromptsResponse) Reset() {
+	*x = ExecutorServiceListPromptsResponse{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorServiceListPromptsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorServiceListPromptsResponse) ProtoMessage() {}
+
+func (x *ExecutorServiceListPromptsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorServiceListPromptsResponse.ProtoReflect.Descriptor instead.
+func (*ExecutorServiceListPromptsResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ExecutorServiceListPromptsResponse) GetPrompts() []*Prompt {
+	if x != nil {
+		return x.Prompts
+	}
+	return nil
+}
+
+func (x *ExecutorServiceListPromptsResponse) GetErrors() map[string]string {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+type ExecutorServiceGetPromptRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Server        string                 `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Arguments     map[string]string      `protobuf:"bytes,3,rep,name=arguments,proto3" json:"arguments,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorServiceGetPromptRequest) Reset() {
+	*x = ExecutorServiceGetPromptRequest{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorServiceGetPromptRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorServiceGetPromptRequest) ProtoMessage() {}
+
+func (x *ExecutorServiceGetPromptRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorServiceGetPromptRequest.ProtoReflect.Descriptor instead.
+func (*ExecutorServiceGetPromptRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ExecutorServiceGetPromptRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *ExecutorServiceGetPromptRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExecutorServiceGetPromptRequest) GetArguments() map[string]string {
+	if x != nil {
+		return x.Arguments
+	}
+	return nil
+}
+
+type ExecutorServiceGetPromptResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Description   string                 `protobuf:"bytes,1,opt,name=description,proto3" json:"description,omitempty"`
+	Messages      []*PromptMessage       `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorServiceGetPromptResponse) Reset() {
+	*x = ExecutorServiceGetPromptResponse{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorServiceGetPromptResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorServiceGetPromptResponse) ProtoMessage() {}
+
+func (x *ExecutorServiceGetPromptResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorServiceGetPromptResponse.ProtoReflect.Descriptor instead.
+func (*ExecutorServiceGetPromptResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ExecutorServiceGetPromptResponse) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ExecutorServiceGetPromptResponse) GetMessages() []*PromptMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+type ExecutorServiceListResourcesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// server limits the list to one server; empty lists all.
+	Server        string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorServiceListResourcesRequest) Reset() {
+	*x = ExecutorServiceListResourcesRequest{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorServiceListResourcesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorServiceListResourcesRequest) ProtoMessage() {}
+
+func (x *ExecutorServiceListResourcesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorServiceListResourcesRequest.ProtoReflect.Descriptor instead.
+func (*ExecutorServiceListResourcesRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ExecutorServiceListResourcesRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+type ExecutorServiceListResourcesResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Resources []*Resource            `protobuf:"bytes,1,rep,name=resources,proto3" json:"resources,omitempty"`
+	// errors says, by server, why a server's list is missing.
+	Errors        map[string]string `protobuf:"bytes,2,rep,name=errors,proto3" json:"errors,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorServiceListResourcesResponse) Reset() {
+	*x = ExecutorServiceListResourcesResponse{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorServiceListResourcesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorServiceListResourcesResponse) ProtoMessage() {}
+
+func (x *ExecutorServiceListResourcesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorServiceListResourcesResponse.ProtoReflect.Descriptor instead.
+func (*ExecutorServiceListResourcesResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ExecutorServiceListResourcesResponse) GetResources() []*Resource {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *ExecutorServiceListResourcesResponse) GetErrors() map[string]string {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+type ExecutorServiceListResourceTemplatesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// server limits the list to one server; empty lists all.
+	Server        string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorServiceListResourceTemplatesRequest) Reset() {
+	*x = ExecutorServiceListResourceTemplatesRequest{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorServiceListResourceTemplatesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorServiceListResourceTemplatesRequest) ProtoMessage() {}
+
+func (x *ExecutorServiceListResourceTemplatesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorServiceListResourceTemplatesRequest.ProtoReflect.Descriptor instead.
+func (*ExecutorServiceListResourceTemplatesRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ExecutorServiceListResourceTemplatesRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+type ExecutorServiceListResourceTemplatesResponse struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	ResourceTemplates []*ResourceTemplate    `protobuf:"bytes,1,rep,name=resource_templates,json=resourceTemplates,proto3" json:"resource_templates,omitempty"`
+	// errors says, by server, why a server's list is missing.
+	Errors        map[string]string `protobuf:"bytes,2,rep,name=errors,proto3" json:"errors,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorServiceListResourceTemplatesResponse) Reset() {
+	*x = ExecutorServiceListResourceTemplatesResponse{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorServiceListResourceTemplatesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorServiceListResourceTemplatesResponse) ProtoMessage() {}
+
+func (x *ExecutorServiceListResourceTemplatesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorServiceListResourceTemplatesResponse.ProtoReflect.Descriptor instead.
+func (*ExecutorServiceListResourceTemplatesResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ExecutorServiceListResourceTemplatesResponse) GetResourceTemplates() []*ResourceTemplate {
+	if x != nil {
+		return x.ResourceTemplates
+	}
+	return nil
+}
+
+func (x *ExecutorServiceListResourceTemplatesResponse) GetErrors() map[string]string {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+type ExecutorServiceReadResourceRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Server string                 `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	// uri is the resource's URI as its server gives it.
+	Uri           string `protobuf:"bytes,2,opt,name=uri,proto3" json:"uri,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorServiceReadResourceRequest) Reset() {
+	*x = ExecutorServiceReadResourceRequest{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorServiceReadResourceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorServiceReadResourceRequest) ProtoMessage() {}
+
+func (x *ExecutorServiceReadResourceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorServiceReadResourceRequest.ProtoReflect.Descriptor instead.
+func (*ExecutorServiceReadResourceRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ExecutorServiceReadResourceRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *ExecutorServiceReadResourceRequest) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+type ExecutorServiceReadResourceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Contents      []*ResourceContents    `protobuf:"bytes,1,rep,name=contents,proto3" json:"contents,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutorServiceReadResourceResponse) Reset() {
+	*x = ExecutorServiceReadResourceResponse{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorServiceReadResourceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorServiceReadResourceResponse) ProtoMessage() {}
+
+func (x *ExecutorServiceReadResourceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorServiceReadResourceResponse.ProtoReflect.Descriptor instead.
+func (*ExecutorServiceReadResourceResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ExecutorServiceReadResourceResponse) GetContents() []*ResourceContents {
+	if x != nil {
+		return x.Contents
+	}
+	return nil
+}
+
+type WatchListChangedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchListChangedRequest) Reset() {
+	*x = WatchListChangedRequest{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchListChangedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchListChangedRequest) ProtoMessage() {}
+
+func (x *WatchListChangedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchListChangedRequest.ProtoReflect.Descriptor instead.
+func (*WatchListChangedRequest) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{29}
+}
+
+type WatchListChangedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Server        string                 `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	Kind          ListKind               `protobuf:"varint,2,opt,name=kind,proto3,enum=toolmesh.v1.ListKind" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchListChangedResponse) Reset() {
+	*x = WatchListChangedResponse{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchListChangedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchListChangedResponse) ProtoMessage() {}
+
+func (x *WatchListChangedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchListChangedResponse.ProtoReflect.Descriptor instead.
+func (*WatchListChangedResponse) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WatchListChangedResponse) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *WatchListChangedResponse) GetKind() ListKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ListKind_LIST_KIND_UNSPECIFIED
+}
+
 var File_toolmesh_v1_executor_proto protoreflect.FileDescriptor
 
 const file_toolmesh_v1_executor_proto_rawDesc = "" +
 	"\n" +
-	"\x1atoolmesh/v1/executor.proto\x12\vtoolmesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16toolmesh/v1/tool.proto\"@\n" +
+	"\x1atoolmesh/v1/executor.proto\x12\vtoolmesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1atoolmesh/v1/resource.proto\x1a\x16toolmesh/v1/tool.proto\"@\n" +
 	"&ExecutorServiceListPendingToolsRequest\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\"Y\n" +
 	"'ExecutorServiceListPendingToolsResponse\x12.\n" +
@@ -1332,7 +1923,50 @@ const file_toolmesh_v1_executor_proto_rawDesc = "" +
 	"\bupserted\x18\x02 \x03(\v2\x11.toolmesh.v1.ToolR\bupserted\x12\x1f\n" +
 	"\vremoved_ids\x18\x03 \x03(\tR\n" +
 	"removedIds\x12\x1a\n" +
-	"\brevision\x18\x04 \x01(\x04R\brevision*\xa3\x01\n" +
+	"\brevision\x18\x04 \x01(\x04R\brevision\";\n" +
+	"!ExecutorServiceListPromptsRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\"\xe3\x01\n" +
+	"\"ExecutorServiceListPromptsResponse\x12-\n" +
+	"\aprompts\x18\x01 \x03(\v2\x13.toolmesh.v1.PromptR\aprompts\x12S\n" +
+	"\x06errors\x18\x02 \x03(\v2;.toolmesh.v1.ExecutorServiceListPromptsResponse.ErrorsEntryR\x06errors\x1a9\n" +
+	"\vErrorsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe6\x01\n" +
+	"\x1fExecutorServiceGetPromptRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12Y\n" +
+	"\targuments\x18\x03 \x03(\v2;.toolmesh.v1.ExecutorServiceGetPromptRequest.ArgumentsEntryR\targuments\x1a<\n" +
+	"\x0eArgumentsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"|\n" +
+	" ExecutorServiceGetPromptResponse\x12 \n" +
+	"\vdescription\x18\x01 \x01(\tR\vdescription\x126\n" +
+	"\bmessages\x18\x02 \x03(\v2\x1a.toolmesh.v1.PromptMessageR\bmessages\"=\n" +
+	"#ExecutorServiceListResourcesRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\"\xed\x01\n" +
+	"$ExecutorServiceListResourcesResponse\x123\n" +
+	"\tresources\x18\x01 \x03(\v2\x15.toolmesh.v1.ResourceR\tresources\x12U\n" +
+	"\x06errors\x18\x02 \x03(\v2=.toolmesh.v1.ExecutorServiceListResourcesResponse.ErrorsEntryR\x06errors\x1a9\n" +
+	"\vErrorsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"E\n" +
+	"+ExecutorServiceListResourceTemplatesRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\"\x96\x02\n" +
+	",ExecutorServiceListResourceTemplatesResponse\x12L\n" +
+	"\x12resource_templates\x18\x01 \x03(\v2\x1d.toolmesh.v1.ResourceTemplateR\x11resourceTemplates\x12]\n" +
+	"\x06errors\x18\x02 \x03(\v2E.toolmesh.v1.ExecutorServiceListResourceTemplatesResponse.ErrorsEntryR\x06errors\x1a9\n" +
+	"\vErrorsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
+	"\"ExecutorServiceReadResourceRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x10\n" +
+	"\x03uri\x18\x02 \x01(\tR\x03uri\"`\n" +
+	"#ExecutorServiceReadResourceResponse\x129\n" +
+	"\bcontents\x18\x01 \x03(\v2\x1d.toolmesh.v1.ResourceContentsR\bcontents\"\x19\n" +
+	"\x17WatchListChangedRequest\"]\n" +
+	"\x18WatchListChangedResponse\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12)\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x15.toolmesh.v1.ListKindR\x04kind*\xa3\x01\n" +
 	"\fPinEventType\x12\x1e\n" +
 	"\x1aPIN_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19PIN_EVENT_TYPE_FIRST_SEEN\x10\x01\x12\x1a\n" +
@@ -1342,7 +1976,7 @@ const file_toolmesh_v1_executor_proto_rawDesc = "" +
 	"\x0eWatchEventType\x12 \n" +
 	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19WATCH_EVENT_TYPE_SNAPSHOT\x10\x01\x12\x1c\n" +
-	"\x18WATCH_EVENT_TYPE_CHANGED\x10\x022\xea\x06\n" +
+	"\x18WATCH_EVENT_TYPE_CHANGED\x10\x022\x9f\f\n" +
 	"\x0fExecutorService\x12h\n" +
 	"\tListTools\x12,.toolmesh.v1.ExecutorServiceListToolsRequest\x1a-.toolmesh.v1.ExecutorServiceListToolsResponse\x12n\n" +
 	"\vListServers\x12..toolmesh.v1.ExecutorServiceListServersRequest\x1a/.toolmesh.v1.ExecutorServiceListServersResponse\x12e\n" +
@@ -1352,7 +1986,13 @@ const file_toolmesh_v1_executor_proto_rawDesc = "" +
 	"WatchTools\x12\x1e.toolmesh.v1.WatchToolsRequest\x1a\x1f.toolmesh.v1.WatchToolsResponse0\x01\x12}\n" +
 	"\x10ListPendingTools\x123.toolmesh.v1.ExecutorServiceListPendingToolsRequest\x1a4.toolmesh.v1.ExecutorServiceListPendingToolsResponse\x12n\n" +
 	"\vApproveTool\x12..toolmesh.v1.ExecutorServiceApproveToolRequest\x1a/.toolmesh.v1.ExecutorServiceApproveToolResponse\x12[\n" +
-	"\x0eWatchPinEvents\x12\".toolmesh.v1.WatchPinEventsRequest\x1a#.toolmesh.v1.WatchPinEventsResponse0\x01B9Z7github.com/toolmesh/toolmesh/gen/toolmesh/v1;toolmeshv1b\x06proto3"
+	"\x0eWatchPinEvents\x12\".toolmesh.v1.WatchPinEventsRequest\x1a#.toolmesh.v1.WatchPinEventsResponse0\x01\x12n\n" +
+	"\vListPrompts\x12..toolmesh.v1.ExecutorServiceListPromptsRequest\x1a/.toolmesh.v1.ExecutorServiceListPromptsResponse\x12h\n" +
+	"\tGetPrompt\x12,.toolmesh.v1.ExecutorServiceGetPromptRequest\x1a-.toolmesh.v1.ExecutorServiceGetPromptResponse\x12t\n" +
+	"\rListResources\x120.toolmesh.v1.ExecutorServiceListResourcesRequest\x1a1.toolmesh.v1.ExecutorServiceListResourcesResponse\x12\x8c\x01\n" +
+	"\x15ListResourceTemplates\x128.toolmesh.v1.ExecutorServiceListResourceTemplatesRequest\x1a9.toolmesh.v1.ExecutorServiceListResourceTemplatesResponse\x12q\n" +
+	"\fReadResource\x12/.toolmesh.v1.ExecutorServiceReadResourceRequest\x1a0.toolmesh.v1.ExecutorServiceReadResourceResponse\x12a\n" +
+	"\x10WatchListChanged\x12$.toolmesh.v1.WatchListChangedRequest\x1a%.toolmesh.v1.WatchListChangedResponse0\x01B9Z7github.com/toolmesh/toolmesh/gen/toolmesh/v1;toolmeshv1b\x06proto3"
 
 var (
 	file_toolmesh_v1_executor_proto_rawDescOnce sync.Once
@@ -1367,80 +2007,124 @@ func file_toolmesh_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_toolmesh_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_toolmesh_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_toolmesh_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_toolmesh_v1_executor_proto_goTypes = []any{
 	(PinEventType)(0),   // 0: toolmesh.v1.PinEventType
 	(WatchEventType)(0), // 1: toolmesh.v1.WatchEventType
-	(*ExecutorServiceListPendingToolsRequest)(nil),  // 2: toolmesh.v1.ExecutorServiceListPendingToolsRequest
-	(*ExecutorServiceListPendingToolsResponse)(nil), // 3: toolmesh.v1.ExecutorServiceListPendingToolsResponse
-	(*ExecutorServiceApproveToolRequest)(nil),       // 4: toolmesh.v1.ExecutorServiceApproveToolRequest
-	(*ExecutorServiceApproveToolResponse)(nil),      // 5: toolmesh.v1.ExecutorServiceApproveToolResponse
-	(*WatchPinEventsRequest)(nil),                   // 6: toolmesh.v1.WatchPinEventsRequest
-	(*WatchPinEventsResponse)(nil),                  // 7: toolmesh.v1.WatchPinEventsResponse
-	(*PinEvent)(nil),                                // 8: toolmesh.v1.PinEvent
-	(*ExecutorServiceListToolsRequest)(nil),         // 9: toolmesh.v1.ExecutorServiceListToolsRequest
-	(*ExecutorServiceListToolsResponse)(nil),        // 10: toolmesh.v1.ExecutorServiceListToolsResponse
-	(*ExecutorServiceListServersRequest)(nil),       // 11: toolmesh.v1.ExecutorServiceListServersRequest
-	(*ExecutorServiceListServersResponse)(nil),      // 12: toolmesh.v1.ExecutorServiceListServersResponse
-	(*ConfigStatus)(nil),                            // 13: toolmesh.v1.ConfigStatus
-	(*ExecutorServiceCallToolRequest)(nil),          // 14: toolmesh.v1.ExecutorServiceCallToolRequest
-	(*ExecutorServiceCallToolResponse)(nil),         // 15: toolmesh.v1.ExecutorServiceCallToolResponse
-	(*ExecutorServiceCallToolStreamRequest)(nil),    // 16: toolmesh.v1.ExecutorServiceCallToolStreamRequest
-	(*ExecutorServiceCallToolStreamResponse)(nil),   // 17: toolmesh.v1.ExecutorServiceCallToolStreamResponse
-	(*CallProgress)(nil),                            // 18: toolmesh.v1.CallProgress
-	(*WatchToolsRequest)(nil),                       // 19: toolmesh.v1.WatchToolsRequest
-	(*WatchToolsResponse)(nil),                      // 20: toolmesh.v1.WatchToolsResponse
-	(*PendingTool)(nil),                             // 21: toolmesh.v1.PendingTool
-	(*Tool)(nil),                                    // 22: toolmesh.v1.Tool
-	(*timestamppb.Timestamp)(nil),                   // 23: google.protobuf.Timestamp
-	(*ToolFinding)(nil),                             // 24: toolmesh.v1.ToolFinding
-	(*Server)(nil),                                  // 25: toolmesh.v1.Server
-	(*structpb.Struct)(nil),                         // 26: google.protobuf.Struct
-	(*durationpb.Duration)(nil),                     // 27: google.protobuf.Duration
-	(*Content)(nil),                                 // 28: toolmesh.v1.Content
+	(*ExecutorServiceListPendingToolsRequest)(nil),       // 2: toolmesh.v1.ExecutorServiceListPendingToolsRequest
+	(*ExecutorServiceListPendingToolsResponse)(nil),      // 3: toolmesh.v1.ExecutorServiceListPendingToolsResponse
+	(*ExecutorServiceApproveToolRequest)(nil),            // 4: toolmesh.v1.ExecutorServiceApproveToolRequest
+	(*ExecutorServiceApproveToolResponse)(nil),           // 5: toolmesh.v1.ExecutorServiceApproveToolResponse
+	(*WatchPinEventsRequest)(nil),                        // 6: toolmesh.v1.WatchPinEventsRequest
+	(*WatchPinEventsResponse)(nil),                       // 7: toolmesh.v1.WatchPinEventsResponse
+	(*PinEvent)(nil),                                     // 8: toolmesh.v1.PinEvent
+	(*ExecutorServiceListToolsRequest)(nil),              // 9: toolmesh.v1.ExecutorServiceListToolsRequest
+	(*ExecutorServiceListToolsResponse)(nil),             // 10: toolmesh.v1.ExecutorServiceListToolsResponse
+	(*ExecutorServiceListServersRequest)(nil),            // 11: toolmesh.v1.ExecutorServiceListServersRequest
+	(*ExecutorServiceListServersResponse)(nil),           // 12: toolmesh.v1.ExecutorServiceListServersResponse
+	(*ConfigStatus)(nil),                                 // 13: toolmesh.v1.ConfigStatus
+	(*ExecutorServiceCallToolRequest)(nil),               // 14: toolmesh.v1.ExecutorServiceCallToolRequest
+	(*ExecutorServiceCallToolResponse)(nil),              // 15: toolmesh.v1.ExecutorServiceCallToolResponse
+	(*ExecutorServiceCallToolStreamRequest)(nil),         // 16: toolmesh.v1.ExecutorServiceCallToolStreamRequest
+	(*ExecutorServiceCallToolStreamResponse)(nil),        // 17: toolmesh.v1.ExecutorServiceCallToolStreamResponse
+	(*CallProgress)(nil),                                 // 18: toolmesh.v1.CallProgress
+	(*WatchToolsRequest)(nil),                            // 19: toolmesh.v1.WatchToolsRequest
+	(*WatchToolsResponse)(nil),                           // 20: toolmesh.v1.WatchToolsResponse
+	(*ExecutorServiceListPromptsRequest)(nil),            // 21: toolmesh.v1.ExecutorServiceListPromptsRequest
+	(*ExecutorServiceListPromptsResponse)(nil),           // 22: toolmesh.v1.ExecutorServiceListPromptsResponse
+	(*ExecutorServiceGetPromptRequest)(nil),              // 23: toolmesh.v1.ExecutorServiceGetPromptRequest
+	(*ExecutorServiceGetPromptResponse)(nil),             // 24: toolmesh.v1.ExecutorServiceGetPromptResponse
+	(*ExecutorServiceListResourcesRequest)(nil),          // 25: toolmesh.v1.ExecutorServiceListResourcesRequest
+	(*ExecutorServiceListResourcesResponse)(nil),         // 26: toolmesh.v1.ExecutorServiceListResourcesResponse
+	(*ExecutorServiceListResourceTemplatesRequest)(nil),  // 27: toolmesh.v1.ExecutorServiceListResourceTemplatesRequest
+	(*ExecutorServiceListResourceTemplatesResponse)(nil), // 28: toolmesh.v1.ExecutorServiceListResourceTemplatesResponse
+	(*ExecutorServiceReadResourceRequest)(nil),           // 29: toolmesh.v1.ExecutorServiceReadResourceRequest
+	(*ExecutorServiceReadResourceResponse)(nil),          // 30: toolmesh.v1.ExecutorServiceReadResourceResponse
+	(*WatchListChangedRequest)(nil),                      // 31: toolmesh.v1.WatchListChangedRequest
+	(*WatchListChangedResponse)(nil),                     // 32: toolmesh.v1.WatchListChangedResponse
+	nil,                                                  // 33: toolmesh.v1.ExecutorServiceListPromptsResponse.ErrorsEntry
+	nil,                                                  // 34: toolmesh.v1.ExecutorServiceGetPromptRequest.ArgumentsEntry
+	nil,                                                  // 35: toolmesh.v1.ExecutorServiceListResourcesResponse.ErrorsEntry
+	nil,                                                  // 36: toolmesh.v1.ExecutorServiceListResourceTemplatesResponse.ErrorsEntry
+	(*PendingTool)(nil),                                  // 37: toolmesh.v1.PendingTool
+	(*Tool)(nil),                                         // 38: toolmesh.v1.Tool
+	(*timestamppb.Timestamp)(nil),                        // 39: google.protobuf.Timestamp
+	(*ToolFinding)(nil),                                  // 40: toolmesh.v1.ToolFinding
+	(*Server)(nil),                                       // 41: toolmesh.v1.Server
+	(*structpb.Struct)(nil),                              // 42: google.protobuf.Struct
+	(*durationpb.Duration)(nil),                          // 43: google.protobuf.Duration
+	(*Content)(nil),                                      // 44: toolmesh.v1.Content
+	(*Prompt)(nil),                                       // 45: toolmesh.v1.Prompt
+	(*PromptMessage)(nil),                                // 46: toolmesh.v1.PromptMessage
+	(*Resource)(nil),                                     // 47: toolmesh.v1.Resource
+	(*ResourceTemplate)(nil),                             // 48: toolmesh.v1.ResourceTemplate
+	(*ResourceContents)(nil),                             // 49: toolmesh.v1.ResourceContents
+	(ListKind)(0),                                        // 50: toolmesh.v1.ListKind
 }
 var file_toolmesh_v1_executor_proto_depIdxs = []int32{
-	21, // 0: toolmesh.v1.ExecutorServiceListPendingToolsResponse.tools:type_name -> toolmesh.v1.PendingTool
-	22, // 1: toolmesh.v1.ExecutorServiceApproveToolResponse.tool:type_name -> toolmesh.v1.Tool
+	37, // 0: toolmesh.v1.ExecutorServiceListPendingToolsResponse.tools:type_name -> toolmesh.v1.PendingTool
+	38, // 1: toolmesh.v1.ExecutorServiceApproveToolResponse.tool:type_name -> toolmesh.v1.Tool
 	8,  // 2: toolmesh.v1.WatchPinEventsResponse.event:type_name -> toolmesh.v1.PinEvent
-	23, // 3: toolmesh.v1.PinEvent.time:type_name -> google.protobuf.Timestamp
+	39, // 3: toolmesh.v1.PinEvent.time:type_name -> google.protobuf.Timestamp
 	0,  // 4: toolmesh.v1.PinEvent.type:type_name -> toolmesh.v1.PinEventType
-	24, // 5: toolmesh.v1.PinEvent.findings:type_name -> toolmesh.v1.ToolFinding
-	22, // 6: toolmesh.v1.ExecutorServiceListToolsResponse.tools:type_name -> toolmesh.v1.Tool
-	25, // 7: toolmesh.v1.ExecutorServiceListServersResponse.servers:type_name -> toolmesh.v1.Server
+	40, // 5: toolmesh.v1.PinEvent.findings:type_name -> toolmesh.v1.ToolFinding
+	38, // 6: toolmesh.v1.ExecutorServiceListToolsResponse.tools:type_name -> toolmesh.v1.Tool
+	41, // 7: toolmesh.v1.ExecutorServiceListServersResponse.servers:type_name -> toolmesh.v1.Server
 	13, // 8: toolmesh.v1.ExecutorServiceListServersResponse.config:type_name -> toolmesh.v1.ConfigStatus
-	23, // 9: toolmesh.v1.ConfigStatus.applied_at:type_name -> google.protobuf.Timestamp
-	23, // 10: toolmesh.v1.ConfigStatus.last_reload_at:type_name -> google.protobuf.Timestamp
-	26, // 11: toolmesh.v1.ExecutorServiceCallToolRequest.arguments:type_name -> google.protobuf.Struct
-	27, // 12: toolmesh.v1.ExecutorServiceCallToolRequest.timeout:type_name -> google.protobuf.Duration
-	28, // 13: toolmesh.v1.ExecutorServiceCallToolResponse.content:type_name -> toolmesh.v1.Content
-	26, // 14: toolmesh.v1.ExecutorServiceCallToolResponse.structured_content:type_name -> google.protobuf.Struct
+	39, // 9: toolmesh.v1.ConfigStatus.applied_at:type_name -> google.protobuf.Timestamp
+	39, // 10: toolmesh.v1.ConfigStatus.last_reload_at:type_name -> google.protobuf.Timestamp
+	42, // 11: toolmesh.v1.ExecutorServiceCallToolRequest.arguments:type_name -> google.protobuf.Struct
+	43, // 12: toolmesh.v1.ExecutorServiceCallToolRequest.timeout:type_name -> google.protobuf.Duration
+	44, // 13: toolmesh.v1.ExecutorServiceCallToolResponse.content:type_name -> toolmesh.v1.Content
+	42, // 14: toolmesh.v1.ExecutorServiceCallToolResponse.structured_content:type_name -> google.protobuf.Struct
 	14, // 15: toolmesh.v1.ExecutorServiceCallToolStreamRequest.call:type_name -> toolmesh.v1.ExecutorServiceCallToolRequest
 	18, // 16: toolmesh.v1.ExecutorServiceCallToolStreamResponse.progress:type_name -> toolmesh.v1.CallProgress
 	15, // 17: toolmesh.v1.ExecutorServiceCallToolStreamResponse.result:type_name -> toolmesh.v1.ExecutorServiceCallToolResponse
 	1,  // 18: toolmesh.v1.WatchToolsResponse.type:type_name -> toolmesh.v1.WatchEventType
-	22, // 19: toolmesh.v1.WatchToolsResponse.upserted:type_name -> toolmesh.v1.Tool
-	9,  // 20: toolmesh.v1.ExecutorService.ListTools:input_type -> toolmesh.v1.ExecutorServiceListToolsRequest
-	11, // 21: toolmesh.v1.ExecutorService.ListServers:input_type -> toolmesh.v1.ExecutorServiceListServersRequest
-	14, // 22: toolmesh.v1.ExecutorService.CallTool:input_type -> toolmesh.v1.ExecutorServiceCallToolRequest
-	16, // 23: toolmesh.v1.ExecutorService.CallToolStream:input_type -> toolmesh.v1.ExecutorServiceCallToolStreamRequest
-	19, // 24: toolmesh.v1.ExecutorService.WatchTools:input_type -> toolmesh.v1.WatchToolsRequest
-	2,  // 25: toolmesh.v1.ExecutorService.ListPendingTools:input_type -> toolmesh.v1.ExecutorServiceListPendingToolsRequest
-	4,  // 26: toolmesh.v1.ExecutorService.ApproveTool:input_type -> toolmesh.v1.ExecutorServiceApproveToolRequest
-	6,  // 27: toolmesh.v1.ExecutorService.WatchPinEvents:input_type -> toolmesh.v1.WatchPinEventsRequest
-	10, // 28: toolmesh.v1.ExecutorService.ListTools:output_type -> toolmesh.v1.ExecutorServiceListToolsResponse
-	12, // 29: toolmesh.v1.ExecutorService.ListServers:output_type -> toolmesh.v1.ExecutorServiceListServersResponse
-	15, // 30: toolmesh.v1.ExecutorService.CallTool:output_type -> toolmesh.v1.ExecutorServiceCallToolResponse
-	17, // 31: toolmesh.v1.ExecutorService.CallToolStream:output_type -> toolmesh.v1.ExecutorServiceCallToolStreamResponse
-	20, // 32: toolmesh.v1.ExecutorService.WatchTools:output_type -> toolmesh.v1.WatchToolsResponse
-	3,  // 33: toolmesh.v1.ExecutorService.ListPendingTools:output_type -> toolmesh.v1.ExecutorServiceListPendingToolsResponse
-	5,  // 34: toolmesh.v1.ExecutorService.ApproveTool:output_type -> toolmesh.v1.ExecutorServiceApproveToolResponse
-	7,  // 35: toolmesh.v1.ExecutorService.WatchPinEvents:output_type -> toolmesh.v1.WatchPinEventsResponse
-	28, // [28:36] is the sub-list for method output_type
-	20, // [20:28] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	38, // 19: toolmesh.v1.WatchToolsResponse.upserted:type_name -> toolmesh.v1.Tool
+	45, // 20: toolmesh.v1.ExecutorServiceListPromptsResponse.prompts:type_name -> toolmesh.v1.Prompt
+	33, // 21: toolmesh.v1.ExecutorServiceListPromptsResponse.errors:type_name -> toolmesh.v1.ExecutorServiceListPromptsResponse.ErrorsEntry
+	34, // 22: toolmesh.v1.ExecutorServiceGetPromptRequest.arguments:type_name -> toolmesh.v1.ExecutorServiceGetPromptRequest.ArgumentsEntry
+	46, // 23: toolmesh.v1.ExecutorServiceGetPromptResponse.messages:type_name -> toolmesh.v1.PromptMessage
+	47, // 24: toolmesh.v1.ExecutorServiceListResourcesResponse.resources:type_name -> toolmesh.v1.Resource
+	35, // 25: toolmesh.v1.ExecutorServiceListResourcesResponse.errors:type_name -> toolmesh.v1.ExecutorServiceListResourcesResponse.ErrorsEntry
+	48, // 26: toolmesh.v1.ExecutorServiceListResourceTemplatesResponse.resource_templates:type_name -> toolmesh.v1.ResourceTemplate
+	36, // 27: toolmesh.v1.ExecutorServiceListResourceTemplatesResponse.errors:type_name -> toolmesh.v1.ExecutorServiceListResourceTemplatesResponse.ErrorsEntry
+	49, // 28: toolmesh.v1.ExecutorServiceReadResourceResponse.contents:type_name -> toolmesh.v1.ResourceContents
+	50, // 29: toolmesh.v1.WatchListChangedResponse.kind:type_name -> toolmesh.v1.ListKind
+	9,  // 30: toolmesh.v1.ExecutorService.ListTools:input_type -> toolmesh.v1.ExecutorServiceListToolsRequest
+	11, // 31: toolmesh.v1.ExecutorService.ListServers:input_type -> toolmesh.v1.ExecutorServiceListServersRequest
+	14, // 32: toolmesh.v1.ExecutorService.CallTool:input_type -> toolmesh.v1.ExecutorServiceCallToolRequest
+	16, // 33: toolmesh.v1.ExecutorService.CallToolStream:input_type -> toolmesh.v1.ExecutorServiceCallToolStreamRequest
+	19, // 34: toolmesh.v1.ExecutorService.WatchTools:input_type -> toolmesh.v1.WatchToolsRequest
+	2,  // 35: toolmesh.v1.ExecutorService.ListPendingTools:input_type -> toolmesh.v1.ExecutorServiceListPendingToolsRequest
+	4,  // 36: toolmesh.v1.ExecutorService.ApproveTool:input_type -> toolmesh.v1.ExecutorServiceApproveToolRequest
+	6,  // 37: toolmesh.v1.ExecutorService.WatchPinEvents:input_type -> toolmesh.v1.WatchPinEventsRequest
+	21, // 38: toolmesh.v1.ExecutorService.ListPrompts:input_type -> toolmesh.v1.ExecutorServiceListPromptsRequest
+	23, // 39: toolmesh.v1.ExecutorService.GetPrompt:input_type -> toolmesh.v1.ExecutorServiceGetPromptRequest
+	25, // 40: toolmesh.v1.ExecutorService.ListResources:input_type -> toolmesh.v1.ExecutorServiceListResourcesRequest
+	27, // 41: toolmesh.v1.ExecutorService.ListResourceTemplates:input_type -> toolmesh.v1.ExecutorServiceListResourceTemplatesRequest
+	29, // 42: toolmesh.v1.ExecutorService.ReadResource:input_type -> toolmesh.v1.ExecutorServiceReadResourceRequest
+	31, // 43: toolmesh.v1.ExecutorService.WatchListChanged:input_type -> toolmesh.v1.WatchListChangedRequest
+	10, // 44: toolmesh.v1.ExecutorService.ListTools:output_type -> toolmesh.v1.ExecutorServiceListToolsResponse
+	12, // 45: toolmesh.v1.ExecutorService.ListServers:output_type -> toolmesh.v1.ExecutorServiceListServersResponse
+	15, // 46: toolmesh.v1.ExecutorService.CallTool:output_type -> toolmesh.v1.ExecutorServiceCallToolResponse
+	17, // 47: toolmesh.v1.ExecutorService.CallToolStream:output_type -> toolmesh.v1.ExecutorServiceCallToolStreamResponse
+	20, // 48: toolmesh.v1.ExecutorService.WatchTools:output_type -> toolmesh.v1.WatchToolsResponse
+	3,  // 49: toolmesh.v1.ExecutorService.ListPendingTools:output_type -> toolmesh.v1.ExecutorServiceListPendingToolsResponse
+	5,  // 50: toolmesh.v1.ExecutorService.ApproveTool:output_type -> toolmesh.v1.ExecutorServiceApproveToolResponse
+	7,  // 51: toolmesh.v1.ExecutorService.WatchPinEvents:output_type -> toolmesh.v1.WatchPinEventsResponse
+	22, // 52: toolmesh.v1.ExecutorService.ListPrompts:output_type -> toolmesh.v1.ExecutorServiceListPromptsResponse
+	24, // 53: toolmesh.v1.ExecutorService.GetPrompt:output_type -> toolmesh.v1.ExecutorServiceGetPromptResponse
+	26, // 54: toolmesh.v1.ExecutorService.ListResources:output_type -> toolmesh.v1.ExecutorServiceListResourcesResponse
+	28, // 55: toolmesh.v1.ExecutorService.ListResourceTemplates:output_type -> toolmesh.v1.ExecutorServiceListResourceTemplatesResponse
+	30, // 56: toolmesh.v1.ExecutorService.ReadResource:output_type -> toolmesh.v1.ExecutorServiceReadResourceResponse
+	32, // 57: toolmesh.v1.ExecutorService.WatchListChanged:output_type -> toolmesh.v1.WatchListChangedResponse
+	44, // [44:58] is the sub-list for method output_type
+	30, // [30:44] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_toolmesh_v1_executor_proto_init() }
@@ -1448,6 +2132,7 @@ func file_toolmesh_v1_executor_proto_init() {
 	if File_toolmesh_v1_executor_proto != nil {
 		return
 	}
+	file_toolmesh_v1_resource_proto_init()
 	file_toolmesh_v1_tool_proto_init()
 	file_toolmesh_v1_executor_proto_msgTypes[15].OneofWrappers = []any{
 		(*ExecutorServiceCallToolStreamResponse_Progress)(nil),
@@ -1460,7 +2145,7 @@ func file_toolmesh_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolmesh_v1_executor_proto_rawDesc), len(file_toolmesh_v1_executor_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

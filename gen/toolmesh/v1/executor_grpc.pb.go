@@ -19,14 +19,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ExecutorService_ListTools_FullMethodName        = "/toolmesh.v1.ExecutorService/ListTools"
-	ExecutorService_ListServers_FullMethodName      = "/toolmesh.v1.ExecutorService/ListServers"
-	ExecutorService_CallTool_FullMethodName         = "/toolmesh.v1.ExecutorService/CallTool"
-	ExecutorService_CallToolStream_FullMethodName   = "/toolmesh.v1.ExecutorService/CallToolStream"
-	ExecutorService_WatchTools_FullMethodName       = "/toolmesh.v1.ExecutorService/WatchTools"
-	ExecutorService_ListPendingTools_FullMethodName = "/toolmesh.v1.ExecutorService/ListPendingTools"
-	ExecutorService_ApproveTool_FullMethodName      = "/toolmesh.v1.ExecutorService/ApproveTool"
-	ExecutorService_WatchPinEvents_FullMethodName   = "/toolmesh.v1.ExecutorService/WatchPinEvents"
+	ExecutorService_ListTools_FullMethodName             = "/toolmesh.v1.ExecutorService/ListTools"
+	ExecutorService_ListServers_FullMethodName           = "/toolmesh.v1.ExecutorService/ListServers"
+	ExecutorService_CallTool_FullMethodName              = "/toolmesh.v1.ExecutorService/CallTool"
+	ExecutorService_CallToolStream_FullMethodName        = "/toolmesh.v1.ExecutorService/CallToolStream"
+	ExecutorService_WatchTools_FullMethodName            = "/toolmesh.v1.ExecutorService/WatchTools"
+	ExecutorService_ListPendingTools_FullMethodName      = "/toolmesh.v1.ExecutorService/ListPendingTools"
+	ExecutorService_ApproveTool_FullMethodName           = "/toolmesh.v1.ExecutorService/ApproveTool"
+	ExecutorService_WatchPinEvents_FullMethodName        = "/toolmesh.v1.ExecutorService/WatchPinEvents"
+	ExecutorService_ListPrompts_FullMethodName           = "/toolmesh.v1.ExecutorService/ListPrompts"
+	ExecutorService_GetPrompt_FullMethodName             = "/toolmesh.v1.ExecutorService/GetPrompt"
+	ExecutorService_ListResources_FullMethodName         = "/toolmesh.v1.ExecutorService/ListResources"
+	ExecutorService_ListResourceTemplates_FullMethodName = "/toolmesh.v1.ExecutorService/ListResourceTemplates"
+	ExecutorService_ReadResource_FullMethodName          = "/toolmesh.v1.ExecutorService/ReadResource"
+	ExecutorService_WatchListChanged_FullMethodName      = "/toolmesh.v1.ExecutorService/WatchListChanged"
 )
 
 // ExecutorServiceClient is the client API for ExecutorService service.
@@ -62,6 +68,28 @@ type ExecutorServiceClient interface {
 	// Every replica reports the changes it sees listed and the approvals it takes, its own or
 	// another replica's (through the shared pin file), so one stream misses none of them.
 	WatchPinEvents(ctx context.Context, in *WatchPinEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchPinEventsResponse], error)
+	// ListPrompts lists the prompts of one server, or of every ready server, that the servers'
+	// allowedPrompts and excludedPrompts let exist. A server that does not answer is left out and
+	// named in errors.
+	ListPrompts(ctx context.Context, in *ExecutorServiceListPromptsRequest, opts ...grpc.CallOption) (*ExecutorServiceListPromptsResponse, error)
+	// GetPrompt fills in a prompt with its arguments. Errors: NOT_FOUND unknown server or prompt,
+	// PERMISSION_DENIED (reason POLICY_DENIED) a prompt the server's rules leave out,
+	// INVALID_ARGUMENT the server refused the arguments, UNAVAILABLE server down.
+	GetPrompt(ctx context.Context, in *ExecutorServiceGetPromptRequest, opts ...grpc.CallOption) (*ExecutorServiceGetPromptResponse, error)
+	// ListResources lists the resources of one server, or of every ready server, that the
+	// servers' allowedResources and excludedResources let exist.
+	ListResources(ctx context.Context, in *ExecutorServiceListResourcesRequest, opts ...grpc.CallOption) (*ExecutorServiceListResourcesResponse, error)
+	// ListResourceTemplates lists the resource templates, as ListResources (the rules match the
+	// template's uri_template).
+	ListResourceTemplates(ctx context.Context, in *ExecutorServiceListResourceTemplatesRequest, opts ...grpc.CallOption) (*ExecutorServiceListResourceTemplatesResponse, error)
+	// ReadResource reads a resource. Its answer is bounded as a tool result is (mcpServers
+	// maxResultBytes, else --executor.max-result-bytes): a larger one is refused with
+	// RESOURCE_EXHAUSTED (reason TOOL_RESULT_TOO_LARGE) naming the limit and its setting.
+	ReadResource(ctx context.Context, in *ExecutorServiceReadResourceRequest, opts ...grpc.CallOption) (*ExecutorServiceReadResourceResponse, error)
+	// WatchListChanged sends an event each time a server says its prompts or resources changed
+	// (notifications/prompts/list_changed, notifications/resources/list_changed), and when a
+	// server (re)connects or a reload changes its rules (both kinds).
+	WatchListChanged(ctx context.Context, in *WatchListChangedRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchListChangedResponse], error)
 }
 
 type executorServiceClient struct {
@@ -179,6 +207,75 @@ func (c *executorServiceClient) WatchPinEvents(ctx context.Context, in *WatchPin
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutorService_WatchPinEventsClient = grpc.ServerStreamingClient[WatchPinEventsResponse]
 
+func (c *executorServiceClient) ListPrompts(ctx context.Context, in *ExecutorServiceListPromptsRequest, opts ...grpc.CallOption) (*ExecutorServiceListPromptsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExecutorServiceListPromptsResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_ListPrompts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) GetPrompt(ctx context.Context, in *ExecutorServiceGetPromptRequest, opts ...grpc.CallOption) (*ExecutorServiceGetPromptResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExecutorServiceGetPromptResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_GetPrompt_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) ListResources(ctx context.Context, in *ExecutorServiceListResourcesRequest, opts ...grpc.CallOption) (*ExecutorServiceListResourcesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExecutorServiceListResourcesResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_ListResources_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) ListResourceTemplates(ctx context.Context, in *ExecutorServiceListResourceTemplatesRequest, opts ...grpc.CallOption) (*ExecutorServiceListResourceTemplatesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExecutorServiceListResourceTemplatesResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_ListResourceTemplates_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) ReadResource(ctx context.Context, in *ExecutorServiceReadResourceRequest, opts ...grpc.CallOption) (*ExecutorServiceReadResourceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExecutorServiceReadResourceResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_ReadResource_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) WatchListChanged(ctx context.Context, in *WatchListChangedRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchListChangedResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[3], ExecutorService_WatchListChanged_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchListChangedRequest, WatchListChangedResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_WatchListChangedClient = grpc.ServerStreamingClient[WatchListChangedResponse]
+
 // ExecutorServiceServer is the server API for ExecutorService service.
 // All implementations must embed UnimplementedExecutorServiceServer
 // for forward compatibility.
@@ -212,6 +309,28 @@ type ExecutorServiceServer interface {
 	// Every replica reports the changes it sees listed and the approvals it takes, its own or
 	// another replica's (through the shared pin file), so one stream misses none of them.
 	WatchPinEvents(*WatchPinEventsRequest, grpc.ServerStreamingServer[WatchPinEventsResponse]) error
+	// ListPrompts lists the prompts of one server, or of every ready server, that the servers'
+	// allowedPrompts and excludedPrompts let exist. A server that does not answer is left out and
+	// named in errors.
+	ListPrompts(context.Context, *ExecutorServiceListPromptsRequest) (*ExecutorServiceListPromptsResponse, error)
+	// GetPrompt fills in a prompt with its arguments. Errors: NOT_FOUND unknown server or prompt,
+	// PERMISSION_DENIED (reason POLICY_DENIED) a prompt the server's rules leave out,
+	// INVALID_ARGUMENT the server refused the arguments, UNAVAILABLE server down.
+	GetPrompt(context.Context, *ExecutorServiceGetPromptRequest) (*ExecutorServiceGetPromptResponse, error)
+	// ListResources lists the resources of one server, or of every ready server, that the
+	// servers' allowedResources and excludedResources let exist.
+	ListResources(context.Context, *ExecutorServiceListResourcesRequest) (*ExecutorServiceListResourcesResponse, error)
+	// ListResourceTemplates lists the resource templates, as ListResources (the rules match the
+	// template's uri_template).
+	ListResourceTemplates(context.Context, *ExecutorServiceListResourceTemplatesRequest) (*ExecutorServiceListResourceTemplatesResponse, error)
+	// ReadResource reads a resource. Its answer is bounded as a tool result is (mcpServers
+	// maxResultBytes, else --executor.max-result-bytes): a larger one is refused with
+	// RESOURCE_EXHAUSTED (reason TOOL_RESULT_TOO_LARGE) naming the limit and its setting.
+	ReadResource(context.Context, *ExecutorServiceReadResourceRequest) (*ExecutorServiceReadResourceResponse, error)
+	// WatchListChanged sends an event each time a server says its prompts or resources changed
+	// (notifications/prompts/list_changed, notifications/resources/list_changed), and when a
+	// server (re)connects or a reload changes its rules (both kinds).
+	WatchListChanged(*WatchListChangedRequest, grpc.ServerStreamingServer[WatchListChangedResponse]) error
 	mustEmbedUnimplementedExecutorServiceServer()
 }
 
@@ -245,6 +364,24 @@ func (UnimplementedExecutorServiceServer) ApproveTool(context.Context, *Executor
 }
 func (UnimplementedExecutorServiceServer) WatchPinEvents(*WatchPinEventsRequest, grpc.ServerStreamingServer[WatchPinEventsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchPinEvents not implemented")
+}
+func (UnimplementedExecutorServiceServer) ListPrompts(context.Context, *ExecutorServiceListPromptsRequest) (*ExecutorServiceListPromptsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPrompts not implemented")
+}
+func (UnimplementedExecutorServiceServer) GetPrompt(context.Context, *ExecutorServiceGetPromptRequest) (*ExecutorServiceGetPromptResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPrompt not implemented")
+}
+func (UnimplementedExecutorServiceServer) ListResources(context.Context, *ExecutorServiceListResourcesRequest) (*ExecutorServiceListResourcesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListResources not implemented")
+}
+func (UnimplementedExecutorServiceServer) ListResourceTemplates(context.Context, *ExecutorServiceListResourceTemplatesRequest) (*ExecutorServiceListResourceTemplatesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListResourceTemplates not implemented")
+}
+func (UnimplementedExecutorServiceServer) ReadResource(context.Context, *ExecutorServiceReadResourceRequest) (*ExecutorServiceReadResourceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadResource not implemented")
+}
+func (UnimplementedExecutorServiceServer) WatchListChanged(*WatchListChangedRequest, grpc.ServerStreamingServer[WatchListChangedResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchListChanged not implemented")
 }
 func (UnimplementedExecutorServiceServer) mustEmbedUnimplementedExecutorServiceServer() {}
 func (UnimplementedExecutorServiceServer) testEmbeddedByValue()                         {}
@@ -390,6 +527,107 @@ func _ExecutorService_WatchPinEvents_Handler(srv interface{}, stream grpc.Server
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutorService_WatchPinEventsServer = grpc.ServerStreamingServer[WatchPinEventsResponse]
 
+func _ExecutorService_ListPrompts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExecutorServiceListPromptsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).ListPrompts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_ListPrompts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).ListPrompts(ctx, req.(*ExecutorServiceListPromptsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_GetPrompt_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExecutorServiceGetPromptRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).GetPrompt(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_GetPrompt_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).GetPrompt(ctx, req.(*ExecutorServiceGetPromptRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_ListResources_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExecutorServiceListResourcesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).ListResources(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_ListResources_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).ListResources(ctx, req.(*ExecutorServiceListResourcesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_ListResourceTemplates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExecutorServiceListResourceTemplatesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).ListResourceTemplates(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_ListResourceTemplates_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).ListResourceTemplates(ctx, req.(*ExecutorServiceListResourceTemplatesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_ReadResource_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExecutorServiceReadResourceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).ReadResource(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_ReadResource_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).ReadResource(ctx, req.(*ExecutorServiceReadResourceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_WatchListChanged_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchListChangedRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ExecutorServiceServer).WatchListChanged(m, &grpc.GenericServerStream[WatchListChangedRequest, WatchListChangedResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_WatchListChangedServer = grpc.ServerStreamingServer[WatchListChangedResponse]
+
 // ExecutorService_ServiceDesc is the grpc.ServiceDesc for ExecutorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -417,6 +655,26 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ApproveTool",
 			Handler:    _ExecutorService_ApproveTool_Handler,
 		},
+		{
+			MethodName: "ListPrompts",
+			Handler:    _ExecutorService_ListPrompts_Handler,
+		},
+		{
+			MethodName: "GetPrompt",
+			Handler:    _ExecutorService_GetPrompt_Handler,
+		},
+		{
+			MethodName: "ListResources",
+			Handler:    _ExecutorService_ListResources_Handler,
+		},
+		{
+			MethodName: "ListResourceTemplates",
+			Handler:    _ExecutorService_ListResourceTemplates_Handler,
+		},
+		{
+			MethodName: "ReadResource",
+			Handler:    _ExecutorService_ReadResource_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -432,6 +690,11 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchPinEvents",
 			Handler:       _ExecutorService_WatchPinEvents_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchListChanged",
+			Handler:       _ExecutorService_WatchListChanged_Handler,
 			ServerStreams: true,
 		},
 	},
