@@ -62,6 +62,30 @@ func (e executor) WatchPinEvents(ctx context.Context, in *toolmeshv1.WatchPinEve
 	return server.LocalServerStream(ctx, e.c, toolmeshv1.ExecutorService_WatchPinEvents_FullMethodName, in, e.srv.WatchPinEvents, opts...)
 }
 
+func (e executor) ListPrompts(ctx context.Context, in *toolmeshv1.ExecutorServiceListPromptsRequest, opts ...grpc.CallOption) (*toolmeshv1.ExecutorServiceListPromptsResponse, error) {
+	return server.LocalUnary(ctx, e.c, toolmeshv1.ExecutorService_ListPrompts_FullMethodName, in, e.srv.ListPrompts, opts...)
+}
+
+func (e executor) GetPrompt(ctx context.Context, in *toolmeshv1.ExecutorServiceGetPromptRequest, opts ...grpc.CallOption) (*toolmeshv1.ExecutorServiceGetPromptResponse, error) {
+	return server.LocalUnary(ctx, e.c, toolmeshv1.ExecutorService_GetPrompt_FullMethodName, in, e.srv.GetPrompt, opts...)
+}
+
+func (e executor) ListResources(ctx context.Context, in *toolmeshv1.ExecutorServiceListResourcesRequest, opts ...grpc.CallOption) (*toolmeshv1.ExecutorServiceListResourcesResponse, error) {
+	return server.LocalUnary(ctx, e.c, toolmeshv1.ExecutorService_ListResources_FullMethodName, in, e.srv.ListResources, opts...)
+}
+
+func (e executor) ListResourceTemplates(ctx context.Context, in *toolmeshv1.ExecutorServiceListResourceTemplatesRequest, opts ...grpc.CallOption) (*toolmeshv1.ExecutorServiceListResourceTemplatesResponse, error) {
+	return server.LocalUnary(ctx, e.c, toolmeshv1.ExecutorService_ListResourceTemplates_FullMethodName, in, e.srv.ListResourceTemplates, opts...)
+}
+
+func (e executor) ReadResource(ctx context.Context, in *toolmeshv1.ExecutorServiceReadResourceRequest, opts ...grpc.CallOption) (*toolmeshv1.ExecutorServiceReadResourceResponse, error) {
+	return server.LocalUnary(ctx, e.c, toolmeshv1.ExecutorService_ReadResource_FullMethodName, in, e.srv.ReadResource, opts...)
+}
+
+func (e executor) WatchListChanged(ctx context.Context, in *toolmeshv1.WatchListChangedRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[toolmeshv1.WatchListChangedResponse], error) {
+	return server.LocalServerStream(ctx, e.c, toolmeshv1.ExecutorService_WatchListChanged_FullMethodName, in, e.srv.WatchListChanged, opts...)
+}
+
 // Retriever is a client of the RetrieverService registered on c's server, nil when none is.
 func Retriever(c *server.LocalClient) toolmeshv1.RetrieverServiceClient {
 	if c == nil {
