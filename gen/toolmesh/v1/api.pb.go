@@ -543,10 +543,16 @@ func (x *SearchToolsResponse) GetResults() []*ScoredTool {
 }
 
 type CallToolRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Server        string                 `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Arguments     *structpb.Struct       `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Server    string                 `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Arguments *structpb.Struct       `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	// arguments_json is the arguments as JSON text (an object), for a caller that has them as
+	// JSON: they are parsed once, by the executor, to validate them, and the MCP server gets
+	// this text. When set, arguments is ignored and the answer carries structured_content_json
+	// instead of structured_content. On REST, send "arguments" as an object: the api passes it
+	// on as it came.
+	ArgumentsJson []byte `protobuf:"bytes,4,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -602,15 +608,25 @@ func (x *CallToolRequest) GetArguments() *structpb.Struct {
 	return nil
 }
 
+func (x *CallToolRequest) GetArgumentsJson() []byte {
+	if x != nil {
+		return x.ArgumentsJson
+	}
+	return nil
+}
+
 type CallToolResponse struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	Content           []*Content             `protobuf:"bytes,1,rep,name=content,proto3" json:"content,omitempty"`
 	StructuredContent *structpb.Struct       `protobuf:"bytes,2,opt,name=structured_content,json=structuredContent,proto3" json:"structured_content,omitempty"`
 	IsError           bool                   `protobuf:"varint,3,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
 	// duration_ms is wall time in milliseconds, with microsecond precision.
-	DurationMs    float64 `protobuf:"fixed64,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DurationMs float64 `protobuf:"fixed64,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	// structured_content_json is the structured content as the MCP server sent it (JSON text),
+	// set instead of structured_content when the request carried arguments_json.
+	StructuredContentJson []byte `protobuf:"bytes,5,opt,name=structured_content_json,json=structuredContentJson,proto3" json:"structured_content_json,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *CallToolResponse) Reset() {
@@ -669,6 +685,13 @@ func (x *CallToolResponse) GetDurationMs() float64 {
 		return x.DurationMs
 	}
 	return 0
+}
+
+func (x *CallToolResponse) GetStructuredContentJson() []byte {
+	if x != nil {
+		return x.StructuredContentJson
+	}
+	return nil
 }
 
 type ListServersRequest struct {
@@ -2165,17 +2188,19 @@ const file_toolmesh_v1_api_proto_rawDesc = "" +
 	"\x01k\x18\x02 \x01(\x05R\x01k\x12\x16\n" +
 	"\x06server\x18\x03 \x03(\tR\x06server\"H\n" +
 	"\x13SearchToolsResponse\x121\n" +
-	"\aresults\x18\x01 \x03(\v2\x17.toolmesh.v1.ScoredToolR\aresults\"t\n" +
+	"\aresults\x18\x01 \x03(\v2\x17.toolmesh.v1.ScoredToolR\aresults\"\x9b\x01\n" +
 	"\x0fCallToolRequest\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x125\n" +
-	"\targuments\x18\x03 \x01(\v2\x17.google.protobuf.StructR\targuments\"\xc6\x01\n" +
+	"\targuments\x18\x03 \x01(\v2\x17.google.protobuf.StructR\targuments\x12%\n" +
+	"\x0earguments_json\x18\x04 \x01(\fR\rargumentsJson\"\xfe\x01\n" +
 	"\x10CallToolResponse\x12.\n" +
 	"\acontent\x18\x01 \x03(\v2\x14.toolmesh.v1.ContentR\acontent\x12F\n" +
 	"\x12structured_content\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x11structuredContent\x12\x19\n" +
 	"\bis_error\x18\x03 \x01(\bR\aisError\x12\x1f\n" +
 	"\vduration_ms\x18\x04 \x01(\x01R\n" +
-	"durationMs\"\x14\n" +
+	"durationMs\x126\n" +
+	"\x17structured_content_json\x18\x05 \x01(\fR\x15structuredContentJson\"\x14\n" +
 	"\x12ListServersRequest\"D\n" +
 	"\x13ListServersResponse\x12-\n" +
 	"\aservers\x18\x01 \x03(\v2\x13.toolmesh.v1.ServerR\aservers\",\n" +

@@ -824,7 +824,13 @@ type ExecutorServiceCallToolRequest struct {
 	// @SERVER.TOOL, the MCP face) leaves it false. The caller says so: it bounds the api's own
 	// mistakes, not a caller that reaches the executor's port (a private socket or mutual TLS
 	// keeps those out: docs/operations/security.md).
-	ByModel       bool `protobuf:"varint,4,opt,name=by_model,json=byModel,proto3" json:"by_model,omitempty"`
+	ByModel bool `protobuf:"varint,4,opt,name=by_model,json=byModel,proto3" json:"by_model,omitempty"`
+	// arguments_json is the arguments as JSON text (an object). The executor parses it once, to
+	// validate it against the tool's input schema, and sends the MCP server this text as it is.
+	// When set, arguments is ignored and the answer carries structured_content_json instead of
+	// structured_content. An executor older than this field ignores it: upgrade the executors
+	// before the apis.
+	ArgumentsJson []byte `protobuf:"bytes,5,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -887,15 +893,25 @@ func (x *ExecutorServiceCallToolRequest) GetByModel() bool {
 	return false
 }
 
+func (x *ExecutorServiceCallToolRequest) GetArgumentsJson() []byte {
+	if x != nil {
+		return x.ArgumentsJson
+	}
+	return nil
+}
+
 type ExecutorServiceCallToolResponse struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	Content           []*Content             `protobuf:"bytes,1,rep,name=content,proto3" json:"content,omitempty"`
 	StructuredContent *structpb.Struct       `protobuf:"bytes,2,opt,name=structured_content,json=structuredContent,proto3" json:"structured_content,omitempty"`
 	IsError           bool                   `protobuf:"varint,3,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
 	// duration_ms is wall time in milliseconds, with microsecond precision.
-	DurationMs    float64 `protobuf:"fixed64,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DurationMs float64 `protobuf:"fixed64,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	// structured_content_json is the structured content as the MCP server sent it (JSON text),
+	// set instead of structured_content when the request carried arguments_json.
+	StructuredContentJson []byte `protobuf:"bytes,5,opt,name=structured_content_json,json=structuredContentJson,proto3" json:"structured_content_json,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ExecutorServiceCallToolResponse) Reset() {
@@ -954,6 +970,13 @@ func (x *ExecutorServiceCallToolResponse) GetDurationMs() float64 {
 		return x.DurationMs
 	}
 	return 0
+}
+
+func (x *ExecutorServiceCallToolResponse) GetStructuredContentJson() []byte {
+	if x != nil {
+		return x.StructuredContentJson
+	}
+	return nil
 }
 
 type ExecutorServiceCallToolStreamRequest struct {
@@ -1894,18 +1917,20 @@ const file_toolmesh_v1_executor_proto_rawDesc = "" +
 	"\n" +
 	"applied_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tappliedAt\x12@\n" +
 	"\x0elast_reload_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\flastReloadAt\x12*\n" +
-	"\x11last_reload_error\x18\x04 \x01(\tR\x0flastReloadError\"\xc0\x01\n" +
+	"\x11last_reload_error\x18\x04 \x01(\tR\x0flastReloadError\"\xe7\x01\n" +
 	"\x1eExecutorServiceCallToolRequest\x12\x17\n" +
 	"\atool_id\x18\x01 \x01(\tR\x06toolId\x125\n" +
 	"\targuments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\targuments\x123\n" +
 	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x19\n" +
-	"\bby_model\x18\x04 \x01(\bR\abyModel\"\xd5\x01\n" +
+	"\bby_model\x18\x04 \x01(\bR\abyModel\x12%\n" +
+	"\x0earguments_json\x18\x05 \x01(\fR\rargumentsJson\"\x8d\x02\n" +
 	"\x1fExecutorServiceCallToolResponse\x12.\n" +
 	"\acontent\x18\x01 \x03(\v2\x14.toolmesh.v1.ContentR\acontent\x12F\n" +
 	"\x12structured_content\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x11structuredContent\x12\x19\n" +
 	"\bis_error\x18\x03 \x01(\bR\aisError\x12\x1f\n" +
 	"\vduration_ms\x18\x04 \x01(\x01R\n" +
-	"durationMs\"g\n" +
+	"durationMs\x126\n" +
+	"\x17structured_content_json\x18\x05 \x01(\fR\x15structuredContentJson\"g\n" +
 	"$ExecutorServiceCallToolStreamRequest\x12?\n" +
 	"\x04call\x18\x01 \x01(\v2+.toolmesh.v1.ExecutorServiceCallToolRequestR\x04call\"\xb1\x01\n" +
 	"%ExecutorServiceCallToolStreamResponse\x127\n" +
