@@ -55,6 +55,11 @@ type ServerRules struct {
 	// ToolRateLimits, by tool name, win over it. Nil: no limit.
 	RateLimit      *mcpconfig.RateLimit
 	ToolRateLimits map[string]*mcpconfig.RateLimit
+	// AllowedPrompts and ExcludedPrompts are AllowedTools and ExcludedTools for the server's
+	// prompts (globs over prompt names); AllowedResources and ExcludedResources for its
+	// resources (globs over resource URIs, and over the URI templates of its templates).
+	AllowedPrompts, ExcludedPrompts     []string
+	AllowedResources, ExcludedResources []string
 }
 
 // RulesOf takes the rules out of the mcpServers declarations (and nothing else: no URL, header
@@ -62,7 +67,8 @@ type ServerRules struct {
 func RulesOf(servers map[string]mcpconfig.Server) map[string]ServerRules {
 	out := make(map[string]ServerRules, len(servers))
 	for name, s := range servers {
-		r := ServerRules{AllowedTools: s.AllowedTools, ExcludedTools: s.ExcludedTools, AllowDestructive: s.AllowDestructive, RateLimit: s.RateLimit}
+		r := ServerRules{AllowedTools: s.AllowedTools, ExcludedTools: s.ExcludedTools, AllowDestructive: s.AllowDestructive, RateLimit: s.RateLimit,
+			AllowedPrompts: s.AllowedPrompts, ExcludedPrompts: s.ExcludedPrompts, AllowedResources: s.AllowedResources, ExcludedResources: s.ExcludedResources}
 		for tool, ts := range s.Tools {
 			if ts.RateLimit != nil {
 				if r.ToolRateLimits == nil {

@@ -92,6 +92,8 @@ type serverRules struct {
 	allowDestructive  bool
 	rate              *mcpconfig.RateLimit
 	toolRate          map[string]*mcpconfig.RateLimit
+	prompts           nameRules // allowedPrompts, excludedPrompts (prompt names)
+	resources         nameRules // allowedResources, excludedResources (URIs and URI templates)
 }
 
 type scope struct {
@@ -161,7 +163,9 @@ func compileServers(rules map[string]ServerRules) (map[string]*serverRules, []st
 		for _, l := range []struct {
 			key string
 			ps  []string
-		}{{"allowedTools", r.AllowedTools}, {"excludedTools", r.ExcludedTools}} {
+		}{{"allowedTools", r.AllowedTools}, {"excludedTools", r.ExcludedTools},
+			{"allowedPrompts", r.AllowedPrompts}, {"excludedPrompts", r.ExcludedPrompts},
+			{"allowedResources", r.AllowedResources}, {"excludedResources", r.ExcludedResources}} {
 			for i, pat := range l.ps {
 				if msg := checkToolPattern(pat); msg != "" {
 					errs = append(errs, fmt.Sprintf("mcpServers.%s.%s[%d]: %q %s", name, l.key, i, pat, msg))
@@ -169,7 +173,9 @@ func compileServers(rules map[string]ServerRules) (map[string]*serverRules, []st
 			}
 		}
 		out[name] = &serverRules{allowed: compileGlobs(r.AllowedTools), excluded: compileGlobs(r.ExcludedTools), allowDestructive: r.AllowDestructive,
-			rate: r.RateLimit, toolRate: r.ToolRateLimits}
+			rate: r.RateLimit, toolRate: r.ToolRateLimits,
+			prompts:   nameRules{allowed: compileGlobs(r.AllowedPrompts), excluded: compileGlobs(r.ExcludedPrompts)},
+			resources: nameRules{allowed: compileGlobs(r.AllowedResources), excluded: compileGlobs(r.ExcludedResources)}}
 		errs = append(errs, checkRateLimit(fmt.Sprintf("mcpServers.%s.rateLimit", name), r.RateLimit)...)
 		for _, tool := range slices.Sorted(maps.Keys(r.ToolRateLimits)) {
 			errs = append(errs, checkRateLimit(fmt.Sprintf("mcpServers.%s.tools.%s.rateLimit", name, tool), r.ToolRateLimits[tool])...)
@@ -474,18 +480,7 @@ func who(c Caller) string {
 // denyScope says which patterns c's scope has, the first few of them: enough to see the
 // mistake without echoing a long list into every error.
 func denyScope(c Caller, a Action, id, where string, set *idSet) *Denial {
-	const show = 5
-	ps := set.patterns
-	var has string
-	switch {
-	case len(ps) == 0:
-		has = "none"
-	case len(ps) > show:
-		has = strings.Join(ps[:show], ", ") + fmt.Sprintf(" and %d more", len(ps)-show)
-	default:
-		has = strings.Join(ps, ", ")
-	}
-	return &Denial{Action: a, Tool: id, Rule: RuleScope, Reason: fmt.Sprintf("%s may %s only %s (%s)", who(c), a, has, where)}
+	return &Denial{Action: a, Tool: id, Rule: RuleScope, Reason: fmt.Sprintf("%s may %s only %s (%s)", who(c), a, patternsOf(set), where)}
 }
 
 // Denial is a refusal. As an error it is a gRPC PermissionDenied status (HTTP 403) with a
