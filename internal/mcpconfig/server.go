@@ -59,6 +59,11 @@ type Server struct {
 	// applies them.
 	AllowedTools  []string
 	ExcludedTools []string
+	// AllowedPrompts and ExcludedPrompts are the same for the server's prompts (globs over
+	// prompt names); AllowedResources and ExcludedResources for its resources (globs over
+	// resource URIs and the URI templates of resource templates).
+	AllowedPrompts, ExcludedPrompts     []string
+	AllowedResources, ExcludedResources []string
 	// AllowDestructive lets the model be offered this server's tools whose annotations do not
 	// say they are read-only or non-destructive; without it only apps call them, directly.
 	AllowDestructive bool
@@ -264,7 +269,9 @@ func (s Server) Validate() error {
 	for _, l := range []struct {
 		key string
 		ps  []string
-	}{{"allowedTools", s.AllowedTools}, {"excludedTools", s.ExcludedTools}} {
+	}{{"allowedTools", s.AllowedTools}, {"excludedTools", s.ExcludedTools},
+		{"allowedPrompts", s.AllowedPrompts}, {"excludedPrompts", s.ExcludedPrompts},
+		{"allowedResources", s.AllowedResources}, {"excludedResources", s.ExcludedResources}} {
 		for i, p := range l.ps {
 			if msg := checkToolGlob(p); msg != "" {
 				add(fmt.Sprintf("%s[%d]", l.key, i), "%s", msg)
@@ -274,8 +281,8 @@ func (s Server) Validate() error {
 	return errors.Join(errs...)
 }
 
-// checkToolGlob returns why p cannot match a tool name, or "": tool names are non-empty and
-// hold no spaces or control characters.
+// checkToolGlob returns why p cannot match a tool name (or a prompt name or resource URI), or
+// "": names and URIs are non-empty and hold no spaces or control characters.
 func checkToolGlob(p string) string {
 	if p == "" {
 		return "must not be empty"
@@ -360,22 +367,31 @@ type redacted struct {
 	AllowedTools     []string `json:"allowed_tools,omitempty"`
 	ExcludedTools    []string `json:"excluded_tools,omitempty"`
 	AllowDestructive bool     `json:"allow_destructive,omitempty"`
+	// The prompt and resource rules: patterns, no secrets.
+	AllowedPrompts    []string `json:"allowed_prompts,omitempty"`
+	ExcludedPrompts   []string `json:"excluded_prompts,omitempty"`
+	AllowedResources  []string `json:"allowed_resources,omitempty"`
+	ExcludedResources []string `json:"excluded_resources,omitempty"`
 }
 
 func (s Server) redacted() redacted {
 	r := redacted{
-		Name:             s.Name,
-		ConfigName:       s.ConfigName,
-		Transport:        string(s.Transport),
-		Endpoint:         s.Endpoint(),
-		HeaderNames:      slices.Sorted(maps.Keys(s.Headers)),
-		EnvKeys:          slices.Sorted(maps.Keys(s.Env)),
-		Args:             len(s.Args),
-		MaxConcurrency:   s.MaxConcurrency,
-		ProtocolVersion:  s.ProtocolVersion,
-		AllowedTools:     s.AllowedTools,
-		ExcludedTools:    s.ExcludedTools,
-		AllowDestructive: s.AllowDestructive,
+		Name:              s.Name,
+		ConfigName:        s.ConfigName,
+		Transport:         string(s.Transport),
+		Endpoint:          s.Endpoint(),
+		HeaderNames:       slices.Sorted(maps.Keys(s.Headers)),
+		EnvKeys:           slices.Sorted(maps.Keys(s.Env)),
+		Args:              len(s.Args),
+		MaxConcurrency:    s.MaxConcurrency,
+		ProtocolVersion:   s.ProtocolVersion,
+		AllowedTools:      s.AllowedTools,
+		ExcludedTools:     s.ExcludedTools,
+		AllowDestructive:  s.AllowDestructive,
+		AllowedPrompts:    s.AllowedPrompts,
+		ExcludedPrompts:   s.ExcludedPrompts,
+		AllowedResources:  s.AllowedResources,
+		ExcludedResources: s.ExcludedResources,
 	}
 	if s.Timeout != 0 {
 		r.Timeout = s.Timeout.String()
