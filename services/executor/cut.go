@@ -117,6 +117,10 @@ func cutResponse(out *toolmeshv1.ExecutorServiceCallToolResponse, limit int, sou
 		out.StructuredContent = nil
 		cut.leave("structured content")
 	}
+	if sc := out.GetStructuredContentJson(); sc != nil && used+len(sc)+6 > limit {
+		out.StructuredContentJson = nil
+		cut.leave("structured content")
+	}
 	out.Content = append(out.Content, &toolmeshv1.Content{Type: "text", Text: proto.String(cut.marker())})
 	return cut
 }
@@ -168,7 +172,7 @@ func resultFromHead(head []byte, cut *resultCut) (*mcp.CallToolResult, bool) {
 		res = &mcp.CallToolResult{}
 	}
 	if res.StructuredContent != nil {
-		res.StructuredContent = nil
+		res.StructuredContent, res.RawStructuredContent = nil, nil
 		cut.leave("structured content")
 	}
 	if n := len(res.Content); n > 0 {

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -108,7 +109,7 @@ func (s *Service) call(ctx context.Context, req *toolmeshv1.ExecutorServiceCallT
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	out := resultToProto(res)
+	out := resultToProto(res, req.GetArgumentsJson() != nil)
 	// The wire limits (limit.go) do not bound this: JSON numbers grow in
 	// structpb, and stdio and SSE lines are only cut at lineLimit.
 	limit, source := s.limitOf(req.GetToolId())
@@ -226,7 +227,10 @@ func toStatus(err error) error {
 	return status.Error(codes.Internal, err.Error())
 }
 
-func resultToProto(res *mcp.CallToolResult) *toolmeshv1.ExecutorServiceCallToolResponse {
+// resultToProto is the response of res. With asJSON (the caller sent arguments_json), its
+// structured content is the server's own JSON text, in structured_content_json; without, a
+// Struct, as older callers read it.
+func resultToProto(res *mcp.CallToolResult, asJSON bool) *toolmeshv1.ExecutorServiceCallToolResponse {
 	out := &toolmeshv1.ExecutorServiceCallToolResponse{IsError: res.IsError}
 	out.Content = make([]*toolmeshv1.Content, 0, len(res.Content))
 	for _, c := range res.Content {
@@ -234,7 +238,18 @@ func resultToProto(res *mcp.CallToolResult) *toolmeshv1.ExecutorServiceCallToolR
 			out.Content = append(out.Content, pc)
 		}
 	}
-	if m, ok := res.StructuredContent.(map[string]any); ok {
+	m, ok := res.StructuredContent.(map[string]any)
+	switch {
+	case !ok:
+		// MCP's structured content is an object; anything else is left out, as before.
+	case asJSON && len(res.RawStructuredContent) > 0:
+		out.StructuredContentJson = res.RawStructuredContent
+	case asJSON:
+		// A result made here (a cut one) has no text of its own.
+		if b, err := json.Marshal(m); err == nil {
+			out.StructuredContentJson = b
+		}
+	default:
 		if st, err := structpb.NewStruct(m); err == nil {
 			out.StructuredContent = st
 		}

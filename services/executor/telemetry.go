@@ -343,8 +343,12 @@ func (s *session) opAttrs(method, tool, errType string) metric.RecordOption {
 }
 
 // recordArguments puts the call's arguments on the span when payloads are recorded.
-func (r *rpc) recordArguments(args map[string]any) {
+func (r *rpc) recordArguments(args any) {
 	if !r.s.ins.payloads.Record || !r.span.IsRecording() {
+		return
+	}
+	if b, ok := args.(json.RawMessage); ok {
+		r.span.SetAttributes(semconv.GenAIToolCallArgumentsKey.String(r.s.ins.payloads.Cut(string(b))))
 		return
 	}
 	if b, err := json.Marshal(args); err == nil {

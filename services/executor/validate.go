@@ -172,7 +172,7 @@ var printer = message.NewPrinter(language.English)
 // requires the property nor allows null for it: models write `verbose=None` for an optional
 // argument they mean to leave out, and MCP clients omit such values (SEP-2243) rather than
 // send a null the server's schema refuses.
-func dropOptionalNulls(a *argSchema, args map[string]any) {
+func dropOptionalNulls(a *argSchema, args map[string]any) (dropped bool) {
 	sch := a.sch
 	for k, v := range args {
 		if v != nil || slices.Contains(sch.Required, k) {
@@ -182,7 +182,9 @@ func dropOptionalNulls(a *argSchema, args map[string]any) {
 			continue
 		}
 		delete(args, k)
+		dropped = true
 	}
+	return dropped
 }
 
 // validateArgs checks args against the tool's compiled schema, within the
