@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/toolmesh/toolmesh/internal/closest"
 )
 
 // maxFileSize bounds what Load reads; real mcp.json files are a few kilobytes.
@@ -152,7 +154,7 @@ func parse(data []byte, lookupEnv func(string) (string, bool), rulesOnly bool) (
 func noServersKey(data []byte, first int, keys map[string]keyAt) error {
 	const msg = `no "mcpServers" (Claude Desktop, Cursor) or "servers" (VS Code) key`
 	for _, k := range slices.Sorted(maps.Keys(keys)) {
-		if near := closest(k, []string{"mcpServers", "servers"}); near != "" {
+		if near := nearKey(k, []string{"mcpServers", "servers"}); near != "" {
 			return at(data, keys[k].key, "%s: found %q (did you mean %q?)", msg, k, near)
 		}
 	}
@@ -267,6 +269,7 @@ func parseEntry(name string, raw any, lookup func(string) (string, bool), rulesO
 		s.URL = alt
 	}
 	s.Headers = e.strMap("headers")
+	s.Auth, s.OAuth = e.auth()
 	s.Command, _ = e.str("command", true)
 	s.Args = e.strSlice("args")
 	s.Env = e.strMap("env")
@@ -275,7 +278,7 @@ func parseEntry(name string, raw any, lookup func(string) (string, bool), rulesO
 	s.ProtocolVersion, _ = e.str("protocolVersion", false)
 	// A rule present with no value is a file cut short or a slip, never "no rule": read as no
 	// rule, "excludedTools:" would make every excluded tool callable.
-	for _, k := range []string{"allowedTools", "excludedTools", "allowDestructive"} {
+	for _, k := range []string{"allowedTools", "excludedTools", "allowDestructive", "allowedPrompts", "excludedPrompts", "allowedResources", "excludedResources"} {
 		if raw, ok := e.obj[k]; ok && raw == nil {
 			e.fail(k, "has no value: give the rule (a list of tool name patterns, or true/false), or leave the key out")
 		}
@@ -283,6 +286,8 @@ func parseEntry(name string, raw any, lookup func(string) (string, bool), rulesO
 	s.AllowedTools = e.strSlice("allowedTools")
 	s.ExcludedTools = e.strSlice("excludedTools")
 	s.AllowDestructive = e.boolean("allowDestructive")
+	s.AllowedPrompts, s.ExcludedPrompts = e.strSlice("allowedPrompts"), e.strSlice("excludedPrompts")
+	s.AllowedResources, s.ExcludedResources = e.strSlice("allowedResources"), e.strSlice("excludedResources")
 	if raw, ok := e.obj["pinning"]; ok && raw == nil {
 		e.fail("pinning", "has no value: give off, warn or enforce, or leave the key out (warn)")
 	}
@@ -301,7 +306,8 @@ func parseEntry(name string, raw any, lookup func(string) (string, bool), rulesO
 	}
 	if rulesOnly {
 		return Server{Name: s.Name, ConfigName: s.ConfigName, AllowedTools: s.AllowedTools, ExcludedTools: s.ExcludedTools,
-			AllowDestructive: s.AllowDestructive, RateLimit: s.RateLimit, Tools: s.Tools}, true, nil
+			AllowDestructive: s.AllowDestructive, RateLimit: s.RateLimit, Tools: s.Tools,
+			AllowedPrompts: s.AllowedPrompts, ExcludedPrompts: s.ExcludedPrompts, AllowedResources: s.AllowedResources, ExcludedResources: s.ExcludedResources}, true, nil
 	}
 
 	switch {
@@ -629,7 +635,8 @@ func hasSuffixFold(s, suffix string) bool {
 var knownKeys = []string{
 	"disabled", "transport", "type", "transportType", "url", "serverUrl", "headers", "command", "args", "env",
 	"timeout", "maxConcurrency", "protocolVersion", "allowedTools", "excludedTools", "allowDestructive",
-	"pinning", "maxResultBytes", "rateLimit", "tools",
+	"pinning", "maxResultBytes", "rateLimit", "tools", "auth", "oauth",
+	"allowedPrompts", "excludedPrompts", "allowedResources", "excludedResources",
 }
 
 // otherHostsKeys are keys other MCP hosts write into the same map (Cline, Roo, VS Code's
@@ -655,7 +662,7 @@ func unknownKeys(obj map[string]any) []string {
 			continue
 		}
 		msg := fmt.Sprintf("unknown key %q", k)
-		if near := closest(k, knownKeys); near != "" {
+		if near := nearKey(k, knownKeys); near != "" {
 			msg += fmt.Sprintf(" (did you mean %q?)", near)
 		}
 		out = append(out, msg+" is ignored")
@@ -672,41 +679,5 @@ func hints(server string, warnings []string) []error {
 	return out
 }
 
-// closest is the known key nearest to k: the same but for case, or at most two edits away.
-func closest(k string, known []string) string {
-	best, bestD := "", 3
-	for _, c := range known {
-		if strings.EqualFold(c, k) {
-			return c
-		}
-		if d := editDistance(strings.ToLower(k), strings.ToLower(c)); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b (short keys: the quadratic cost is
-// nothing).
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 64
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
+// nearKey is the known key nearest to k: the same but for case, or at most two edits away.
+func nearKey(k string, known []string) string { return closest.Name(k, known, 2) }

@@ -14,6 +14,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/audit"
+	"github.com/toolmesh/toolmesh/internal/closest"
 	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/invalid"
@@ -59,11 +60,18 @@ func (h *toolHandler) ListTools(ctx context.Context, req *toolmeshv1.ListToolsRe
 	if d := h.policy.MayList(c); d != nil {
 		return nil, h.policy.Record(ctx, d)
 	}
-	ctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
+	if srv := req.GetServer(); srv != "" && !h.policy.ListsServer(c, srv) {
+		// A server the caller may not list reads as one that does not exist.
+		return nil, h.notFoundServer(ctx, c, srv)
+	}
+	lctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
 	defer cancel()
-	resp, err := h.executor.ListTools(ctx, &toolmeshv1.ExecutorServiceListToolsRequest{Server: req.GetServer()})
+	resp, err := h.executor.ListTools(lctx, &toolmeshv1.ExecutorServiceListToolsRequest{Server: req.GetServer()})
+	if status.Code(err) == codes.NotFound && req.GetServer() != "" {
+		return nil, h.notFoundServer(ctx, c, req.GetServer())
+	}
 	if err != nil {
-		return nil, dependencyError(ctx, "executor", h.cfg.ExecutorAddr, err)
+		return nil, dependencyError(lctx, "executor", h.cfg.ExecutorAddr, err)
 	}
 	// What a token may not list is left out, as if it did not exist; a refusal per tool would
 	// be noise (and would say what there is to be refused).
@@ -72,6 +80,46 @@ func (h *toolHandler) ListTools(ctx context.Context, req *toolmeshv1.ListToolsRe
 		tools = slices.DeleteFunc(slices.Clone(tools), func(t *toolmeshv1.Tool) bool { return h.policy.List(c, t.GetId()) != nil })
 	}
 	return &toolmeshv1.ListToolsResponse{Tools: tools}, nil
+}
+
+// notFoundServer is the NOT_FOUND answer for a server c cannot list, naming those it can.
+func (h *toolHandler) notFoundServer(ctx context.Context, c policy.Caller, name string) error {
+	known, err := knownServers(ctx, h.executor, h.policy, h.cfg, c)
+	if err != nil {
+		return err
+	}
+	return status.Error(codes.NotFound, unknownServer(name, known))
+}
+
+// maxKnownServers bounds how many servers an unknown server's message names.
+const maxKnownServers = 10
+
+// knownServers is the names of the configured servers c may list: all a message about a server
+// name may tell c of.
+func knownServers(ctx context.Context, ex executorClient, p *policy.Policy, cfg Config, c policy.Caller) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.RPCTimeout)
+	defer cancel()
+	resp, err := ex.ListServers(ctx, &toolmeshv1.ExecutorServiceListServersRequest{})
+	if err != nil {
+		return nil, dependencyError(ctx, "executor", cfg.ExecutorAddr, err)
+	}
+	var names []string
+	for _, s := range resp.GetServers() {
+		if p.ListsServer(c, s.GetName()) {
+			names = append(names, s.GetName())
+		}
+	}
+	return names, nil
+}
+
+// unknownServer says that name is no server and which servers there are, closest first, so
+// that a typo shows its fix. known must be only what the caller may list: a server it may not
+// list then reads exactly as one that does not exist.
+func unknownServer(name string, known []string) string {
+	if len(known) == 0 {
+		return fmt.Sprintf("unknown server %q (there are no servers)", name)
+	}
+	return fmt.Sprintf("unknown server %q (the servers: %s)", name, closest.List(name, known, maxKnownServers))
 }
 
 func (h *toolHandler) ListServers(ctx context.Context, _ *toolmeshv1.ListServersRequest) (*toolmeshv1.ListServersResponse, error) {
