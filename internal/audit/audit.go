@@ -131,7 +131,11 @@ type Record struct {
 	Origin string
 	Tool   string
 	// Arguments are the call's arguments; nil is none. They must not change once recorded.
-	Arguments   *structpb.Struct
+	Arguments *structpb.Struct
+	// ArgumentsJSON are the arguments as JSON text, when the call carried them so and
+	// Arguments is nil: the writer decodes them, off the call's path, into the same canonical
+	// form (and digest) as the Struct. They must not change once recorded.
+	ArgumentsJSON []byte
 	ResultBytes int
 	IsError     bool
 	Duration    time.Duration

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/toolmesh/toolmesh/internal/redact"
@@ -143,9 +144,17 @@ func (w *writer) appendRecord(buf []byte, it item, seq uint64, prev string, lost
 // appendArguments appends the arguments' digest and size, and with arguments full the
 // arguments themselves, masked.
 func (w *writer) appendArguments(buf []byte, r *Record) []byte {
+	args := r.Arguments
+	if args == nil && r.ArgumentsJSON != nil {
+		// A text that is not an object (the executor refuses the call) reads as none.
+		args = &structpb.Struct{}
+		if protojson.Unmarshal(r.ArgumentsJSON, args) != nil {
+			args = nil
+		}
+	}
 	// The canonical arguments go at the end of buf for a moment, to be hashed in place.
 	at := len(buf)
-	buf = appendArgs(buf, r.Arguments, false)
+	buf = appendArgs(buf, args, false)
 	n := len(buf) - at
 	digest := sum(w.argsMac, buf[at:])
 	buf = buf[:at]
@@ -157,7 +166,7 @@ func (w *writer) appendArguments(buf []byte, r *Record) []byte {
 	}
 	at = len(buf)
 	buf = append(buf, `,"arguments":`...)
-	buf = appendArgs(buf, r.Arguments, true)
+	buf = appendArgs(buf, args, true)
 	if len(buf)-at > maxArgumentBytes {
 		buf = append(buf[:at], `,"arguments_omitted":true`...)
 	}
