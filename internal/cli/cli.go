@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/toolmesh/toolmesh/internal/closest"
 	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
@@ -71,7 +72,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "toolmesh: unknown command %q\n\n%s", cmd, usage)
+		fmt.Fprintf(stderr, "toolmesh: unknown command %q%s\n\n%s", cmd, commandHint(cmd, commands), usage)
 		return 2
 	}
 	var exit exitError
@@ -90,6 +91,17 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		fmt.Fprintf(stderr, "toolmesh %s: %s\n", args[0], redact.Text(err.Error()))
 		return 1
 	}
+}
+
+// commands are the commands Main runs, for "did you mean".
+var commands = []string{"up", "serve", "mcp", "model", "tls", "tools", "call", "query", "connect", "version", "audit", "help"}
+
+// commandHint is ` (did you mean "NAME"?)` for the command nearest to cmd, or "".
+func commandHint(cmd string, known []string) string {
+	if near := closest.Name(cmd, known, 2); near != "" {
+		return fmt.Sprintf(" (did you mean %q?)", near)
+	}
+	return ""
 }
 
 // exitError ends a command with a given code; usage errors are 2.
@@ -149,5 +161,5 @@ func parseFlags(fs *flag.FlagSet, parse func() error) error {
 		fs.Usage()
 		return err
 	}
-	return usageError("toolmesh %s: %v (see 'toolmesh %s -h')", fs.Name(), err, fs.Name())
+	return usageError("toolmesh %s: %v%s (see 'toolmesh %s -h')", fs.Name(), err, flagHint(fs, err), fs.Name())
 }

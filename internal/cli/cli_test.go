@@ -43,6 +43,10 @@ func fakeAPI(t *testing.T) *httptest.Server {
 	mux.HandleFunc("GET /v1/tools", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"tools":[{"id":"calculator.add","description":"Add two numbers.\nMore."}]}`))
 	})
+	mux.HandleFunc("POST /v1/tools/calculator/{name}", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = fmt.Fprintf(w, `{"code":5,"message":"unknown tool \"calculator.%s\"","details":[]}`, strings.TrimSuffix(r.PathValue("name"), ":call"))
+	})
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
 	return ts
@@ -69,6 +73,13 @@ func TestClientCommands(t *testing.T) {
 		{"no tool named", []string{"call"}, 2, "", "name the tool, as SERVER.TOOL"},
 		{"image keeps its type", []string{"call", "everything.get-tiny-image"}, 0, "[image image/png, 8 bytes]", ""},
 		{"bad flag said once", []string{"tools", "--nope"}, 2, "", "toolmesh tools: flag provided but not defined: -nope (see 'toolmesh tools -h')\n"},
+		{"the MCP endpoints' name of a tool", []string{"call", "calculator__add", "a=2", "b=3"}, 0, "5\n", ""},
+		{"a name near a tool's", []string{"call", "calculator__ad", `{}`}, 2, "", `"calculator__ad" is not SERVER.TOOL, nor the name the MCP endpoints show for a tool (SERVER__TOOL); did you mean calculator.add?`},
+		{"an unknown tool near another", []string{"call", "calculator.ad", `{}`}, 1, "", `unknown tool "calculator.ad" (HTTP 404); did you mean calculator.add?`},
+		{"an unknown tool near none", []string{"call", "calculator.power", `{}`}, 1, "", "unknown tool \"calculator.power\" (HTTP 404)\n"},
+		{"a flag near another", []string{"tools", "--sever", "x"}, 2, "", "flag provided but not defined: -sever (did you mean --server?) (see 'toolmesh tools -h')"},
+		{"a flag near none", []string{"query", "x", "--model", "m"}, 2, "", "flag provided but not defined: -model (see 'toolmesh query -h')"},
+		{"a command near another", []string{"tool"}, 2, "", `unknown command "tool" (did you mean "tools"?)`},
 		{"version", []string{"version"}, 0, "mcp      2026-07-28", ""},
 		{"--version", []string{"--version", "--json"}, 0, `"api": "toolmesh.v1"`, ""},
 		{"bad token", []string{"call", "calculator.add", `{}`, "--token", "wrong"}, 1, "", "missing or bad token (HTTP 401)"},

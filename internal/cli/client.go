@@ -255,7 +255,7 @@ func runToolsSearch(ctx context.Context, args []string, stdout, stderr io.Writer
 
 func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("call", stderr, "Usage: toolmesh call SERVER.TOOL ['{\"arg\":value}' | NAME=VALUE ...] [flags]\n\n"+
-		"Calls one tool. Arguments are one JSON object, or NAME=VALUE words whose VALUE is read as JSON\n"+
+		"Calls one tool, named by its id (calculator.add) or by the name the MCP endpoints show (calculator__add). Arguments are one JSON object, or NAME=VALUE words whose VALUE is read as JSON\n"+
 		"when it is (2, true, [1]) and as a string otherwise: toolmesh call calculator.add a=2 b=3")
 	var c client
 	c.register(fs)
@@ -267,22 +267,19 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fs.Usage()
 		return usageError("toolmesh call: name the tool, as SERVER.TOOL")
 	}
-	server, name, ok := toolid.Split(pos[0])
-	switch {
-	case server == "" || name == "":
-		return usageError("toolmesh call: %q is not SERVER.TOOL", pos[0])
-	case !ok:
-		return usageError("toolmesh call: server %q must match %s", server, toolid.ServerRule)
-	}
 	arguments, err := callArguments(pos[1:])
 	if err != nil {
 		return usageError("toolmesh call: %v", err)
 	}
 	c.init()
+	server, name, err := c.resolveTool(ctx, "call", pos[0])
+	if err != nil {
+		return err
+	}
 	path := "/v1/tools/" + url.PathEscape(server) + "/" + url.PathEscape(name) + ":call"
 	data, err := c.do(ctx, http.MethodPost, path, map[string]any{"arguments": arguments})
 	if err != nil {
-		return err
+		return c.unknownToolHint(ctx, err, toolid.Join(server, name))
 	}
 	var out struct {
 		Content []struct {
