@@ -60,6 +60,10 @@ type catalog struct {
 	revision uint64
 	sorted   []*toolmeshv1.Tool // cache of all tools by id; nil when stale
 	subs     map[*subscriber]struct{}
+
+	// changes fans the servers' prompts and resources list_changed out to WatchListChanged
+	// (prompts.go): the catalog of those is the servers' own, asked each time.
+	changes listChanges
 }
 
 func newCatalog(rules *policy.Policy) *catalog {

@@ -120,6 +120,10 @@ func (s *Service) reconfigure(servers map[string]mcpconfig.Server) (Changes, err
 		// those its new rules leave out.
 		s.cat.readmit(name)
 	}
+	// Its prompts and resources may now be others (its rules changed, or it is gone).
+	for _, name := range slices.Concat(ch.Removed, ch.Changed) {
+		s.cat.changes.publish(name, toolmeshv1.ListKind_LIST_KIND_PROMPTS, toolmeshv1.ListKind_LIST_KIND_RESOURCES)
+	}
 	if s.runCtx != nil {
 		for _, sess := range fresh {
 			s.startLocked(sess)
