@@ -12,10 +12,13 @@
 // iterations checked the same way), each client one question at a time, for -duration after
 // a -warmup.
 //
-// Two ways to run the mesh, each with the MCP servers `toolmesh up` runs as its demo
+// Three ways to run the mesh, each with the MCP servers `toolmesh up` runs as its demo
 // (calculator, converter, sqlite):
-//   - inproc: every target in this process (internal/app, as `toolmesh up`), the demo MCP
-//     servers over SSE on loopback;
+//   - inproc: every target in this process (internal/app, as `toolmesh up`): the api and the
+//     retriever call the executor, retriever and inference in the process, without gRPC; the
+//     demo MCP servers over SSE on loopback;
+//   - inproc-grpc: the same with the executor's, retriever's and inference's addresses given
+//     (Unix sockets), so the targets talk gRPC to each other, as `up` did before issue 28;
 //   - micro: `go build ./cmd/toolmesh`, then one `toolmesh serve --target=X` process per
 //     target and one `toolmesh mcp NAME --transport sse` process per demo MCP server, on free
 //     loopback ports. The double stays in this process.
@@ -28,7 +31,7 @@
 // With -tls, micro mode's services talk mutual TLS (certificates from `toolmesh tls init`'s
 // code, made in the run's folder) and the gRPC clients speak TLS to the api; REST stays plain.
 //
-//	go run ./bench/loop [-duration 10s] [-clients 1,32] [-mode inproc,micro] [-via rest,grpc,chat] [-tls] [-markdown] [-json FILE]
+//	go run ./bench/loop [-duration 10s] [-clients 1,32] [-mode inproc,inproc-grpc,micro] [-via rest,grpc,chat] [-tls] [-markdown] [-json FILE]
 package main
 
 import (
@@ -70,7 +73,7 @@ type options struct {
 }
 
 // Targets of the issue: the loop's own overhead per iteration at p50.
-var targets = map[string]time.Duration{"inproc": time.Millisecond, "micro": 1500 * time.Microsecond}
+var targets = map[string]time.Duration{"inproc": time.Millisecond, "inproc-grpc": time.Millisecond, "micro": 1500 * time.Microsecond}
 
 func main() {
 	var o options
@@ -79,7 +82,7 @@ func main() {
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "timed phase per mode, API and client count")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "untimed phase before each timed one")
 	fs.StringVar(&clients, "clients", "1,32", "comma-separated numbers of concurrent clients")
-	fs.StringVar(&modes, "mode", "inproc,micro", "comma-separated modes: inproc (one process), micro (a process per target)")
+	fs.StringVar(&modes, "mode", "inproc,micro", "comma-separated modes: inproc (one process, as `toolmesh up`: the targets call each other in the process), inproc-grpc (one process, the targets talking gRPC over Unix sockets, as `up` before issue 28), micro (a process per target)")
 	fs.StringVar(&vias, "via", "rest", "comma-separated APIs the clients call: rest (POST /v1/query), grpc (AgentService.Query), chat (POST /v1/chat/completions)")
 	fs.StringVar(&o.binary, "binary", "", "toolmesh binary for micro mode; empty: go build ./cmd/toolmesh into a temporary folder")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process per timed phase to PREFIX-MODE-VIA-cN.pprof (in micro mode the mesh is in the child processes, not in it)")
@@ -139,8 +142,8 @@ func (o options) check() error {
 		}
 	}
 	for _, m := range o.modes {
-		if m != "inproc" && m != "micro" {
-			return fmt.Errorf("-mode: %q is not inproc or micro", m)
+		if _, ok := targets[m]; !ok {
+			return fmt.Errorf("-mode: %q is not inproc, inproc-grpc or micro", m)
 		}
 	}
 	if o.tls && !slices.Equal(o.modes, []string{"micro"}) {
@@ -222,8 +225,8 @@ func runMode(ctx context.Context, o options, mode, dir string, m *model, logf fu
 	var ms *mesh
 	start := time.Now()
 	switch mode {
-	case "inproc":
-		ms, err = startInproc(m.URL, dir+"/inproc.log")
+	case "inproc", "inproc-grpc":
+		ms, err = startInproc(m.URL, dir+"/"+mode+".log", dir, mode == "inproc-grpc")
 	case "micro":
 		// Profiles of the mesh's processes need the self-profiling build of the same program.
 		profiled := o.cpuprofile != "" && o.binary == "" && runtime.GOOS == "linux"

@@ -73,18 +73,27 @@ func (m *mesh) exited() error {
 	return nil
 }
 
-// startInproc runs every target in this process on :0 ports, as `toolmesh up` does, with the
-// demo MCP servers (calculator, converter, sqlite) over SSE on loopback.
-func startInproc(modelURL, logPath string) (*mesh, error) {
+// startInproc runs every target in this process, as `toolmesh up` does, with the demo MCP
+// servers (calculator, converter, sqlite) over SSE on loopback and the api on :0 ports. The
+// api calls the executor, retriever and inference in the process (no listener); with sockets
+// (mode inproc-grpc) their addresses are given, so they talk gRPC over Unix sockets in dir, as
+// `up` did before issue 28.
+func startInproc(modelURL, logPath, dir string, sockets bool) (*mesh, error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	args := []string{
-		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
-		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0",
 		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0",
 		"--drain-timeout=2s", "--llm-url=" + modelURL,
+	}
+	if sockets {
+		for _, t := range []string{"executor", "retriever", "inference"} {
+			args = append(args, "--"+t+".grpc-addr=unix:"+filepath.Join(dir, t+".sock"))
+		}
+		// A given address that is not loopback needs mutual TLS or this; dir is the run's own.
+		args = append(args, "--allow-insecure-internal")
 	}
 	fs := flag.NewFlagSet("inproc", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)

@@ -92,7 +92,7 @@ func runExecutor(ctx context.Context, r *runner, s *section) {
 
 func runRetrieval(ctx context.Context, r *runner, s *section) {
 	s.Intro = []string{
-		"Tool-retrieval quality on the BFCL retrieval benchmark (`../shared/data/bfcl-retrieval`, dev " +
+		"Tool-retrieval quality on the BFCL retrieval benchmark (`testdata/bfcl/retrieval`, dev " +
 			"split, strict ids): every method of the program, so the embedded `default` stands beside plain " +
 			"BM25 run in the same process (`bm25`) and beside the data README's published BM25 figures " +
 			fmt.Sprintf("(R@1 %.3f, R@5 %.3f, MRR@10 %.3f). Target for the default: recall@5 ≥ %.2f and MRR@10 ≥ %.2f.",
@@ -119,7 +119,7 @@ func runSpeed(ctx context.Context, r *runner, s *section) {
 
 func runCalls(ctx context.Context, r *runner, s *section) {
 	s.Intro = []string{
-		"Every BFCL function-calling case (`../shared/data/bfcl-calls/calls-dev.jsonl`) through the " +
+		"Every BFCL function-calling case (`testdata/bfcl/calls/calls-dev.jsonl`) through the " +
 			"Gorilla layer: prompt, ground truth rendered and parsed back (parse), arguments validated " +
 			"against the converted schema (validate), the case's grammar accepts the calls (grammar) and " +
 			"refuses a function not offered (reject). Target: every case on each. (The next section decodes " +
@@ -225,7 +225,11 @@ func runLoop(ctx context.Context, r *runner, s *section) {
 			"target (`micro`, the `toolmesh` binary built once with the rest). Overhead per iteration = " +
 			"(query time − the model's time, measured at a proxy in front of the double) ÷ 2. The issue " +
 			"gives no baseline program; its targets are the baseline: p50 ≤ 1 ms per iteration in one " +
-			"process, ≤ 1.5 ms in microservices mode, at 1 client.",
+			"process, ≤ 1.5 ms in microservices mode, at 1 client. Issue 28's rows: in one process the " +
+			"targets call each other directly (no gRPC between them, as `toolmesh up`); what one query " +
+			"allocates there is held to a committed budget, commit e45e502's figures " +
+			"(bench/report/rows.go, loopAllocBudgetKB), and its CPU per query to at most 70 % of " +
+			"microservices'.",
 	}
 	common := []string{"-markdown", "-binary", r.program("./cmd/toolmesh")}
 	runFigures(ctx, r, s, spec{
