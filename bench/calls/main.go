@@ -28,7 +28,7 @@
 // refused for the context, a failed request. A plain answer is not a pass; with -raw
 // -calls-only the grammars force calls.
 //
-//	go run ./bench/calls -cases ../shared/data/bfcl-calls/calls-dev.jsonl [-json FILE]
+//	go run ./bench/calls -cases testdata/bfcl/calls/calls-dev.jsonl [-json FILE]
 //	go run ./bench/calls -live-only -llama-server "$TOOLMESH_LLAMA_SERVER" [-live-cases N]
 //	go run ./bench/calls -live-only -raw -calls-only -llama-server "$TOOLMESH_LLAMA_SERVER" [-live-cases N]
 //
@@ -82,7 +82,7 @@ type bfclFunction struct {
 }
 
 func main() {
-	casesPath := flag.String("cases", "../shared/data/bfcl-calls/calls-dev.jsonl", "BFCL cases (JSON lines)")
+	casesPath := flag.String("cases", "testdata/bfcl/calls/calls-dev.jsonl", "BFCL cases (JSON lines)")
 	llamaURL := flag.String("llama", "", "llama-server base URL for the live check (empty: no live check unless -llama-server)")
 	llamaServer := flag.String("llama-server", "", "start this llama-server executable (e.g. $TOOLMESH_LLAMA_SERVER) on the tiny random-weight model of package llamatest for the live check")
 	liveCases := flag.Int("live-cases", 0, "live: decode this many cases spread evenly over the file (0: every case)")

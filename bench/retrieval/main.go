@@ -49,7 +49,7 @@ import (
 const server = "bfcl"
 
 func main() {
-	dataDir := filepath.Join("..", "shared", "data", "bfcl-retrieval")
+	dataDir := filepath.Join("testdata", "bfcl", "retrieval")
 	poolPath := flag.String("pool", filepath.Join(dataDir, "pool.jsonl"), "tool pool (JSONL: id, name, description, parameters)")
 	queriesPath := flag.String("queries", filepath.Join(dataDir, "queries-dev.jsonl"), "queries (JSONL: qid, category, query, relevant)")
 	heldout := flag.String("heldout", "", "held-out queries; default: a queries-heldout/test/live*.jsonl beside -queries, if any")
@@ -67,7 +67,7 @@ func main() {
 	embedModel := flag.String("embed-model", "use-lite-512", "model name sent to -embed-url; it also keys the vector cache")
 	embedCache := flag.String("embed-cache", "", "vector cache file (default: toolmesh-embedcache-MODEL.bin in the temporary directory; none: no cache)")
 	followup := flag.Bool("followup", false, "measure step 2's search texts (the question, with the called tool ids, with their arguments) on the queries that need several functions, instead of the quality benchmark")
-	callsPath := flag.String("calls", filepath.Join("..", "shared", "data", "bfcl-calls", "calls-dev.jsonl"), "ground-truth calls for -followup (JSONL: qid, ground_truth)")
+	callsPath := flag.String("calls", filepath.Join("testdata", "bfcl", "calls", "calls-dev.jsonl"), "ground-truth calls for -followup (JSONL: qid, ground_truth)")
 	jsonPath := flag.String("json", "", "also write the headline figures as JSON to this file, for bench/report: each method's overall figures on -queries (quality), or each size's row (-speed)")
 	flag.Parse()
 

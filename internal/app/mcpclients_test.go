@@ -443,15 +443,14 @@ func bridgedClient(t *testing.T, url, version string) *client.Client {
 var bfclTypes = strings.NewReplacer(`"type": "dict"`, `"type": "object"`, `"type": "float"`,
 	`"type": "number"`, `"type": "tuple"`, `"type": "array"`, `"type": "any"`, `"type": {}`)
 
-// serveBFCL serves the BFCL retrieval pool (shared/data/bfcl-retrieval/pool.jsonl, 1951
-// tools) as one MCP server and returns its URL and the pool's dev queries; it skips when the
-// data is not there.
+// serveBFCL serves the BFCL retrieval pool (testdata/bfcl/retrieval/pool.jsonl, 1951
+// tools) as one MCP server and returns its URL and the pool's dev queries.
 func serveBFCL(t *testing.T) (string, []string) {
 	t.Helper()
-	dir := filepath.Join("..", "..", "..", "shared", "data", "bfcl-retrieval")
+	dir := filepath.Join("..", "..", "testdata", "bfcl", "retrieval")
 	pool, err := os.ReadFile(filepath.Join(dir, "pool.jsonl"))
 	if err != nil {
-		t.Skipf("the BFCL retrieval pool is not here: %v", err)
+		t.Fatalf("the BFCL retrieval pool is part of the repository: %v", err)
 	}
 	var tools []mcpserver.ServerTool
 	for _, line := range strings.Split(strings.TrimSpace(string(pool)), "\n") {

@@ -189,8 +189,8 @@ const envMeasureServers = "EXECUTOR_TEST_MEASURE_SERVERS"
 func realSchemas(t *testing.T) map[string]json.RawMessage {
 	t.Helper()
 	out := map[string]json.RawMessage{}
-	if f, err := os.Open("../../../shared/data/bfcl-retrieval/pool.jsonl"); err != nil {
-		t.Logf("BFCL pool not measured: %v", err)
+	if f, err := os.Open("../../testdata/bfcl/retrieval/pool.jsonl"); err != nil {
+		t.Fatalf("the BFCL pool is part of the repository: %v", err)
 	} else {
 		defer f.Close()
 		sc := bufio.NewScanner(f)

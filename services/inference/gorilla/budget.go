@@ -28,7 +28,7 @@ import (
 //
 // The limits of a tool in a class are those under which its longest call fits and that refuse
 // the fewest real calls, by the ladders below: each rung of a limit says what share of the
-// ground-truth calls of the 1000 BFCL dev cases (shared/data/bfcl-calls) need more than it.
+// ground-truth calls of the 1000 BFCL dev cases (testdata/bfcl/calls) need more than it.
 // The shares are a prior for "what real calls need", taken from the data the bench then
 // measures on, so the bench's grammar figure is an upper bound of what to expect elsewhere.
 

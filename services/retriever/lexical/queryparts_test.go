@@ -94,10 +94,9 @@ func queryTexts(t *testing.T) []string {
 		"first sentence.\u0301second sentence \u200d; 🇫🇷🇩🇪 flags; emoji 👍🏽 done",
 		"calculate_area(base=10, height=5). next: fetch_stock-price for AAPL & MSFT... DONE",
 	}
-	f, err := os.Open("../../../../shared/data/bfcl-retrieval/queries-dev.jsonl")
+	f, err := os.Open("../../../testdata/bfcl/retrieval/queries-dev.jsonl")
 	if err != nil {
-		t.Logf("dev queries not found (%v): edge cases only", err)
-		return texts
+		t.Fatalf("the BFCL dev queries are part of the repository: %v", err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
