@@ -40,6 +40,9 @@ type Server struct {
 	// URL and Headers apply to sse and streamable-http.
 	URL     string
 	Headers map[string]string
+	// Auth and OAuth say how toolmesh signs in to a remote server (oauth.go).
+	Auth  Auth
+	OAuth OAuth
 
 	// Command, Args and Env apply to stdio; Env is added to a minimal environment.
 	Command string
@@ -257,6 +260,7 @@ func (s Server) Validate() error {
 	default:
 		add("transport", "unknown %q; want sse, streamable-http or stdio", string(s.Transport))
 	}
+	s.validateOAuth(add)
 	if s.Timeout < 0 {
 		add("timeout", "must be > 0")
 	}
@@ -359,6 +363,7 @@ type redacted struct {
 	Transport        string   `json:"transport"`
 	Endpoint         string   `json:"endpoint"`
 	HeaderNames      []string `json:"header_names,omitempty"`
+	Auth             string   `json:"auth,omitempty"`
 	EnvKeys          []string `json:"env_keys,omitempty"`
 	Args             int      `json:"args,omitempty"`
 	Timeout          string   `json:"timeout,omitempty"`
@@ -411,6 +416,9 @@ func (s Server) String() string {
 	if len(r.HeaderNames) > 0 {
 		fmt.Fprintf(&b, " headers=%s(values redacted)", strings.Join(r.HeaderNames, ","))
 	}
+	if r.Auth != "" {
+		fmt.Fprintf(&b, " auth=%s", r.Auth)
+	}
 	if len(r.EnvKeys) > 0 {
 		fmt.Fprintf(&b, " env=%s(values redacted)", strings.Join(r.EnvKeys, ","))
 	}
@@ -456,6 +464,9 @@ func (s Server) LogValue() slog.Value {
 	)
 	if len(r.HeaderNames) > 0 {
 		attrs = append(attrs, slog.Any("header_names", r.HeaderNames))
+	}
+	if r.Auth != "" {
+		attrs = append(attrs, slog.String("auth", r.Auth))
 	}
 	if len(r.EnvKeys) > 0 {
 		attrs = append(attrs, slog.Any("env_keys", r.EnvKeys))
