@@ -23,6 +23,7 @@ import (
 
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/oauth"
+	"github.com/toolmesh/toolmesh/internal/oauth/oauthtest"
 )
 
 // urlWriter is the terminal of a headless login: it hands over the first URL printed.
@@ -108,8 +109,8 @@ func whoami(c *client.Client) (string, error) {
 // dynamic registration, toolmesh login driven as a browser would, a call, a refresh before
 // the token expires, a revocation, and then "needs sign-in".
 func TestSignInCallRefreshRevoke(t *testing.T) {
-	as := newAuthServer(t, true)
-	ms := newMCPServer(t, as, nil)
+	as := oauthtest.NewAuthServer(t, true)
+	ms := oauthtest.NewMCPServer(t, as, nil)
 	store := oauth.FileStore{Dir: filepath.Join(t.TempDir(), "oauth")}
 	srv := protectedServer(ms.URL)
 
@@ -130,7 +131,7 @@ func TestSignInCallRefreshRevoke(t *testing.T) {
 	if q.Get("client_id") == "" || q.Get("code_challenge") == "" || !strings.HasPrefix(q.Get("redirect_uri"), "http://127.0.0.1:") {
 		t.Errorf("authorization URL lacks a registered client, a challenge or a loopback redirect: %s", authURL)
 	}
-	resp := as.signIn(t, authURL)
+	resp := as.SignIn(t, authURL)
 	resp.Body.Close()
 	if err := <-done; err != nil {
 		t.Fatalf("login: %v", err)
@@ -170,13 +171,13 @@ func TestSignInCallRefreshRevoke(t *testing.T) {
 	// fails, and the server needs sign-in again; its tokens are gone.
 	shift.Store(0)
 	revoke(t, as, after)
-	refusedBefore := ms.refused.Load()
+	refusedBefore := ms.Refused.Load()
 	_, err = whoami(c)
 	if !isNeedsSignIn(err) {
 		t.Fatalf("call after revocation: %v, want needs sign-in", err)
 	}
-	if ms.refused.Load() != refusedBefore+1 {
-		t.Errorf("the server refused %d requests, want 1 (refresh once, then stop)", ms.refused.Load()-refusedBefore)
+	if ms.Refused.Load() != refusedBefore+1 {
+		t.Errorf("the server refused %d requests, want 1 (refresh once, then stop)", ms.Refused.Load()-refusedBefore)
 	}
 	if _, err := store.Load(context.Background(), "protected"); !errors.Is(err, oauth.ErrNoRecord) {
 		t.Errorf("revoked tokens still stored: %v", err)
@@ -195,7 +196,7 @@ func isNeedsSignIn(err error) bool {
 
 // revoke revokes the refresh token (and with it the access token) at the provider's
 // revocation endpoint, as the client it was issued to.
-func revoke(t *testing.T, as *authServer, rec *oauth.Record) {
+func revoke(t *testing.T, as *oauthtest.AuthServer, rec *oauth.Record) {
 	t.Helper()
 	resp, err := http.PostForm(as.URL+"/revoke", url.Values{"token": {rec.Token.RefreshToken}, "token_type_hint": {"refresh_token"}, "client_id": {rec.ClientID}})
 	if err != nil {
@@ -210,8 +211,8 @@ func revoke(t *testing.T, as *authServer, rec *oauth.Record) {
 // TestClientCredentials: a machine-to-machine server, no person; and a token minted for
 // another resource is refused by the server (wrong audience).
 func TestClientCredentials(t *testing.T) {
-	as := newAuthServer(t, true)
-	ms := newMCPServer(t, as, nil)
+	as := oauthtest.NewAuthServer(t, true)
+	ms := oauthtest.NewMCPServer(t, as, nil)
 	// sid1 is the example storage's service user, the one client it lets use this grant.
 	srv := protectedServer(ms.URL)
 	srv.OAuth = mcpconfig.OAuth{Grant: mcpconfig.GrantClientCredentials, ClientID: "sid1", ClientSecret: "verysecret", Scopes: []string{"openid"}}
@@ -245,10 +246,10 @@ func TestClientCredentials(t *testing.T) {
 // TestPKCEEnforced: the provider refuses a code exchanged without the verifier of a PKCE
 // flow, and a flow without PKCE at all, for a public client like the one toolmesh registers.
 func TestPKCEEnforced(t *testing.T) {
-	as := newAuthServer(t, true)
+	as := oauthtest.NewAuthServer(t, true)
 	codes := make(chan string, 1)
 	cb := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { codes <- r.URL.Query().Get("code") })}
-	ln := listen(t)
+	ln := oauthtest.Listen(t)
 	go func() { _ = cb.Serve(ln) }()
 	t.Cleanup(func() { cb.Close() })
 	redirect := "http://" + ln.Addr().String() + "/callback"
@@ -259,7 +260,7 @@ func TestPKCEEnforced(t *testing.T) {
 	var reg struct {
 		ClientID string `json:"client_id"`
 	}
-	decodeJSON(t, resp, &reg)
+	oauthtest.DecodeJSON(t, resp, &reg)
 	cfg := oauth2.Config{ClientID: reg.ClientID, RedirectURL: redirect, Scopes: []string{"openid"},
 		Endpoint: oauth2.Endpoint{AuthURL: as.URL + "/auth", TokenURL: as.URL + "/oauth/token", AuthStyle: oauth2.AuthStyleInParams}}
 	for _, tc := range []struct {
@@ -270,7 +271,7 @@ func TestPKCEEnforced(t *testing.T) {
 		{"challenge without its verifier", []oauth2.AuthCodeOption{oauth2.S256ChallengeOption(oauth2.GenerateVerifier())}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			as.signIn(t, cfg.AuthCodeURL("s", tc.opts...)).Body.Close()
+			as.SignIn(t, cfg.AuthCodeURL("s", tc.opts...)).Body.Close()
 			code := <-codes
 			_, err := cfg.Exchange(context.Background(), code)
 			var re *oauth2.RetrieveError
@@ -283,28 +284,28 @@ func TestPKCEEnforced(t *testing.T) {
 
 // TestBadInput: each refused with a message that says what is wrong.
 func TestBadInput(t *testing.T) {
-	as := newAuthServer(t, true)
+	as := oauthtest.NewAuthServer(t, true)
 	ctx := context.Background()
 	t.Run("metadata for another host", func(t *testing.T) {
-		ms := newMCPServer(t, as, func(base string) map[string]any {
+		ms := oauthtest.NewMCPServer(t, as, func(base string) map[string]any {
 			return map[string]any{"resource": "https://victim.example/mcp", "authorization_servers": []string{as.URL}}
 		})
 		_, err := oauth.Discover(ctx, http.DefaultClient, ms.URL, "", true)
 		wantErr(t, err, "is for https://victim.example/mcp, not this server")
 	})
 	t.Run("metadata URL on another host", func(t *testing.T) {
-		ms := newMCPServer(t, as, nil)
+		ms := oauthtest.NewMCPServer(t, as, nil)
 		_, err := oauth.Discover(ctx, http.DefaultClient, ms.URL, "https://elsewhere.example/.well-known/oauth-protected-resource", true)
 		wantErr(t, err, "on another host than the server")
 	})
 	t.Run("no PKCE", func(t *testing.T) {
-		plain := newAuthServer(t, false)
-		ms := newMCPServer(t, plain, nil)
+		plain := oauthtest.NewAuthServer(t, false)
+		ms := oauthtest.NewMCPServer(t, plain, nil)
 		_, err := oauth.Login(ctx, oauth.LoginOptions{Server: protectedServer(ms.URL), Store: oauth.FileStore{Dir: t.TempDir()}, Out: &bytes.Buffer{}})
 		wantErr(t, err, "does not support PKCE with S256")
 	})
 	t.Run("wrong state", func(t *testing.T) {
-		ms := newMCPServer(t, as, nil)
+		ms := oauthtest.NewMCPServer(t, as, nil)
 		authURL, done := startLogin(t, protectedServer(ms.URL), oauth.FileStore{Dir: t.TempDir()})
 		u, _ := url.Parse(authURL)
 		redirect := u.Query().Get("redirect_uri")

@@ -1,11 +1,11 @@
-package oauth_test
-
-// The peers of these tests are real: an OpenID provider built from zitadel/oidc's op package
-// (with its example storage, the library's own), and an MCP server (mcp-go) that checks every
-// token by introspection at that provider, as a resource server does. zitadel's op has no
-// dynamic client registration and ignores RFC 8707's resource parameter, so asStorage adds
-// both the way an authorization server that has them behaves: /register makes a native
-// (public, PKCE) client, and a token's audience is the resource it was asked for.
+// Package oauthtest runs, for tests, the real peers of an OAuth sign-in: an OpenID provider
+// built from zitadel/oidc's op package (with its example storage, the library's own), and an
+// MCP server (mcp-go) that checks every token by introspection at that provider, as a resource
+// server does. zitadel's op has no dynamic client registration and ignores RFC 8707's resource
+// parameter, so asStorage adds both the way an authorization server that has them behaves:
+// /register makes a native (public, PKCE) client, and a token is valid only for the resource
+// it was asked for.
+package oauthtest
 
 import (
 	"context"
@@ -167,15 +167,15 @@ func (s *asStorage) register(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"client_id": id, "token_endpoint_auth_method": "none", "redirect_uris": req.RedirectURIs})
 }
 
-// authServer is a running OpenID provider.
-type authServer struct {
+// AuthServer is a running OpenID provider.
+type AuthServer struct {
 	URL   string
-	store *asStorage
+	Store *asStorage
 	srv   *httptest.Server
 }
 
-// newAuthServer starts the provider; pkce false serves one that announces no PKCE method.
-func newAuthServer(t *testing.T, pkce bool) *authServer {
+// NewAuthServer starts the provider; pkce false serves one that announces no PKCE method.
+func NewAuthServer(t *testing.T, pkce bool) *AuthServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -219,20 +219,20 @@ func newAuthServer(t *testing.T, pkce bool) *authServer {
 	srv.Listener = ln
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return &authServer{URL: issuer, store: st, srv: srv}
+	return &AuthServer{URL: issuer, Store: st, srv: srv}
 }
 
 // addResourceServer lets the resource server at resource introspect tokens.
-func (a *authServer) addResourceServer(resource, secret string) {
-	a.store.mu.Lock()
-	defer a.store.mu.Unlock()
-	a.store.clients[resource] = storage.WebClient(resource, secret)
-	a.store.secrets[resource] = secret
+func (a *AuthServer) addResourceServer(resource, secret string) {
+	a.Store.mu.Lock()
+	defer a.Store.mu.Unlock()
+	a.Store.clients[resource] = storage.WebClient(resource, secret)
+	a.Store.secrets[resource] = secret
 }
 
-// signIn follows an authorization URL the way a person's browser would: the provider's login
+// SignIn follows an authorization URL the way a person's browser would: the provider's login
 // page, its form with the example user's password, and the redirects to the client's loopback.
-func (a *authServer) signIn(t *testing.T, authURL string) *http.Response {
+func (a *AuthServer) SignIn(t *testing.T, authURL string) *http.Response {
 	t.Helper()
 	c := &http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Get(authURL)
@@ -253,21 +253,21 @@ func (a *authServer) signIn(t *testing.T, authURL string) *http.Response {
 	return resp
 }
 
-// mcpServer is an MCP server (mcp-go, streamable HTTP at /mcp) that accepts only tokens the
+// MCPServer is an MCP server (mcp-go, streamable HTTP at /mcp) that accepts only tokens the
 // provider says are active for it, and tells a client without one where its metadata is.
-type mcpServer struct {
+type MCPServer struct {
 	URL      string // the MCP endpoint, also its resource identifier
-	calls    atomic.Int64
-	refused  atomic.Int64
+	Calls    atomic.Int64
+	Refused  atomic.Int64
 	resource string
 }
 
-func newMCPServer(t *testing.T, as *authServer, prmOverride func(base string) map[string]any) *mcpServer {
+func NewMCPServer(t *testing.T, as *AuthServer, prmOverride func(base string) map[string]any) *MCPServer {
 	t.Helper()
-	ms := &mcpServer{}
+	ms := &MCPServer{}
 	s := server.NewMCPServer("protected", "1.0.0")
 	s.AddTool(mcp.NewTool("whoami", mcp.WithDescription("who the token is for")), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		ms.calls.Add(1)
+		ms.Calls.Add(1)
 		return mcp.NewToolResultText("subject " + fmt.Sprint(ctx.Value(subjectKey{}))), nil
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -307,7 +307,7 @@ func newMCPServer(t *testing.T, as *authServer, prmOverride func(base string) ma
 		}
 		in, err := rs.Introspect[*oidc.IntrospectionResponse](r.Context(), rsrv, tok)
 		if err != nil || !in.Active {
-			ms.refused.Add(1)
+			ms.Refused.Add(1)
 			w.Header().Set("WWW-Authenticate", challenge+`, error="invalid_token"`)
 			http.Error(w, "invalid token", http.StatusUnauthorized)
 			return
@@ -324,7 +324,7 @@ func newMCPServer(t *testing.T, as *authServer, prmOverride func(base string) ma
 
 type subjectKey struct{}
 
-func listen(t *testing.T) net.Listener {
+func Listen(t *testing.T) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -333,7 +333,7 @@ func listen(t *testing.T) net.Listener {
 	return ln
 }
 
-func decodeJSON(t *testing.T, resp *http.Response, v any) {
+func DecodeJSON(t *testing.T, resp *http.Response, v any) {
 	t.Helper()
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
