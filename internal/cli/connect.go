@@ -62,6 +62,7 @@ func runConnect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		path = "/mcp/servers/" + *server
 	}
 	logger := newLogger(stderr, level.Level, "text")
-	b := mcpbridge.New(mcpbridge.Config{URL: u.String() + path, Token: os.Getenv("TOOLMESH_TOKEN"), CallTimeout: *callTimeout}, logger)
+	b := mcpbridge.New(mcpbridge.Config{URL: u.String() + path, Token: os.Getenv("TOOLMESH_TOKEN"), CallTimeout: *callTimeout,
+		Unreachable: "is `toolmesh up` running? (--api or TOOLMESH_API names the mesh when it runs elsewhere)"}, logger)
 	return b.Run(ctx, stdin, stdout)
 }

@@ -1,9 +1,13 @@
 package cli
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -28,7 +32,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.Demo.Enabled {
 		cfg.Targets = append([]string{"demo"}, cfg.Targets...)
 	}
-	return run(ctx, cfg, stdout, stderr)
+	return bindHint(fs, run(ctx, cfg, stdout, stderr))
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -50,7 +54,34 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		cfg.Targets = append(cfg.Targets, t)
 	}
-	return run(ctx, cfg, stdout, stderr)
+	return bindHint(fs, run(ctx, cfg, stdout, stderr))
+}
+
+// bindHint adds to a start that failed because an address is in use what to do about it: the
+// flag of fs that sets that address (the one whose value is it, or else names its port), so
+// that "address already in use" says which of the many addresses of `up` to move.
+func bindHint(fs *flag.FlagSet, err error) error {
+	var op *net.OpError
+	if !errors.Is(err, syscall.EADDRINUSE) || !errors.As(err, &op) || op.Addr == nil {
+		return err
+	}
+	addr := op.Addr.String()
+	_, port, _ := net.SplitHostPort(addr)
+	var exact, samePort string
+	fs.VisitAll(func(f *flag.Flag) {
+		v := f.Value.String()
+		if exact == "" && v == addr {
+			exact = f.Name
+		}
+		if _, p, perr := net.SplitHostPort(v); samePort == "" && perr == nil && p == port && port != "0" {
+			samePort = f.Name
+		}
+	})
+	name := cmp.Or(exact, samePort)
+	if name == "" {
+		return fmt.Errorf("%w (another process holds %s: perhaps another toolmesh; stop it, or move this one's address)", err, addr)
+	}
+	return fmt.Errorf("%w (another process holds %s: perhaps another toolmesh; stop it, or give --%s another address, e.g. --%s=127.0.0.1:0 for any free port)", err, addr, name, name)
 }
 
 func run(ctx context.Context, cfg app.Config, stdout, stderr io.Writer) error {

@@ -40,6 +40,9 @@ type Config struct {
 	CallTimeout time.Duration
 	// MaxInFlight bounds the requests relayed at once; 0 means 64. Past it, reading stdin waits.
 	MaxInFlight int
+	// Unreachable is what to tell the user when nothing listens at URL, e.g. "is `toolmesh up`
+	// running?".
+	Unreachable string
 }
 
 // maxMessage bounds one message, in either direction.
@@ -59,6 +62,7 @@ type Bridge struct {
 	version  string                        // negotiated protocol version
 	inFlight map[string]context.CancelFunc // by JSON-RPC id, so notifications/cancelled can close the stream
 	listen   bool                          // the GET stream is running
+	down     bool                          // the last request could not reach the endpoint
 
 	life context.Context // Run's, for the GET stream
 	wg   sync.WaitGroup  // the GET stream's goroutine
@@ -172,11 +176,12 @@ func (b *Bridge) relay(ctx context.Context, m message, body []byte) {
 	resp, err := b.http.Do(req)
 	if err != nil {
 		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			b.fail(m, fmt.Sprintf("cannot reach %s: %v", b.cfg.URL, err))
+			b.unreachable(m, err)
 		}
 		return
 	}
 	defer resp.Body.Close()
+	b.reached()
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		b.fail(m, httpFailure(b.cfg.URL, resp, msg))
@@ -349,9 +354,49 @@ func (b *Bridge) write(data []byte) {
 	_ = b.out.Flush()
 }
 
+// unreachable answers request m, which could not be sent. When nothing listens at the URL
+// (the mesh is down) the answer says so and what to do; the log says it once, at the first
+// request that fails, not once for every request the client sends meanwhile.
+func (b *Bridge) unreachable(m message, err error) {
+	msg := fmt.Sprintf("cannot reach %s: %v", b.cfg.URL, err)
+	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+		msg = fmt.Sprintf("cannot reach %s (%v)", b.cfg.URL, op.Err)
+		if b.cfg.Unreachable != "" {
+			msg += ": " + b.cfg.Unreachable
+		}
+	}
+	b.mu.Lock()
+	first := !b.down
+	b.down = true
+	b.mu.Unlock()
+	if first {
+		b.log.Warn("connect: "+msg, "method", m.Method)
+	} else {
+		b.log.Debug("connect: "+msg, "method", m.Method)
+	}
+	b.answer(m, msg)
+}
+
+// reached notes that a request got an answer, so that the next failure to reach the endpoint
+// is logged again.
+func (b *Bridge) reached() {
+	b.mu.Lock()
+	was := b.down
+	b.down = false
+	b.mu.Unlock()
+	if was {
+		b.log.Info("connect: the endpoint answers again", "url", b.cfg.URL)
+	}
+}
+
 // fail answers request m with a JSON-RPC error saying msg (a notification gets only a log line).
 func (b *Bridge) fail(m message, msg string) {
 	b.log.Warn("connect: "+msg, "method", m.Method)
+	b.answer(m, msg)
+}
+
+// answer answers request m with a JSON-RPC error saying msg; a notification gets no answer.
+func (b *Bridge) answer(m message, msg string) {
 	if len(m.ID) == 0 || m.Method == "" {
 		return
 	}

@@ -2,7 +2,10 @@ package mcpbridge
 
 import (
 	"context"
+	"encoding/json"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -145,4 +148,52 @@ func at(s []string, i int) string {
 		return s[i]
 	}
 	return ""
+}
+
+// TestEndpointDown: with nothing listening at the URL, every request is answered with a
+// JSON-RPC error that names the URL and says what to do, and the log says it once, not once a
+// request.
+func TestEndpointDown(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + lis.Addr().String() + "/mcp"
+	_ = lis.Close()
+	var logs lockedBuf
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	b := New(Config{URL: url, Unreachable: "is `toolmesh up` running?"}, logger)
+	stdin := strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"prompts/list"}`,
+	}, "\n") + "\n"
+	out := &lockedBuf{}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.Run(ctx, strings.NewReader(stdin), out); err != nil {
+		t.Fatal(err)
+	}
+	answers := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(answers) != 3 {
+		t.Fatalf("stdout has %d lines, want an answer to each of the 3 requests: %s", len(answers), out.String())
+	}
+	for _, a := range answers {
+		var m struct {
+			Error struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(a), &m); err != nil {
+			t.Fatalf("answer %q: %v", a, err)
+		}
+		if want := "cannot reach " + url + " (connect: connection refused): is `toolmesh up` running?"; !strings.Contains(m.Error.Message, want) {
+			t.Errorf("answer %q does not say %q", m.Error.Message, want)
+		}
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "is `toolmesh up` running?") {
+		t.Errorf("%d WARN lines, want one saying what to do:\n%s", n, logs.String())
+	}
 }
