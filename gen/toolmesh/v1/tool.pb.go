@@ -7,6 +7,7 @@
 package toolmeshv1
 
 import (
+	_ "github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2/options"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -987,7 +988,7 @@ var File_toolmesh_v1_tool_proto protoreflect.FileDescriptor
 
 const file_toolmesh_v1_tool_proto_rawDesc = "" +
 	"\n" +
-	"\x16toolmesh/v1/tool.proto\x12\vtoolmesh.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa7\x03\n" +
+	"\x16toolmesh/v1/tool.proto\x12\vtoolmesh.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xa7\x03\n" +
 	"\x04Tool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12\x12\n" +
@@ -1083,7 +1084,8 @@ const file_toolmesh_v1_tool_proto_rawDesc = "" +
 	"\x12SERVER_STATE_READY\x10\x02\x12\x1a\n" +
 	"\x16SERVER_STATE_UNHEALTHY\x10\x03\x12\x18\n" +
 	"\x14SERVER_STATE_STOPPED\x10\x04\x12\x19\n" +
-	"\x15SERVER_STATE_DEGRADED\x10\x05B9Z7github.com/toolmesh/toolmesh/gen/toolmesh/v1;toolmeshv1b\x06proto3"
+	"\x15SERVER_STATE_DEGRADED\x10\x05B\xd7\x02\x92A\x9a\x02\x12\x97\x02\n" +
+	"\ftoolmesh API\x12\x82\x02The REST face of toolmesh's gRPC services (toolmesh.v1): list, search and call the tools of every MCP server of the mesh, and ask questions the model answers with them. Errors are {code, message, details} with the gRPC status mapped to HTTP; see docs/api.md.2\x02v1Z7github.com/toolmesh/toolmesh/gen/toolmesh/v1;toolmeshv1b\x06proto3"
 
 var (
 	file_toolmesh_v1_tool_proto_rawDescOnce sync.Once
