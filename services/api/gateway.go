@@ -61,6 +61,14 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string, opts ...grpc.Dia
 		_ = conn.Close()
 		return nil, nil, fmt.Errorf("register agent gateway: %w", err)
 	}
+	if err := toolmeshv1.RegisterPromptServiceHandlerClient(ctx, gw, toolmeshv1.NewPromptServiceClient(conn)); err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("register prompt gateway: %w", err)
+	}
+	if err := toolmeshv1.RegisterResourceServiceHandlerClient(ctx, gw, toolmeshv1.NewResourceServiceClient(conn)); err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("register resource gateway: %w", err)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

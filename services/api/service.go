@@ -35,6 +35,8 @@ type Service struct {
 	tel    *telemetry.Service
 	// mcp is the MCP face, served on the REST port (Gateway).
 	mcp *mcpface.Face
+	// prompts serves PromptService and ResourceService.
+	prompts *contextHandler
 	// metrics serves GET /metrics when set (SetMetrics).
 	metrics http.Handler
 	// started is when the api started, for --api.ready-server-grace.
@@ -94,6 +96,7 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		exec = toolmeshv1.NewExecutorServiceClient(conn)
 	}
 	s.tools = &toolHandler{cfg: cfg, executor: exec, policy: pol, trail: s.trail}
+	s.prompts = &contextHandler{cfg: cfg, executor: exec, policy: pol}
 	mcfg := cfg.MCP
 	mcfg.RPCTimeout = cfg.RPCTimeout
 	mcfg.HostAllowed = web.HostAllowed // one Host rule for the whole REST port, /mcp included
@@ -199,6 +202,8 @@ func (s *Service) ServerOptions() []grpc.ServerOption {
 // Register adds the public gRPC services.
 func (s *Service) Register(g grpc.ServiceRegistrar) {
 	toolmeshv1.RegisterToolServiceServer(g, s.tools)
+	toolmeshv1.RegisterPromptServiceServer(g, s.prompts)
+	toolmeshv1.RegisterResourceServiceServer(g, s.prompts)
 	toolmeshv1.RegisterAgentServiceServer(g, s.agent)
 }
 

@@ -1,0 +1,190 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/policy"
+	"github.com/toolmesh/toolmesh/internal/toolid"
+)
+
+// contextExecutor is the part of the executor the prompts and resources API needs.
+type contextExecutor interface {
+	executorClient
+	ListPrompts(ctx context.Context, in *toolmeshv1.ExecutorServiceListPromptsRequest, opts ...grpc.CallOption) (*toolmeshv1.ExecutorServiceListPromptsResponse, error)
+	GetPrompt(ctx context.Context, in *toolmeshv1.ExecutorServiceGetPromptRequest, opts ...grpc.CallOption) (*toolmeshv1.ExecutorServiceGetPromptResponse, error)
+	ListResources(ctx context.Context, in *toolmeshv1.ExecutorServiceListResourcesRequest, opts ...grpc.CallOption) (*toolmeshv1.ExecutorServiceListResourcesResponse, error)
+	ListResourceTemplates(ctx context.Context, in *toolmeshv1.ExecutorServiceListResourceTemplatesRequest, opts ...grpc.CallOption) (*toolmeshv1.ExecutorServiceListResourceTemplatesResponse, error)
+	ReadResource(ctx context.Context, in *toolmeshv1.ExecutorServiceReadResourceRequest, opts ...grpc.CallOption) (*toolmeshv1.ExecutorServiceReadResourceResponse, error)
+}
+
+// Bounds of a prompt's arguments: MCP prompts take a few short strings.
+const (
+	maxPromptArguments     = 64
+	maxPromptArgumentBytes = 64 << 10
+	maxResourceURIBytes    = 8 << 10
+)
+
+// contextHandler serves PromptService and ResourceService: the MCP servers' prompts and
+// resources, through the executor, with the policy of internal/policy (policy.ServerContext:
+// a token reaches the prompts and resources of the servers its scope covers whole).
+type contextHandler struct {
+	toolmeshv1.UnimplementedPromptServiceServer
+	toolmeshv1.UnimplementedResourceServiceServer
+	cfg      Config
+	executor contextExecutor
+	policy   *policy.Policy
+}
+
+// scope checks the server a request names and what c may do with it: a server c may not see
+// the prompts and resources of reads as one that does not exist when a is List; for a get or
+// read it is refused as a tool call out of scope is.
+func (h *contextHandler) scope(ctx context.Context, c policy.Caller, a policy.Action, server string, required bool) error {
+	switch {
+	case server == "" && required:
+		return invalid.Field("server", "is required")
+	case server == "":
+		return nil
+	case !toolid.ValidServer(server):
+		return invalid.Field("server", "must match "+toolid.ServerRule)
+	}
+	d := h.policy.ServerContext(c, a, server)
+	if d == nil {
+		return nil
+	}
+	if a == policy.List || !h.policy.ListsServer(c, server) {
+		known, err := knownServers(ctx, h.executor, h.policy, h.cfg, c)
+		if err != nil {
+			return err
+		}
+		return status.Error(codes.NotFound, unknownServer(server, known))
+	}
+	return h.policy.Record(ctx, d)
+}
+
+// visible keeps the errors of the servers c may list the prompts and resources of.
+func (h *contextHandler) visible(c policy.Caller, errs map[string]string) map[string]string {
+	if !h.policy.Scoped() {
+		return errs
+	}
+	maps.DeleteFunc(errs, func(server, _ string) bool { return h.policy.ServerContext(c, policy.List, server) != nil })
+	return errs
+}
+
+// executorError maps the executor's answer: a server's unknown prompt or resource stays
+// NOT_FOUND; an unknown server (removed by a reload meanwhile) names those there are.
+func (h *contextHandler) executorError(ctx context.Context, server string, err error) error {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.NotFound && server != "" {
+		return err
+	}
+	return dependencyError(ctx, "executor", h.cfg.ExecutorAddr, err)
+}
+
+func (h *contextHandler) ListPrompts(ctx context.Context, req *toolmeshv1.ListPromptsRequest) (*toolmeshv1.ListPromptsResponse, error) {
+	c := caller(ctx, nil)
+	if err := h.scope(ctx, c, policy.List, req.GetServer(), false); err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := h.executor.ListPrompts(lctx, &toolmeshv1.ExecutorServiceListPromptsRequest{Server: req.GetServer()})
+	if err != nil {
+		return nil, h.executorError(lctx, req.GetServer(), err)
+	}
+	prompts := resp.GetPrompts()
+	if h.policy.Scoped() {
+		prompts = slices.DeleteFunc(prompts, func(p *toolmeshv1.Prompt) bool { return h.policy.ServerContext(c, policy.List, p.GetServer()) != nil })
+	}
+	return &toolmeshv1.ListPromptsResponse{Prompts: prompts, Errors: h.visible(c, resp.GetErrors())}, nil
+}
+
+func (h *contextHandler) GetPrompt(ctx context.Context, req *toolmeshv1.GetPromptRequest) (*toolmeshv1.GetPromptResponse, error) {
+	c := caller(ctx, nil)
+	if err := h.scope(ctx, c, policy.Call, req.GetServer(), true); err != nil {
+		return nil, err
+	}
+	if req.GetName() == "" {
+		return nil, invalid.Field("name", "is required")
+	}
+	if n := len(req.GetArguments()); n > maxPromptArguments {
+		return nil, invalid.Field("arguments", fmt.Sprintf("has %d arguments, more than the %d allowed", n, maxPromptArguments))
+	}
+	for k, v := range req.GetArguments() {
+		if len(k)+len(v) > maxPromptArgumentBytes {
+			return nil, invalid.Field("arguments."+k, fmt.Sprintf("is more than %d bytes", maxPromptArgumentBytes))
+		}
+	}
+	gctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := h.executor.GetPrompt(gctx, &toolmeshv1.ExecutorServiceGetPromptRequest{Server: req.GetServer(), Name: req.GetName(), Arguments: req.GetArguments()})
+	if err != nil {
+		return nil, h.executorError(gctx, req.GetServer(), err)
+	}
+	return &toolmeshv1.GetPromptResponse{Description: resp.GetDescription(), Messages: resp.GetMessages()}, nil
+}
+
+func (h *contextHandler) ListResources(ctx context.Context, req *toolmeshv1.ListResourcesRequest) (*toolmeshv1.ListResourcesResponse, error) {
+	c := caller(ctx, nil)
+	if err := h.scope(ctx, c, policy.List, req.GetServer(), false); err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := h.executor.ListResources(lctx, &toolmeshv1.ExecutorServiceListResourcesRequest{Server: req.GetServer()})
+	if err != nil {
+		return nil, h.executorError(lctx, req.GetServer(), err)
+	}
+	resources := resp.GetResources()
+	if h.policy.Scoped() {
+		resources = slices.DeleteFunc(resources, func(r *toolmeshv1.Resource) bool { return h.policy.ServerContext(c, policy.List, r.GetServer()) != nil })
+	}
+	return &toolmeshv1.ListResourcesResponse{Resources: resources, Errors: h.visible(c, resp.GetErrors())}, nil
+}
+
+func (h *contextHandler) ListResourceTemplates(ctx context.Context, req *toolmeshv1.ListResourceTemplatesRequest) (*toolmeshv1.ListResourceTemplatesResponse, error) {
+	c := caller(ctx, nil)
+	if err := h.scope(ctx, c, policy.List, req.GetServer(), false); err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := h.executor.ListResourceTemplates(lctx, &toolmeshv1.ExecutorServiceListResourceTemplatesRequest{Server: req.GetServer()})
+	if err != nil {
+		return nil, h.executorError(lctx, req.GetServer(), err)
+	}
+	templates := resp.GetResourceTemplates()
+	if h.policy.Scoped() {
+		templates = slices.DeleteFunc(templates, func(t *toolmeshv1.ResourceTemplate) bool {
+			return h.policy.ServerContext(c, policy.List, t.GetServer()) != nil
+		})
+	}
+	return &toolmeshv1.ListResourceTemplatesResponse{ResourceTemplates: templates, Errors: h.visible(c, resp.GetErrors())}, nil
+}
+
+func (h *contextHandler) ReadResource(ctx context.Context, req *toolmeshv1.ReadResourceRequest) (*toolmeshv1.ReadResourceResponse, error) {
+	c := caller(ctx, nil)
+	if err := h.scope(ctx, c, policy.Call, req.GetServer(), true); err != nil {
+		return nil, err
+	}
+	switch uri := req.GetUri(); {
+	case uri == "":
+		return nil, invalid.Field("uri", "is required: the resource's URI as its server lists it")
+	case len(uri) > maxResourceURIBytes:
+		return nil, invalid.Field("uri", fmt.Sprintf("is %d bytes, more than the %d allowed", len(uri), maxResourceURIBytes))
+	}
+	rctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := h.executor.ReadResource(rctx, &toolmeshv1.ExecutorServiceReadResourceRequest{Server: req.GetServer(), Uri: req.GetUri()})
+	if err != nil {
+		return nil, h.executorError(rctx, req.GetServer(), err)
+	}
+	return &toolmeshv1.ReadResourceResponse{Contents: resp.GetContents()}, nil
+}
