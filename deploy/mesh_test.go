@@ -23,7 +23,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	qc "github.com/qdrant/go-client/qdrant"
 
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/services/retriever/store/qdrant/qdranttest"
 )
 

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // liveCase is a BFCL case offering get_weather(city: string) and get_time(zone: integer), whose

@@ -58,10 +58,10 @@ import (
 	"github.com/toolmesh/toolmesh/bench/internal/bfcl"
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla/gbnf"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 type bfclCase struct {

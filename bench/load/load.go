@@ -28,7 +28,7 @@ import (
 	"github.com/toolmesh/toolmesh/bench/internal/addscript"
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
 	"github.com/toolmesh/toolmesh/internal/app"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 )
 
 // options configure one run.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/toolmesh/toolmesh/bench/internal/addscript"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 )
 
 // question is the standard question; the double answers nothing else.

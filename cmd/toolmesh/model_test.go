@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/internal/model"
 	"github.com/toolmesh/toolmesh/internal/model/hubtest"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // childPIDs lists the processes whose parent is ppid (Linux /proc).

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 )
 
 // addTwoAndThree scripts the llama-server double for "What is 2 plus 3?": call

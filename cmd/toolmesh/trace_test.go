@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/internal/telemetry/jaegertest"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // TestOneQueryOneTrace runs the mesh in microservices mode exporting to a real Jaeger v2 and

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 )
 
 // chatCompletion is a chat.completion as its JSON reads, with toolmesh's extension.

@@ -16,8 +16,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
 
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/internal/testbackend"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // sdkToken is the API key the SDK tests give the mesh (an API token is an OpenAI API key).

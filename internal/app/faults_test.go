@@ -21,7 +21,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolmesh/toolmesh/internal/fdcheck"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
 )

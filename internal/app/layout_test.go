@@ -18,7 +18,7 @@ func TestImportRules(t *testing.T) {
 	const mod = "github.com/toolmesh/toolmesh/"
 	testOnly := []string{
 		"internal/eventually", "internal/fdcheck", "internal/testbackend", "internal/telemetry/jaegertest",
-		"services/inference/llama/llamatest", "services/inference/chat/chattest",
+		"internal/llamatest", "services/inference/chat/chattest",
 		"services/retriever/store/qdrant/qdranttest", "services/inference/gorilla/gbnf", "mcpservers/internal/mcptesting",
 	}
 	root := filepath.Join("..", "..")

@@ -21,9 +21,9 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/internal/mcpbridge"
 	"github.com/toolmesh/toolmesh/internal/testbackend"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // changingServer is an MCP server (mcp-go, streamable HTTP) whose tools the test changes, so

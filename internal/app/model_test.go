@@ -15,8 +15,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/internal/model"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // modelArgs are `up`'s flags for a mesh without the demo servers whose inference runs

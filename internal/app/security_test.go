@@ -24,8 +24,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/internal/tlsfiles/tlstest"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // The attacks of issue 16 that a web page, a stray client or a user's own config can make on a

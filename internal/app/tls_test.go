@@ -18,10 +18,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/tlsfiles"
 	"github.com/toolmesh/toolmesh/internal/tlsfiles/tlstest"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 func TestTLSConfigValidate(t *testing.T) {

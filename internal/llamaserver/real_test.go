@@ -15,7 +15,7 @@ import (
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
 	"github.com/toolmesh/toolmesh/internal/llamaserver"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 )
 
 // superviseReal runs a supervisor of the real llama-server (llamatest.ServerBin) on the tiny

@@ -11,9 +11,9 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/eventually"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/internal/model"
 	"github.com/toolmesh/toolmesh/internal/model/hubtest"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // fakeBinDir puts an executable named llama-server (never run here) in a folder that becomes

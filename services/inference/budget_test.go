@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla/gbnf"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // budgetTools are tools whose schemas use what the grammar enforces (types, enums, required

@@ -20,9 +20,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/services/inference/chat/chattest"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // composeClient serves s over loopback gRPC, so streaming goes through a real stream.

@@ -18,10 +18,10 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/errreason"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/services/inference/chat/chattest"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla/gbnf"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // conversation reads testdata/conversation.json: a system instruction and four turns (a call

@@ -9,9 +9,9 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/eventually"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/internal/model"
 	"github.com/toolmesh/toolmesh/internal/model/hubtest"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 	"github.com/toolmesh/toolmesh/services/retriever/store/qdrant/qdranttest"
 )
 

@@ -7,7 +7,7 @@ package addscript
 import (
 	"strings"
 
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 )
 
 // Question is the standard question; Answer is what the script composes for it.

@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // TestRealServer runs the client against a real llama-server (TOOLMESH_LLAMA_SERVER, from

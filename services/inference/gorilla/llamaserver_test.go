@@ -14,8 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla/gbnf"
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
 )
 
 // TestGrammarsLoadInLlamaServer sends the grammars FuzzGrammar builds from its seeds and its

@@ -14,7 +14,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/toolmesh/toolmesh/services/inference/llama/llamatest"
+	"github.com/toolmesh/toolmesh/internal/llamatest"
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
 )
