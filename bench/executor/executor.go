@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
@@ -160,13 +161,15 @@ func newExecutorScenarioTuned(ctx context.Context, tr, url string, o options, na
 		}
 	}
 
-	// Both callers build the request the same way, so the only difference is the gRPC hop. The
-	// arguments travel as the JSON text a client sent (arguments_json), as the api passes them
-	// on from REST and the MCP face (issue 28).
-	args := []byte(`{"a":2,"b":3}`)
+	// Both callers build the request the same way, so the only difference is the gRPC hop.
+	args := map[string]any{"a": 2, "b": 3}
 	callWith := func(call func(context.Context, *toolmeshv1.ExecutorServiceCallToolRequest) (*toolmeshv1.ExecutorServiceCallToolResponse, error)) func(context.Context) error {
 		return func(ctx context.Context) error {
-			resp, err := call(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: "calculator.add", ArgumentsJson: args})
+			st, err := structpb.NewStruct(args)
+			if err != nil {
+				return err
+			}
+			resp, err := call(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: "calculator.add", Arguments: st})
 			if err != nil {
 				return err
 			}
