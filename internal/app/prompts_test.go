@@ -1,0 +1,149 @@
+package app
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/server"
+	"github.com/toolmesh/toolmesh/internal/testbackend"
+)
+
+// promptsMesh runs the mesh with the reference server-everything (over stdio) beside the demo
+// servers, its prompt and resource rules leaving out simple-prompt and instructions.md, its
+// results bounded to 4 KiB, and three tokens: root (everything), every (the server
+// everything whole) and calc (calculator only). It returns the mesh and its api's gRPC address.
+func promptsMesh(t *testing.T) (*mesh, string, [3]string) {
+	t.Helper()
+	paths := testbackend.Everything.Need(t)
+	tokens := [3]string{"root-token-0123456789abcdef", "every-token-0123456789abcdef", "calc-token-0123456789abcdef"}
+	t.Setenv("TOOLMESH_API_TOKENS", "root:"+tokens[0]+",every:"+tokens[1]+",calc:"+tokens[2])
+	args, _ := json.Marshal([]string{paths[1], "stdio"})
+	doc := `mcpServers:
+  everything:
+    command: ` + paths[0] + `
+    args: ` + string(args) + `
+    excludedPrompts: ["simple-prompt"]
+    excludedResources: ["demo://resource/static/document/instructions.md"]
+    maxResultBytes: 4096
+policy:
+  tokens:
+    root: {call: ["*"]}
+    every: {call: [everything]}
+    calc: {call: [calculator]}
+`
+	cfg := filepath.Join(t.TempDir(), "toolmesh.yaml")
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	grpcAddr := freeAddr(t)
+	m := startMeshToken(t, tokens[0], "--config="+cfg, "--api.grpc-addr="+grpcAddr)
+	// A stdio server takes a Node start.
+	waitMCPTools(t, m.base+"/mcp", tokens[0], "everything__get-sum")
+	return m, grpcAddr, tokens
+}
+
+// TestPromptsAndResources gets server-everything's prompts and reads its resources through
+// REST and gRPC, as each token may.
+func TestPromptsAndResources(t *testing.T) {
+	m, grpcAddr, tokens := promptsMesh(t)
+	root, every, calc := tokens[0], tokens[1], tokens[2]
+
+	cases := []struct {
+		name, token, method, path, body string
+		code                            int
+		want, notWant                   []string
+	}{
+		{name: "list prompts", token: every, method: "GET", path: "/v1/prompts", code: 200,
+			want:    []string{`"id":"everything.args-prompt"`, `"name":"city"`, `"required":true`},
+			notWant: []string{"simple-prompt"}},
+		{name: "get a prompt with arguments", token: every, method: "POST", path: "/v1/prompts/everything/args-prompt:get",
+			body: `{"arguments":{"city":"Paris","state":"Texas"}}`, code: 200,
+			want: []string{`"role":"user"`, `What's weather in Paris, Texas?`}},
+		{name: "an excluded prompt is not there", token: root, method: "POST", path: "/v1/prompts/everything/simple-prompt:get", body: `{}`, code: 404,
+			want: []string{`prompt \"simple-prompt\" of server \"everything\" not found`}, notWant: []string{"excludedPrompts"}},
+		{name: "list resources", token: every, method: "GET", path: "/v1/resources?server=everything", code: 200,
+			want: []string{`"uri":"demo://resource/static/document/architecture.md"`}, notWant: []string{"instructions.md"}},
+		{name: "list resource templates", token: every, method: "GET", path: "/v1/resources:templates", code: 200,
+			want: []string{`"uri_template":"demo://resource/dynamic/text/{resourceId}"`}},
+		{name: "read a text resource", token: every, method: "GET", path: "/v1/resources/everything:read?uri=demo%3A%2F%2Fresource%2Fdynamic%2Ftext%2F3", code: 200,
+			want: []string{`"text":"Resource 3: This is a plaintext resource`}},
+		{name: "read a binary resource", token: every, method: "GET", path: "/v1/resources/everything:read?uri=demo://resource/dynamic/blob/3", code: 200,
+			want: []string{`"blob":"` + base64.StdEncoding.EncodeToString([]byte("Resource 3: This is a base64 blob"))[:40]}},
+		{name: "an excluded resource is not there", token: root, method: "GET", path: "/v1/resources/everything:read?uri=demo://resource/static/document/instructions.md", code: 404,
+			notWant: []string{"excludedResources"}},
+		{name: "nor listed", token: root, method: "GET", path: "/v1/resources", code: 200,
+			want: []string{"architecture.md"}, notWant: []string{"instructions.md"}},
+		{name: "an oversized resource is refused saying why", token: every, method: "GET", path: "/v1/resources/everything:read?uri=demo://resource/static/document/structure.md", code: 502,
+			want: []string{`over the 4096-byte limit (mcpServers.everything.maxResultBytes)`, "TOOL_RESULT_TOO_LARGE"}},
+		{name: "a scoped token sees none of another server's prompts", token: calc, method: "GET", path: "/v1/prompts", code: 200,
+			notWant: []string{"everything"}},
+		{name: "nor its resources", token: calc, method: "GET", path: "/v1/resources", code: 200,
+			notWant: []string{"everything"}},
+		{name: "nor by name", token: calc, method: "GET", path: "/v1/prompts?server=everything", code: 404,
+			want: []string{`unknown server \"everything\"`}},
+		{name: "nor gets them", token: calc, method: "POST", path: "/v1/prompts/everything/args-prompt:get", body: `{"arguments":{"city":"Paris"}}`, code: 404},
+		{name: "nor reads them", token: calc, method: "GET", path: "/v1/resources/everything:read?uri=demo://resource/dynamic/text/3", code: 404},
+		{name: "a read names its uri", token: every, method: "GET", path: "/v1/resources/everything:read", code: 400,
+			want: []string{"uri: is required"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, b := do(t, tc.token, tc.method, m.base+tc.path, tc.body)
+			if code != tc.code {
+				t.Errorf("%s %s: %d %.600s; want %d", tc.method, tc.path, code, b, tc.code)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(b), w) {
+					t.Errorf("body %.600s; want it to contain %q", b, w)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(string(b), w) {
+					t.Errorf("body %.600s; want no %q", b, w)
+				}
+			}
+		})
+	}
+
+	t.Run("grpc", func(t *testing.T) {
+		conn, err := grpc.NewClient(grpcAddr, server.DialOptions()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		as := func(token string) context.Context {
+			return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+		}
+		prompts := toolmeshv1.NewPromptServiceClient(conn)
+		got, err := prompts.GetPrompt(as(every), &toolmeshv1.GetPromptRequest{Server: "everything", Name: "args-prompt", Arguments: map[string]string{"city": "Oslo"}})
+		if err != nil || len(got.GetMessages()) != 1 || got.GetMessages()[0].GetContent().GetText() != "What's weather in Oslo?" {
+			t.Errorf("GetPrompt: %v, %v", got, err)
+		}
+		resources := toolmeshv1.NewResourceServiceClient(conn)
+		read, err := resources.ReadResource(as(every), &toolmeshv1.ReadResourceRequest{Server: "everything", Uri: "demo://resource/dynamic/blob/9"})
+		if err != nil || len(read.GetContents()) != 1 || !strings.HasPrefix(string(read.GetContents()[0].GetBlob()), "Resource 9: This is a base64 blob") {
+			t.Errorf("ReadResource: %v, %v", read, err)
+		}
+		list, err := resources.ListResources(as(calc), &toolmeshv1.ListResourcesRequest{})
+		if err != nil || len(list.GetResources()) != 0 {
+			t.Errorf("calc's ListResources: %v, %v; want none", list, err)
+		}
+		if _, err := resources.ReadResource(as(calc), &toolmeshv1.ReadResourceRequest{Server: "everything", Uri: "demo://resource/dynamic/blob/9"}); status.Code(err) != codes.NotFound {
+			t.Errorf("calc's ReadResource: %v; want NotFound", err)
+		}
+	})
+}
