@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolmesh/toolmesh/internal/model"
 )
@@ -26,7 +30,8 @@ func runBin(t *testing.T, bin string, args ...string) (int, string) {
 // TestUpNames: the names a user types wrong or in another form (issue 31 items 6 and 9): a
 // server that does not exist is a 400 naming the servers there are, closest first, wherever a
 // request names servers; the CLI takes the MCP endpoints' SERVER__TOOL names, and says "did you
-// mean" for a tool, a flag or a command it does not know.
+// mean" for a tool, a flag or a command it does not know; the MCP endpoints' serverInfo.version
+// is what `toolmesh version` says.
 func TestUpNames(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
@@ -60,6 +65,31 @@ func TestUpNames(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("the MCP endpoints report the version toolmesh version says", func(t *testing.T) {
+		var v struct{ Version string }
+		out, err := exec.Command(bin, "version", "--json").Output()
+		if err != nil || json.Unmarshal(out, &v) != nil || v.Version == "" {
+			t.Fatalf("toolmesh version --json: %v\n%s", err, out)
+		}
+		c, err := client.NewStreamableHttpClient(base + "/mcp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		req := mcp.InitializeRequest{}
+		req.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+		req.Params.ClientInfo = mcp.Implementation{Name: "names-test", Version: "1"}
+		res, err := c.Initialize(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ServerInfo.Version != v.Version {
+			t.Errorf("serverInfo.version = %q, toolmesh version says %q", res.ServerInfo.Version, v.Version)
+		}
+	})
 
 	t.Run("a typo in a request's servers is a 400", func(t *testing.T) {
 		b := postJSON(t, base+"/v1/query", `{"query":"What is 2 plus 3?","servers":["converter","sqlit"]}`, 400)

@@ -5,15 +5,12 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"runtime/debug"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
-)
 
-// version is set at build time (-ldflags "-X github.com/toolmesh/toolmesh/internal/cli.version=v1.2.3");
-// otherwise the module version or the VCS commit the binary was built from is reported.
-var version = ""
+	"github.com/toolmesh/toolmesh/internal/buildinfo"
+)
 
 // buildInfo is what `toolmesh version` reports.
 type buildInfo struct {
@@ -28,25 +25,9 @@ type buildInfo struct {
 }
 
 func readBuildInfo() buildInfo {
-	b := buildInfo{Version: version, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH,
-		API: "toolmesh.v1", MCP: mcp.ValidProtocolVersions}
-	if info, ok := debug.ReadBuildInfo(); ok {
-		if b.Version == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {
-			b.Version = info.Main.Version
-		}
-		for _, s := range info.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				b.Commit = s.Value
-			case "vcs.modified":
-				b.Modified = s.Value == "true"
-			}
-		}
-	}
-	if b.Version == "" {
-		b.Version = "devel"
-	}
-	return b
+	bi := buildinfo.Read()
+	return buildInfo{Version: bi.Version, Commit: bi.Commit, Modified: bi.Modified, GoVersion: runtime.Version(),
+		Platform: runtime.GOOS + "/" + runtime.GOARCH, API: "toolmesh.v1", MCP: mcp.ValidProtocolVersions}
 }
 
 func runVersion(args []string, stdout, stderr io.Writer) error {
