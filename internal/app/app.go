@@ -20,6 +20,7 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/localclient"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/oauth"
 	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
@@ -500,9 +501,21 @@ func initExecutor(a *App, env targetEnv) ([]runner, error) {
 	// demo's are listed by the demo), credentials in their URLs masked.
 	for _, name := range mcpconfig.Names(a.cfg.Executor.Servers) {
 		srv := a.cfg.Executor.Servers[name]
-		a.endpoint(name+" MCP", redact.Text(string(srv.Transport)+" "+srv.Endpoint()))
+		a.endpoint(name+" MCP", redact.Text(string(srv.Transport)+" "+srv.Endpoint())+signInNote(srv, cfg.OAuthStore()))
 	}
 	return runners, nil
+}
+
+// signInNote is " (needs sign-in: toolmesh login NAME)" for an OAuth server nobody has signed
+// in to, for the banner.
+func signInNote(srv mcpconfig.Server, store oauth.Store) string {
+	if srv.Auth != mcpconfig.AuthOAuth || srv.OAuth.GrantType() != mcpconfig.GrantAuthorizationCode {
+		return ""
+	}
+	if _, err := store.Load(context.Background(), srv.Name); errors.Is(err, oauth.ErrNoRecord) {
+		return " (" + (&oauth.NeedsSignIn{Server: srv.Name}).Error() + ")"
+	}
+	return ""
 }
 
 func initRetriever(a *App, env targetEnv) ([]runner, error) {

@@ -31,6 +31,7 @@ Usage:
   toolmesh call SERVER.TOOL '{"arg":1}'       call one tool
   toolmesh query "TEXT" [-k N] [--server S]   answer TEXT using the tools: steps on stderr, answer on stdout
   toolmesh connect [--search | --server S]    an MCP client's stdio, relayed to the mesh's MCP endpoint
+  toolmesh login SERVER                       sign in to a remote MCP server that uses OAuth (prints the URL to open)
   toolmesh version [--json]                   the version, commit, Go version and protocol versions
   toolmesh audit verify FILE...               check an audit trail (--audit.file): names the first record edited, removed or moved
 
@@ -64,6 +65,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = runQuery(ctx, rest, stdout, stderr)
 	case "connect":
 		err = runConnect(ctx, rest, stdin, stdout, stderr)
+	case "login":
+		err = runLogin(ctx, rest, stdin, stdout, stderr)
 	case "version", "--version":
 		err = runVersion(rest, stdout, stderr)
 	case "audit":
@@ -94,7 +97,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 }
 
 // commands are the commands Main runs, for "did you mean".
-var commands = []string{"up", "serve", "mcp", "model", "tls", "tools", "call", "query", "connect", "version", "audit", "help"}
+var commands = []string{"up", "serve", "mcp", "model", "tls", "tools", "call", "query", "connect", "login", "version", "audit", "help"}
 
 // commandHint is ` (did you mean "NAME"?)` for the command nearest to cmd, or "".
 func commandHint(cmd string, known []string) string {

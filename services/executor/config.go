@@ -10,6 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/oauth"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
@@ -88,6 +89,17 @@ type Config struct {
 	// PinPoll is how often the pin file is checked for changes another replica, or an
 	// operator, made.
 	PinPoll time.Duration
+	// OAuthDir holds the OAuth tokens of the servers signed in to (toolmesh login), one
+	// 0600 file per server; empty is oauth.DefaultDir().
+	OAuthDir string
+}
+
+// OAuthStore is where the tokens of OAuth servers are kept.
+func (c *Config) OAuthStore() oauth.Store {
+	if c.OAuthDir == "" {
+		return oauth.FileStore{Dir: oauth.DefaultDir()}
+	}
+	return oauth.FileStore{Dir: c.OAuthDir}
 }
 
 // RegisterFlags registers the executor flags on fs and sets the defaults.
@@ -123,6 +135,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"the pin file: the trusted definition of every tool of a server with pinning warn or enforce, shared by all replicas (default: toolmesh.pins.json beside --config, or beside --mcp-config; without either, pins are kept in memory and each start trusts what it sees first)")
 	fs.DurationVar(&c.PinPoll, "executor.pin-poll", DefaultPinPoll,
 		"how often the pin file is checked for pins and approvals written by another replica or an operator (a ConfigMap update)")
+	fs.StringVar(&c.OAuthDir, "executor.oauth-dir", "",
+		"where the OAuth tokens of remote MCP servers are kept (toolmesh login SERVER writes them, the executor refreshes them), one 0600 file per server (default: $XDG_STATE_HOME/toolmesh/oauth, else ~/.local/state/toolmesh/oauth)")
 }
 
 // Validate checks the configuration. Zero durations and limits are valid and mean the default.

@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/oauth"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
 
@@ -35,6 +36,9 @@ type dialer struct {
 	// pool survives reconnects; nil for stdio.
 	httpTransport *http.Transport
 	httpClient    *http.Client
+	// auth gives the server's OAuth token (internal/oauth); nil for stdio. A server without
+	// auth: oauth sends none until someone signs in to it after it asked for it with a 401.
+	auth *oauth.Source
 }
 
 // newDialer sizes the HTTP pool for concurrency in-flight calls.
@@ -56,9 +60,24 @@ func newDialer(srv mcpconfig.Server, cfg Config, concurrency int, log *slog.Logg
 			TLSHandshakeTimeout:   cfg.ConnectTimeout,
 			ExpectContinueTimeout: time.Second,
 		}
-		d.httpClient = &http.Client{Transport: limitBodies{next: tracedWithinSpans(tel, d.httpTransport)}}
+		traced := tracedWithinSpans(tel, d.httpTransport)
+		// The authorization server is reached on its own client: its requests are not the MCP
+		// server's (no result limits, no MCP spans), and they carry no tokens of the server.
+		d.auth = oauth.NewSource(srv, cfg.OAuthStore(), &http.Client{Timeout: 30 * time.Second, Transport: d.httpTransport})
+		d.httpClient = &http.Client{Transport: limitBodies{next: &oauth.Transport{Source: d.auth, Next: traced}}}
 	}
 	return d
+}
+
+// signInError is the *oauth.NeedsSignIn inside err, so a server's state says what to do
+// ("needs sign-in: toolmesh login SERVER") rather than how mcp-go wrapped it; other errors are
+// kept.
+func signInError(err error) error {
+	var n *oauth.NeedsSignIn
+	if errors.As(err, &n) {
+		return n
+	}
+	return err
 }
 
 // link is the transport of one connection, built but not started.
@@ -354,8 +373,13 @@ type sseTransport struct {
 	h *hooks
 }
 
+func (t *sseTransport) Start(ctx context.Context) error {
+	return signInError(t.SSE.Start(ctx))
+}
+
 func (t *sseTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
 	resp, err := t.SSE.SendRequest(ctx, req)
+	err = signInError(err)
 	if err == nil {
 		err = checkResponse(req, resp)
 	}
@@ -369,6 +393,7 @@ type streamableTransport struct {
 
 func (t *streamableTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
 	resp, err := t.StreamableHTTP.SendRequest(ctx, req)
+	err = signInError(err)
 	if err == nil {
 		err = checkResponse(req, resp)
 	}

@@ -1,0 +1,99 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/oauth"
+	"github.com/toolmesh/toolmesh/internal/oauth/oauthtest"
+)
+
+// TestOAuthServerNeedsSignIn: a remote server with auth: oauth that nobody has signed in to
+// keeps the mesh ready and says, in /v1/servers and /readyz, what to do; once a person signs
+// in (toolmesh login's flow, driven as a browser would), the executor picks the tokens up and
+// the server's tool is called with them.
+func TestOAuthServerNeedsSignIn(t *testing.T) {
+	as := oauthtest.NewAuthServer(t, true)
+	ms := oauthtest.NewMCPServer(t, as, nil)
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "oauth")
+	cfg := filepath.Join(dir, "toolmesh.yaml")
+	doc := "mcpServers:\n  protected:\n    url: " + ms.URL + "\n    auth: oauth\n"
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := startMesh(t, "--config="+cfg, "--executor.oauth-dir="+tokens, "--api.ready-server-grace=0s")
+
+	const want = "needs sign-in: toolmesh login protected"
+	for _, path := range []string{"/v1/servers", "/readyz"} {
+		code, b := do(t, "", "GET", m.base+path, "")
+		if code != 200 || !strings.Contains(string(b), want) {
+			t.Errorf("GET %s: %d %.800s; want 200 saying %q", path, code, b, want)
+		}
+	}
+
+	servers, err := mcpconfig.Parse([]byte(`{"mcpServers":{"protected":{"url":"`+ms.URL+`","auth":"oauth"}}}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		_, err := oauth.Login(context.Background(), oauth.LoginOptions{Server: servers["protected"], Store: oauth.FileStore{Dir: tokens}, Out: out})
+		done <- err
+	}()
+	var authURL string
+	for deadline := time.Now().Add(10 * time.Second); authURL == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if mm := regexp.MustCompile(`(?m)^  (http\S+)$`).FindStringSubmatch(out.String()); mm != nil {
+			authURL = mm[1]
+		}
+	}
+	if authURL == "" {
+		t.Fatalf("login printed no URL: %s", out.String())
+	}
+	as.SignIn(t, authURL).Body.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("login: %v", err)
+	}
+
+	var b []byte
+	for deadline := time.Now().Add(40 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var code int
+		code, b = do(t, "", "POST", m.base+"/v1/tools/protected/whoami:call", `{"arguments":{}}`)
+		if code == 200 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !strings.Contains(string(b), "subject id1") {
+		t.Fatalf("call after sign-in: %s; want the signed-in subject", b)
+	}
+	if _, b := do(t, "", "GET", m.base+"/v1/servers", ""); strings.Contains(string(b), "needs sign-in") {
+		t.Errorf("/v1/servers after sign-in still says needs sign-in: %.600s", b)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
