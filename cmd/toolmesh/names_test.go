@@ -66,6 +66,18 @@ func TestUpNames(t *testing.T) {
 		})
 	}
 
+	t.Run("a typo in connect --server", func(t *testing.T) {
+		cmd := exec.Command(bin, "connect", "--server", "calculatr", "--api", base)
+		cmd.Stdin = strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n")
+		out, err := cmd.Output()
+		var m struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		if err != nil || json.Unmarshal(out, &m) != nil || !strings.Contains(m.Error.Message, `no MCP server "calculatr" (the servers: calculator, `) {
+			t.Errorf("toolmesh connect --server calculatr: %v, %s", err, out)
+		}
+	})
+
 	t.Run("the MCP endpoints report the version toolmesh version says", func(t *testing.T) {
 		var v struct{ Version string }
 		out, err := exec.Command(bin, "version", "--json").Output()

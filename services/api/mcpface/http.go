@@ -18,6 +18,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/auth"
+	"github.com/toolmesh/toolmesh/internal/closest"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
@@ -202,15 +203,12 @@ func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 // answer with: an unknown server, one the caller may see no tool of, and a bad name all read
 // "not found", so the answer does not tell what there is to be refused.
 func (f *Face) serverView(ctx context.Context, name string) (*view, int, string) {
-	notFound := fmt.Sprintf("no MCP server %q: GET /v1/servers lists them", name)
-	if !toolid.ValidServer(name) {
-		return nil, http.StatusNotFound, notFound
-	}
-	if !f.policy.ListsServer(policy.Caller{Token: auth.Name(ctx)}, name) {
-		return nil, http.StatusNotFound, notFound
-	}
-	if v := f.existingServerView(name); v != nil {
-		return v, 0, ""
+	c := policy.Caller{Token: auth.Name(ctx)}
+	listable := toolid.ValidServer(name) && f.policy.ListsServer(c, name)
+	if listable {
+		if v := f.existingServerView(name); v != nil {
+			return v, 0, ""
+		}
 	}
 	// A configured server whose tools the catalog has not seen (it is down, or starting) gets
 	// its view too; the executor says which servers are configured.
@@ -220,16 +218,27 @@ func (f *Face) serverView(ctx context.Context, name string) (*view, int, string)
 	if err != nil {
 		return nil, http.StatusServiceUnavailable, "cannot ask the executor which MCP servers there are: " + err.Error()
 	}
+	var known []string
 	for _, s := range resp.GetServers() {
-		if s.GetName() == name {
+		if listable && s.GetName() == name {
 			if v := f.serverViewFor(name); v != nil {
 				return v, 0, ""
 			}
 			return nil, http.StatusServiceUnavailable, "the api is stopping"
 		}
+		if f.policy.ListsServer(c, s.GetName()) {
+			known = append(known, s.GetName())
+		}
 	}
-	return nil, http.StatusNotFound, notFound
+	// Named closest first, so that a typo shows its fix; only the servers the caller may list.
+	if len(known) == 0 {
+		return nil, http.StatusNotFound, fmt.Sprintf("no MCP server %q (there are no servers)", name)
+	}
+	return nil, http.StatusNotFound, fmt.Sprintf("no MCP server %q (the servers: %s)", name, closest.List(name, known, maxKnownServers))
 }
+
+// maxKnownServers bounds how many servers an unknown server's message names.
+const maxKnownServers = 10
 
 // allowedOrigin reports whether a browser page at origin may call the server reached as host:
 // the api's own pages (the console) and pages on loopback. The REST port's web guard
