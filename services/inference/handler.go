@@ -17,6 +17,7 @@ import (
 	"github.com/toolmesh/toolmesh/services/inference/chat"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
+	"github.com/toolmesh/toolmesh/services/inference/llmhttp"
 )
 
 // Generate asks the model for tool calls or an answer. Tools are best first: when the prompt
@@ -242,7 +243,7 @@ func llmStatus(err error) error {
 }
 
 // backendStatus is the status of a model backend's error, with the reason the backend's error
-// carries (llama.StatusOf), so the api can say whether the model is loading, unreadable or down.
+// carries (llmhttp.StatusOf), so the api can say whether the model is loading, unreadable or down.
 func backendStatus(err error) error {
-	return llama.StatusOf(llama.Code(err), err.Error(), err).Err()
+	return llmhttp.StatusOf(llmhttp.Code(err), err.Error(), err).Err()
 }

@@ -36,7 +36,7 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/toolname"
-	"github.com/toolmesh/toolmesh/services/inference/llama"
+	"github.com/toolmesh/toolmesh/services/inference/llmhttp"
 )
 
 // Defaults applied by New to zero fields of Config.
@@ -70,7 +70,7 @@ type Config struct {
 
 // Validate reports the first bad field.
 func (c Config) Validate() error {
-	u, err := llama.ParseBaseURL("chat", c.URL)
+	u, err := llmhttp.ParseBaseURL("chat", c.URL)
 	if err != nil {
 		return err
 	}
@@ -528,14 +528,14 @@ func parseArguments(raw json.RawMessage) (map[string]any, error) {
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("not valid JSON (%v): %s", err, llama.Snippet(text))
+		return nil, fmt.Errorf("not valid JSON (%v): %s", err, llmhttp.Snippet(text))
 	}
 	if dec.More() {
-		return nil, fmt.Errorf("not valid JSON (text after the object): %s", llama.Snippet(text))
+		return nil, fmt.Errorf("not valid JSON (text after the object): %s", llmhttp.Snippet(text))
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("not a JSON object: %s", llama.Snippet(text))
+		return nil, fmt.Errorf("not a JSON object: %s", llmhttp.Snippet(text))
 	}
 	return numbersToFloat(m).(map[string]any), nil
 }
@@ -573,7 +573,7 @@ func modelError(finish, msg string, raw []byte) *Error {
 
 // badAnswer is Unavailable for the reason llama's is: an unreadable answer is a bad gateway.
 func badAnswer(err error, raw []byte) *Error {
-	return &Error{Op: "parse", Code: codes.Unavailable, Message: fmt.Sprintf("unreadable answer (%v): %s", err, llama.Snippet(raw)), err: err, sentinel: llama.ErrUnreadable}
+	return &Error{Op: "parse", Code: codes.Unavailable, Message: fmt.Sprintf("unreadable answer (%v): %s", err, llmhttp.Snippet(raw)), err: err, sentinel: llmhttp.ErrUnreadable}
 }
 
 // errTimeout is the cause of a context that ran out of Timeout.
@@ -594,7 +594,7 @@ func (c *Client) send(ctx context.Context, body []byte, accept string) (*http.Re
 	if c.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
 	}
-	resp, err := llama.Do(c.hc, req)
+	resp, err := llmhttp.Do(c.hc, req)
 	if err != nil {
 		return nil, c.transportError(ctx, err)
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/toolname"
 	"github.com/toolmesh/toolmesh/services/inference/chat/chattest"
-	"github.com/toolmesh/toolmesh/services/inference/llama"
+	"github.com/toolmesh/toolmesh/services/inference/llmhttp"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata golden files")
@@ -294,13 +294,13 @@ func TestErrors(t *testing.T) {
 		sentinel error
 		has      string
 	}{
-		{"llama.cpp loading", chattest.Reply{Status: 503, Body: `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`}, codes.Unavailable, llama.ErrNotReady, `"Loading model"`},
+		{"llama.cpp loading", chattest.Reply{Status: 503, Body: `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`}, codes.Unavailable, llmhttp.ErrNotReady, `"Loading model"`},
 		{"llama.cpp --no-jinja", chattest.Reply{Status: 500, Body: `{"error":{"code":500,"message":"tools param requires --jinja flag","type":"server_error"}}`}, codes.InvalidArgument, nil, "start"},
 		{"503 bare", chattest.Reply{Status: 503, Body: `upstream down`}, codes.Unavailable, nil, "upstream down"},
 		{"llama.cpp bad request", chattest.Reply{Status: 400, Body: `{"error":{"code":400,"message":"tools param requires --jinja flag","type":"invalid_request_error"}}`}, codes.InvalidArgument, nil, "requires --jinja"},
-		{"llama.cpp context", chattest.Reply{Status: 400, Body: `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}`}, codes.ResourceExhausted, llama.ErrContextExceeded, "exceeds the available context size"},
-		{"OpenAI context", chattest.Reply{Status: 400, Body: chattest.APIErrorBody("This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.", "invalid_request_error", "context_length_exceeded")}, codes.ResourceExhausted, llama.ErrContextExceeded, "maximum context length"},
-		{"vLLM old shape", chattest.Reply{Status: 400, Body: `{"object":"error","message":"This model's maximum context length is 2048 tokens.","type":"BadRequestError","param":null,"code":400}`}, codes.ResourceExhausted, llama.ErrContextExceeded, "2048"},
+		{"llama.cpp context", chattest.Reply{Status: 400, Body: `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}`}, codes.ResourceExhausted, llmhttp.ErrContextExceeded, "exceeds the available context size"},
+		{"OpenAI context", chattest.Reply{Status: 400, Body: chattest.APIErrorBody("This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.", "invalid_request_error", "context_length_exceeded")}, codes.ResourceExhausted, llmhttp.ErrContextExceeded, "maximum context length"},
+		{"vLLM old shape", chattest.Reply{Status: 400, Body: `{"object":"error","message":"This model's maximum context length is 2048 tokens.","type":"BadRequestError","param":null,"code":400}`}, codes.ResourceExhausted, llmhttp.ErrContextExceeded, "2048"},
 		{"OpenAI 401", chattest.Reply{Status: 401, Body: chattest.APIErrorBody("Incorrect API key provided.", "invalid_request_error", "invalid_api_key")}, codes.Unauthenticated, nil, "Incorrect API key"},
 		{"429", chattest.Reply{Status: 429, Body: chattest.APIErrorBody("Rate limit reached", "requests", "rate_limit_exceeded")}, codes.ResourceExhausted, nil, "Rate limit"},
 		{"Ollama model missing", chattest.Reply{Status: 404, Body: chattest.APIErrorBody(`model "llama9" not found, try pulling it first`, "api_error", nil)}, codes.NotFound, nil, "try pulling"},
@@ -323,7 +323,7 @@ func TestErrors(t *testing.T) {
 				t.Errorf("%v does not match %v", err, tc.sentinel)
 			}
 			// A context overflow is told from a rate limit (both RESOURCE_EXHAUSTED) by its reason.
-			if tooLong := errreason.Of(err) == errreason.ContextTooLong; tooLong != (tc.sentinel == llama.ErrContextExceeded) {
+			if tooLong := errreason.Of(err) == errreason.ContextTooLong; tooLong != (tc.sentinel == llmhttp.ErrContextExceeded) {
 				t.Errorf("reason %q: want %s exactly for a context overflow", errreason.Of(err), errreason.ContextTooLong)
 			}
 			if !strings.Contains(err.Error(), tc.has) {

@@ -15,7 +15,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/toolname"
-	"github.com/toolmesh/toolmesh/services/inference/llama"
+	"github.com/toolmesh/toolmesh/services/inference/llmhttp"
 )
 
 // ComposeResult is how a composed answer ended.
@@ -181,7 +181,7 @@ type chunk struct {
 // the usage), then `data: [DONE]`. Usage is taken from whichever chunk carries it (older
 // llama-server builds put it on the finish_reason chunk).
 func (c *Client) readStream(ctx context.Context, body io.Reader, fn func(string) error) (*ComposeResult, error) {
-	sse := llama.NewSSEReader(body, nil)
+	sse := llmhttp.NewSSEReader(body, nil)
 	res := &ComposeResult{}
 	var answer strings.Builder
 	for {
@@ -196,7 +196,7 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, fn func(string)
 			return res, nil
 		case errors.Is(err, io.EOF):
 			return nil, &Error{Op: "chat", Code: codes.Unavailable, Message: "the stream ended before its last chunk (no finish_reason, no [DONE])"}
-		case errors.Is(err, llama.ErrEventTooLarge):
+		case errors.Is(err, llmhttp.ErrEventTooLarge):
 			return nil, &Error{Op: "chat", Code: codes.Internal, Message: err.Error()}
 		default:
 			return nil, c.transportError(ctx, err)

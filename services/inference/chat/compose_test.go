@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/toolmesh/toolmesh/services/inference/chat/chattest"
-	"github.com/toolmesh/toolmesh/services/inference/llama"
+	"github.com/toolmesh/toolmesh/services/inference/llmhttp"
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
 )
@@ -99,7 +99,7 @@ func TestCompose(t *testing.T) {
 		{name: "old llama.cpp error field", reply: chattest.Reply{Pieces: []string{"a"}, StreamError: `{"code":500,"message":"slot died","type":"server_error"}`, OldErrorFraming: true},
 			deltas: []string{"a"}, code: codes.Internal, has: "slot died"},
 		{name: "context error in stream", reply: chattest.Reply{StreamError: llamaCtx},
-			code: codes.ResourceExhausted, sentinel: llama.ErrContextExceeded, has: "exceeds the available context size"},
+			code: codes.ResourceExhausted, sentinel: llmhttp.ErrContextExceeded, has: "exceeds the available context size"},
 		{name: "OpenAI error event", reply: chattest.Reply{StreamError: chattest.APIErrorBody("Rate limit reached", "requests", "rate_limit_exceeded")},
 			code: codes.ResourceExhausted, has: "Rate limit reached"},
 		{name: "vLLM error event", reply: chattest.Reply{StreamError: `{"object":"error","message":"engine dead","type":"InternalServerError","code":500}`},
@@ -107,9 +107,9 @@ func TestCompose(t *testing.T) {
 		{name: "connection dropped", reply: chattest.Reply{Pieces: []string{"half"}, Cut: true},
 			deltas: []string{"half"}, code: codes.Unavailable, has: "ended before its last chunk"},
 		{name: "503 loading", reply: chattest.Reply{Status: 503, Body: `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`},
-			code: codes.Unavailable, sentinel: llama.ErrNotReady, has: "Loading model"},
+			code: codes.Unavailable, sentinel: llmhttp.ErrNotReady, has: "Loading model"},
 		{name: "400 context", reply: chattest.Reply{Status: 400, Body: llamaCtx},
-			code: codes.ResourceExhausted, sentinel: llama.ErrContextExceeded, has: "400 Bad Request"},
+			code: codes.ResourceExhausted, sentinel: llmhttp.ErrContextExceeded, has: "400 Bad Request"},
 		{name: "401", reply: chattest.Reply{Status: 401, Body: chattest.APIErrorBody("Incorrect API key provided.", "invalid_request_error", "invalid_api_key")},
 			code: codes.Unauthenticated, has: "Incorrect API key"},
 		{name: "500 bare", reply: chattest.Reply{Status: 500, Body: "oops"}, code: codes.Internal, has: "oops"},
@@ -262,7 +262,7 @@ func TestDoubleStreamFraming(t *testing.T) {
 		if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 			t.Errorf("Content-Type %q", ct)
 		}
-		r := llama.NewSSEReader(resp.Body, nil)
+		r := llmhttp.NewSSEReader(resp.Body, nil)
 		var got []string
 		for {
 			data, _, err := r.Next()

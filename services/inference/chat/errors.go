@@ -10,13 +10,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/toolmesh/toolmesh/services/inference/llama"
+	"github.com/toolmesh/toolmesh/services/inference/llmhttp"
 )
 
 // Error is a failed chat completion. Code is the gRPC code the inference service answers
 // with; Message quotes the server's error.message when it gave one. Error implements
-// GRPCStatus, so status.Code(err) reads it through wrapping. It matches llama.ErrNotReady
-// (503 while loading) and llama.ErrContextExceeded (prompt over the context) with errors.Is,
+// GRPCStatus, so status.Code(err) reads it through wrapping. It matches llmhttp.ErrNotReady
+// (503 while loading) and llmhttp.ErrContextExceeded (prompt over the context) with errors.Is,
 // as the llama backend's errors do, and context.Canceled / context.DeadlineExceeded.
 type Error struct {
 	// Op is "chat" for the request, "parse" for an answer we cannot use.
@@ -81,10 +81,10 @@ func (e *Error) Unwrap() []error {
 }
 
 // GRPCStatus is the status the inference service returns for this error.
-func (e *Error) GRPCStatus() *status.Status { return llama.StatusOf(e.Code, e.Error(), e) }
+func (e *Error) GRPCStatus() *status.Status { return llmhttp.StatusOf(e.Code, e.Error(), e) }
 
-// Code is the gRPC code of err (see llama.Code, which reads any error carrying a status).
-func Code(err error) codes.Code { return llama.Code(err) }
+// Code is the gRPC code of err (see llmhttp.Code, which reads any error carrying a status).
+func Code(err error) codes.Code { return llmhttp.Code(err) }
 
 // errorBody is an error as the servers send it: OpenAI and Ollama
 // {"error":{"message","type","param","code":"string"|null}}, llama.cpp
@@ -140,7 +140,7 @@ func parseErrorBody(raw []byte) (errorBody, bool) {
 func statusError(httpStatus int, raw []byte) *Error {
 	body, ok := parseErrorBody(raw)
 	if !ok {
-		body = errorBody{Message: llama.Snippet(raw)}
+		body = errorBody{Message: llmhttp.Snippet(raw)}
 	}
 	if body.Message == "" {
 		body.Message = "(no message)"
@@ -160,7 +160,7 @@ func statusError(httpStatus int, raw []byte) *Error {
 func streamError(raw []byte) *Error {
 	body, ok := parseErrorBody(raw)
 	if !ok {
-		body = errorBody{Message: llama.Snippet(raw)}
+		body = errorBody{Message: llmhttp.Snippet(raw)}
 	}
 	if body.Message == "" {
 		body.Message = "(no message)"
@@ -179,14 +179,10 @@ func classify(httpStatus int, body errorBody) (codes.Code, error) {
 	msg := strings.ToLower(body.Message)
 	switch {
 	case body.Type == "exceed_context_size_error", body.Code == "context_length_exceeded",
-		strings.Contains(msg, "exceeds the available context size"),
-		strings.Contains(msg, "context size has been exceeded"),
-		strings.Contains(msg, "maximum context length"),
-		strings.Contains(msg, "input is too large"),
-		strings.Contains(msg, "prompt is too long"):
-		return codes.ResourceExhausted, llama.ErrContextExceeded
+		llmhttp.ContextExceeded(msg):
+		return codes.ResourceExhausted, llmhttp.ErrContextExceeded
 	case httpStatus == http.StatusServiceUnavailable && strings.Contains(msg, "loading model"):
-		return codes.Unavailable, llama.ErrNotReady
+		return codes.Unavailable, llmhttp.ErrNotReady
 	case strings.Contains(msg, "requires --jinja"):
 		// llama-server b11669 started with --no-jinja answers "tools" with
 		// 500 server_error "tools param requires --jinja flag": our request, not its fault.
@@ -215,5 +211,5 @@ func classify(httpStatus int, body errorBody) (codes.Code, error) {
 	if httpStatus == http.StatusNotFound {
 		return codes.NotFound, nil // a wrong URL, or a model the server does not have
 	}
-	return llama.HTTPStatusCode(httpStatus)
+	return llmhttp.HTTPStatusCode(httpStatus)
 }

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/toolmesh/toolmesh/internal/llamatest"
-	"github.com/toolmesh/toolmesh/services/inference/llama"
+	"github.com/toolmesh/toolmesh/services/inference/llmhttp"
 )
 
 // TestRealServer runs the client against a real llama-server (TOOLMESH_LLAMA_SERVER, from
@@ -52,7 +52,7 @@ func TestRealServer(t *testing.T) {
 
 	// A prompt over the 1024-token context: the server's 400 exceed_context_size_error.
 	_, err = c.Generate(ctx, Request{Query: strings.Repeat("word ", 1500), MaxTokens: 8})
-	if Code(err) != codes.ResourceExhausted || !errors.Is(err, llama.ErrContextExceeded) {
+	if Code(err) != codes.ResourceExhausted || !errors.Is(err, llmhttp.ErrContextExceeded) {
 		t.Errorf("over the context: %v (%v)", err, Code(err))
 	}
 }
@@ -100,7 +100,7 @@ func TestRealServerCompose(t *testing.T) {
 
 	// Over the context: refused with 400 before the stream starts.
 	_, err = c.Compose(t.Context(), ComposeRequest{Query: strings.Repeat("word ", 1500), MaxTokens: 8}, func(string) error { return nil })
-	if Code(err) != codes.ResourceExhausted || !errors.Is(err, llama.ErrContextExceeded) {
+	if Code(err) != codes.ResourceExhausted || !errors.Is(err, llmhttp.ErrContextExceeded) {
 		t.Errorf("over the context: %v (%v)", err, Code(err))
 	}
 
@@ -118,7 +118,7 @@ func TestRealServerCompose(t *testing.T) {
 // TestRealServerAfterAStream: llama-server closes the connection of a streamed answer without
 // saying so, and a request of a few KiB sent on it in that moment failed half-written
 // (UNAVAILABLE "use of closed network connection", 4 runs in 5 within 50 rounds on a busy
-// machine); it is sent again (llama.Do). Each round streams an answer and then sends a prompt
+// machine); it is sent again (llmhttp.Do). Each round streams an answer and then sends a prompt
 // over the context at once, which must get its own answer: RESOURCE_EXHAUSTED.
 func TestRealServerAfterAStream(t *testing.T) {
 	srv := llamatest.StartServer(t, llamatest.ServerOptions{CtxSize: 1024})

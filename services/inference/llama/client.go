@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/toolmesh/toolmesh/services/inference/llmhttp"
 )
 
 // Defaults applied by New to zero fields of Config.
@@ -107,28 +109,9 @@ func floatFlag(p **float64) func(string) error {
 	}
 }
 
-// ParseBaseURL checks a backend's base URL: absolute http or https with a host. Errors start
-// with owner and never quote credentials.
-func ParseBaseURL(owner, raw string) (*url.URL, error) {
-	if raw == "" {
-		return nil, fmt.Errorf("%s: URL: required", owner)
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%s: URL: not a valid URL", owner) // url errors quote user:password
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("%s: URL: scheme %q is not http or https", owner, u.Scheme)
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("%s: URL: %q has no host", owner, u.Redacted())
-	}
-	return u, nil
-}
-
 // Validate reports the first bad field.
 func (c Config) Validate() error {
-	if _, err := ParseBaseURL("llama", c.URL); err != nil {
+	if _, err := llmhttp.ParseBaseURL("llama", c.URL); err != nil {
 		return err
 	}
 	for _, d := range []struct {
@@ -237,7 +220,7 @@ func (c *Client) WaitReady(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return c.readyTimeout(ctx, cmp.Or(last, err))
 		}
-		if Code(err) != codes.Unavailable && Code(err) != codes.DeadlineExceeded {
+		if llmhttp.Code(err) != codes.Unavailable && llmhttp.Code(err) != codes.DeadlineExceeded {
 			return err
 		}
 		last = err
@@ -419,7 +402,7 @@ func pieceBytes(raw json.RawMessage) ([]byte, error) {
 	}
 	var bs []int
 	if err := json.Unmarshal(raw, &bs); err != nil {
-		return nil, fmt.Errorf("piece %s is neither a string nor bytes", Snippet(raw))
+		return nil, fmt.Errorf("piece %s is neither a string nor bytes", llmhttp.Snippet(raw))
 	}
 	out := make([]byte, len(bs))
 	for i, b := range bs {
@@ -499,7 +482,7 @@ func (c *Client) send(ctx context.Context, op, method, path string, body []byte)
 	if c.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
 	}
-	resp, err := Do(c.hc, req)
+	resp, err := llmhttp.Do(c.hc, req)
 	if err != nil {
 		return nil, c.transportError(ctx, op, err)
 	}
@@ -544,7 +527,7 @@ func (c *Client) transportError(ctx context.Context, op string, err error) *Erro
 // badAnswer is Unavailable: an answer we cannot read is a bad gateway, which gRPC's HTTP mapping
 // (502 → UNAVAILABLE) and our REST front (503) both tell the caller to retry or fix the backend.
 func badAnswer(op string, err error, raw []byte) *Error {
-	return &Error{Op: op, Code: codes.Unavailable, Message: fmt.Sprintf("unreadable answer (%v): %s", err, Snippet(raw)), err: err, sentinel: ErrUnreadable}
+	return &Error{Op: op, Code: codes.Unavailable, Message: fmt.Sprintf("unreadable answer (%v): %s", err, llmhttp.Snippet(raw)), err: err, sentinel: llmhttp.ErrUnreadable}
 }
 
 // redactError makes sure no error text carries the API key (a server or proxy may echo it).

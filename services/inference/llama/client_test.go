@@ -23,6 +23,7 @@ import (
 
 	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/eventually"
+	"github.com/toolmesh/toolmesh/services/inference/llmhttp"
 )
 
 // These tests run the client against llamatest.Double; real_test.go runs it against a real
@@ -89,7 +90,7 @@ func wantCode(t *testing.T, err error, code codes.Code) *Error {
 	if !errors.As(err, &e) {
 		t.Fatalf("err = %v (%T), want *llama.Error with code %v", err, err, code)
 	}
-	if e.Code != code || status.Code(err) != code || Code(err) != code {
+	if e.Code != code || status.Code(err) != code || llmhttp.Code(err) != code {
 		t.Fatalf("code = %v (status.Code %v), want %v; err: %v", e.Code, status.Code(err), code, err)
 	}
 	return e
@@ -139,7 +140,7 @@ func TestHealth(t *testing.T) {
 		d.Loading(1, old)
 		err := c.Health(ctx)
 		wantCode(t, err, codes.Unavailable)
-		if !errors.Is(err, ErrNotReady) {
+		if !errors.Is(err, llmhttp.ErrNotReady) {
 			t.Errorf("old=%v: Health while loading = %v, want ErrNotReady", old, err)
 		}
 	}
@@ -156,8 +157,8 @@ func TestHealth(t *testing.T) {
 	down, _ := newClient(t, closedURL(t), Config{ReadyTimeout: 100 * time.Millisecond})
 	err := down.Health(ctx)
 	wantCode(t, err, codes.Unavailable)
-	if errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "unreachable") {
-		t.Errorf("Health of a closed port = %v, want unreachable (not ErrNotReady)", err)
+	if errors.Is(err, llmhttp.ErrNotReady) || !strings.Contains(err.Error(), "unreachable") {
+		t.Errorf("Health of a closed port = %v, want unreachable (not llmhttp.ErrNotReady)", err)
 	}
 	start := time.Now()
 	err = down.WaitReady(ctx)
@@ -393,7 +394,7 @@ func TestStreamErrors(t *testing.T) {
 			if !slices.Equal(chunks, []string{"partial"}) {
 				t.Errorf("framing %d: chunks before the error = %q", framing, chunks)
 			}
-			if tc.code == codes.ResourceExhausted && !errors.Is(err, ErrContextExceeded) {
+			if tc.code == codes.ResourceExhausted && !errors.Is(err, llmhttp.ErrContextExceeded) {
 				t.Errorf("err = %v, want ErrContextExceeded", err)
 			}
 		}
@@ -425,7 +426,7 @@ func TestStatusErrors(t *testing.T) {
 		{"malformed grammar", CompletionRequest{Prompt: "x", Grammar: `root ::= "yes`}, codes.InvalidArgument,
 			"Failed to initialize samplers: failed to parse grammar", nil},
 		{"prompt over the context", CompletionRequest{Prompt: strings.Repeat("ab ", 40)}, codes.ResourceExhausted,
-			"request (122 tokens) exceeds the available context size (64 tokens), try increasing it", ErrContextExceeded},
+			"request (122 tokens) exceeds the available context size (64 tokens), try increasing it", llmhttp.ErrContextExceeded},
 		{"server error quoting the key", CompletionRequest{Prompt: "echo"}, codes.Internal, "bad key [redacted]", nil},
 		{"no slot", CompletionRequest{Prompt: "busy"}, codes.Unavailable, "no slot", nil},
 		{"bad gateway", CompletionRequest{Prompt: "proxy"}, codes.Unavailable, "<html>bad gateway</html>", nil},
@@ -445,10 +446,10 @@ func TestStatusErrors(t *testing.T) {
 			if strings.Contains(err.Error(), testKey) {
 				t.Errorf("%s: the API key is in the error: %v", tc.name, err)
 			}
-			if tc.is == ErrContextExceeded && (e.PromptTokens != 122 || e.ContextSize != 64) {
+			if tc.is == llmhttp.ErrContextExceeded && (e.PromptTokens != 122 || e.ContextSize != 64) {
 				t.Errorf("PromptTokens %d ContextSize %d, want 122 and 64", e.PromptTokens, e.ContextSize)
 			}
-			if tooLong := errreason.Of(err) == errreason.ContextTooLong; tooLong != (tc.is == ErrContextExceeded) {
+			if tooLong := errreason.Of(err) == errreason.ContextTooLong; tooLong != (tc.is == llmhttp.ErrContextExceeded) {
 				t.Errorf("%s (stream %v): reason %q; want %s only for a prompt over the context", tc.name, stream, errreason.Of(err), errreason.ContextTooLong)
 			}
 		}

@@ -1,7 +1,6 @@
 package llama
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -16,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/toolmesh/toolmesh/services/inference/llmhttp"
 )
 
 // Stop types of a finished completion (stop_type).
@@ -152,7 +153,7 @@ func (c *Client) CompleteStream(ctx context.Context, req CompletionRequest, fn f
 		return c.unstreamed(ctx, resp.Body, fn, start)
 	}
 
-	sse := NewSSEReader(resp.Body, func() { timer.Reset(idle) })
+	sse := llmhttp.NewSSEReader(resp.Body, func() { timer.Reset(idle) })
 	var text utf8Acc
 	var content strings.Builder
 	emit := func(b []byte, ev *event, final bool) error {
@@ -173,7 +174,7 @@ func (c *Client) CompleteStream(ctx context.Context, req CompletionRequest, fn f
 				return nil, &Error{Op: "completion", Code: codes.Unavailable,
 					Message: "stream ended before its last event (\"stop\": true)"}
 			}
-			if ctx.Err() == nil && errors.Is(err, ErrEventTooLarge) {
+			if ctx.Err() == nil && errors.Is(err, llmhttp.ErrEventTooLarge) {
 				return nil, &Error{Op: "completion", Code: codes.Internal, Message: err.Error()}
 			}
 			return nil, c.transportError(ctx, "completion", err)
@@ -186,7 +187,7 @@ func (c *Client) CompleteStream(ctx context.Context, req CompletionRequest, fn f
 			// Before llama.cpp PR #16109 (Sept 2025): `error: {"code","message","type"}`.
 			b, _, ok := parseErrorObject(errField)
 			if !ok {
-				b = errorBody{Message: Snippet(errField)}
+				b = errorBody{Message: llmhttp.Snippet(errField)}
 			}
 			return nil, c.redactError(streamError(b))
 		}
@@ -202,7 +203,7 @@ func (c *Client) CompleteStream(ctx context.Context, req CompletionRequest, fn f
 			// Since PR #16109: `data: {"error":{"code","message","type"}}`.
 			b, _, ok := parseErrorObject(data)
 			if !ok {
-				b = errorBody{Message: Snippet(ev.Error)}
+				b = errorBody{Message: llmhttp.Snippet(ev.Error)}
 			}
 			return nil, c.redactError(streamError(b))
 		}
@@ -358,91 +359,6 @@ func (ev *event) completion(content string) *Completion {
 	}
 }
 
-// ErrEventTooLarge is returned by SSEReader.Next for an event over 16 MiB.
-var ErrEventTooLarge = fmt.Errorf("stream event larger than %d bytes", maxResponseBytes)
-
-// SSEReader reads server-sent events (https://html.spec.whatwg.org/multipage/server-sent-events.html):
-// `field: value` lines, an event ends at a blank line, lines starting with ':' are comments
-// (llama-server's pings). Both backends read their streams with it: /completion here, the
-// OpenAI-compatible /v1/chat/completions in package chat.
-type SSEReader struct {
-	r      *bufio.Reader
-	onLine func()
-}
-
-// NewSSEReader reads events from r; onLine, if not nil, is called for every line read (to
-// reset an idle timer).
-func NewSSEReader(r io.Reader, onLine func()) *SSEReader {
-	if onLine == nil {
-		onLine = func() {}
-	}
-	// Events are small; a longer line is read in pieces (see line), so a small buffer does.
-	return &SSEReader{r: bufio.NewReaderSize(r, 4<<10), onLine: onLine}
-}
-
-// Next returns the next event's data, or the value of llama-server's old non-standard
-// `error:` field (before PR #16109). At the end of the stream it returns io.EOF; an event
-// whose blank line is missing at the end is still returned.
-func (s *SSEReader) Next() (data, errField []byte, err error) {
-	var buf []byte
-	has := false
-	for {
-		line, err := s.line()
-		if err != nil {
-			if errors.Is(err, io.EOF) && (has || errField != nil) {
-				// The last event lost its blank line: use it anyway.
-				return buf, errField, nil
-			}
-			return nil, nil, err
-		}
-		s.onLine()
-		if len(line) == 0 {
-			if errField != nil || has {
-				return buf, errField, nil
-			}
-			continue
-		}
-		if line[0] == ':' {
-			continue
-		}
-		name, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(name) {
-		case "data":
-			if has {
-				buf = append(buf, '\n')
-			}
-			buf = append(buf, value...)
-			has = true
-		case "error":
-			errField = append(errField[:0], value...)
-		}
-	}
-}
-
-// line reads one line without its line ending (\n, \r\n or \r\n-less at EOF).
-func (s *SSEReader) line() ([]byte, error) {
-	var out []byte
-	for {
-		frag, err := s.r.ReadSlice('\n')
-		if len(out)+len(frag) > maxResponseBytes {
-			return nil, ErrEventTooLarge
-		}
-		out = append(out, frag...)
-		switch {
-		case err == nil:
-			out = out[:len(out)-1]
-			return bytes.TrimSuffix(out, []byte("\r")), nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF) && len(out) > 0:
-			return bytes.TrimSuffix(out, []byte("\r")), nil
-		default:
-			return nil, err
-		}
-	}
-}
-
 // utf8Acc turns a stream of bytes into whole UTF-8 characters: a character whose bytes came in
 // different events is held back until it is complete.
 type utf8Acc struct{ pending []byte }
@@ -486,7 +402,7 @@ func unquoteRaw(raw json.RawMessage) ([]byte, error) {
 		return nil, nil
 	}
 	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
-		return nil, fmt.Errorf("content is not a string: %s", Snippet(raw))
+		return nil, fmt.Errorf("content is not a string: %s", llmhttp.Snippet(raw))
 	}
 	s := raw[1 : len(raw)-1]
 	if bytes.IndexByte(s, '\\') < 0 {

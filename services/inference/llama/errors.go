@@ -1,9 +1,7 @@
 package llama
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -12,20 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/toolmesh/toolmesh/internal/errreason"
-)
-
-// Sentinels that *Error matches with errors.Is.
-var (
-	// ErrNotReady: the server is up but still loading its model (503 "Loading model", or the
-	// old {"status":"loading model"}). Code Unavailable; retry later.
-	ErrNotReady = errors.New("llama-server is loading the model")
-	// ErrContextExceeded: the prompt (plus what is asked for) does not fit the slot's context
-	// (exceed_context_size_error). Code ResourceExhausted.
-	ErrContextExceeded = errors.New("prompt exceeds the context size")
-	// ErrUnreadable: the server answered something that is not llama-server's (or an
-	// OpenAI-compatible server's) answer. Code Unavailable.
-	ErrUnreadable = errors.New("unreadable answer")
+	"github.com/toolmesh/toolmesh/services/inference/llmhttp"
 )
 
 // Error is a failed llama-server call. Code is the gRPC code the inference service answers
@@ -80,7 +65,7 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the cause and the matching sentinel (ErrNotReady, ErrContextExceeded,
+// Unwrap returns the cause and the matching sentinel (llmhttp.ErrNotReady, ErrContextExceeded,
 // context.Canceled, context.DeadlineExceeded), if any.
 func (e *Error) Unwrap() []error {
 	var errs []error
@@ -94,48 +79,7 @@ func (e *Error) Unwrap() []error {
 }
 
 // GRPCStatus is the status the inference service returns for this error.
-func (e *Error) GRPCStatus() *status.Status { return StatusOf(e.Code, e.Error(), e) }
-
-// StatusOf is the status of a model backend's error (this package's and the chat backend's):
-// an UNAVAILABLE says why in its reason, so the api tells a loading model, an unreadable answer
-// and a model server that is down from an inference service it cannot reach; a prompt over the
-// context is RESOURCE_EXHAUSTED with errreason.ContextTooLong, so the api tells it from a rate
-// limit.
-func StatusOf(code codes.Code, msg string, err error) *status.Status {
-	if code == codes.ResourceExhausted && errors.Is(err, ErrContextExceeded) {
-		return errreason.Status(code, errreason.ContextTooLong, msg)
-	}
-	if code != codes.Unavailable {
-		return status.New(code, msg)
-	}
-	reason := errreason.BackendUnavailable
-	switch {
-	case errors.Is(err, ErrNotReady):
-		reason = errreason.NotReady
-	case errors.Is(err, ErrUnreadable):
-		reason = errreason.BackendUnreadable
-	}
-	return errreason.Status(code, reason, msg)
-}
-
-// Code is the gRPC code of err: the code of any error in its chain that carries a gRPC status
-// (this package's *Error, the chat backend's), Canceled or DeadlineExceeded for context
-// errors, OK for nil and Unknown otherwise.
-func Code(err error) codes.Code {
-	if err == nil {
-		return codes.OK
-	}
-	var e interface{ GRPCStatus() *status.Status }
-	switch {
-	case errors.As(err, &e):
-		return e.GRPCStatus().Code()
-	case errors.Is(err, context.Canceled):
-		return codes.Canceled
-	case errors.Is(err, context.DeadlineExceeded):
-		return codes.DeadlineExceeded
-	}
-	return codes.Unknown
-}
+func (e *Error) GRPCStatus() *status.Status { return llmhttp.StatusOf(e.Code, e.Error(), e) }
 
 // errorBody is the server's error object: {"code":400,"message":"...","type":"...",
 // "n_prompt_tokens":N,"n_ctx":N}.
@@ -187,7 +131,7 @@ func parseErrorObject(raw []byte) (body errorBody, loadingOld, ok bool) {
 func statusError(op string, httpStatus int, raw []byte) *Error {
 	body, loadingOld, ok := parseErrorObject(raw)
 	if !ok {
-		body = errorBody{Message: Snippet(raw)}
+		body = errorBody{Message: llmhttp.Snippet(raw)}
 	}
 	e := &Error{
 		Op: op, HTTPStatus: httpStatus, Type: body.Type, Message: body.Message,
@@ -220,13 +164,10 @@ func streamError(body errorBody) *Error {
 func classify(httpStatus int, body errorBody, loadingOld bool) (codes.Code, error) {
 	msg := strings.ToLower(body.Message)
 	switch {
-	case body.Type == "exceed_context_size_error",
-		strings.Contains(msg, "exceeds the available context size"),
-		strings.Contains(msg, "context size has been exceeded"),
-		strings.Contains(msg, "input is too large"):
-		return codes.ResourceExhausted, ErrContextExceeded
+	case body.Type == "exceed_context_size_error", llmhttp.ContextExceeded(msg):
+		return codes.ResourceExhausted, llmhttp.ErrContextExceeded
 	case loadingOld, httpStatus == http.StatusServiceUnavailable && strings.Contains(msg, "loading model"):
-		return codes.Unavailable, ErrNotReady
+		return codes.Unavailable, llmhttp.ErrNotReady
 	}
 	switch body.Type {
 	case "invalid_request_error":
@@ -242,44 +183,5 @@ func classify(httpStatus int, body errorBody, loadingOld bool) (codes.Code, erro
 	case "server_error":
 		return codes.Internal, nil
 	}
-	return HTTPStatusCode(httpStatus)
-}
-
-// HTTPStatusCode is the gRPC code for an HTTP status whose body said nothing more specific;
-// 413 also matches ErrContextExceeded.
-func HTTPStatusCode(httpStatus int) (codes.Code, error) {
-	switch {
-	case httpStatus == http.StatusUnauthorized:
-		return codes.Unauthenticated, nil
-	case httpStatus == http.StatusForbidden:
-		return codes.PermissionDenied, nil
-	case httpStatus == http.StatusNotFound, httpStatus == http.StatusNotImplemented,
-		httpStatus == http.StatusMethodNotAllowed:
-		return codes.Unimplemented, nil
-	case httpStatus == http.StatusRequestTimeout, httpStatus == http.StatusGatewayTimeout:
-		return codes.DeadlineExceeded, nil
-	case httpStatus == http.StatusTooManyRequests:
-		return codes.ResourceExhausted, nil
-	case httpStatus == http.StatusRequestEntityTooLarge:
-		return codes.ResourceExhausted, ErrContextExceeded
-	case httpStatus == http.StatusBadGateway, httpStatus == http.StatusServiceUnavailable:
-		return codes.Unavailable, nil
-	case httpStatus >= 400 && httpStatus < 500:
-		return codes.InvalidArgument, nil
-	case httpStatus >= 500:
-		return codes.Internal, nil
-	}
-	return codes.Unknown, nil
-}
-
-// Snippet is the start of a body as one printable line, for error messages.
-func Snippet(raw []byte) string {
-	s := strings.Join(strings.Fields(strings.ToValidUTF8(string(raw), "\uFFFD")), " ")
-	if s == "" {
-		return "(empty body)"
-	}
-	if r := []rune(s); len(r) > 200 {
-		s = string(r[:200]) + "…"
-	}
-	return s
+	return llmhttp.HTTPStatusCode(httpStatus)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/llamatest"
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
+	"github.com/toolmesh/toolmesh/services/inference/llmhttp"
 )
 
 // TestRealServer runs the client against a real llama-server (TOOLMESH_LLAMA_SERVER, from
@@ -168,7 +169,7 @@ func TestRealServer(t *testing.T) {
 				_, err = c.Complete(ctx, req)
 			}
 			e := wantCode(t, err, codes.ResourceExhausted)
-			if !errors.Is(err, ErrContextExceeded) || e.Type != "exceed_context_size_error" ||
+			if !errors.Is(err, llmhttp.ErrContextExceeded) || e.Type != "exceed_context_size_error" ||
 				e.PromptTokens != 4502 || len(llamatest.Tokenize(prompt, true, true)) != 4502 || e.ContextSize != 4096 || !strings.Contains(e.Message, "exceeds the available context size") {
 				t.Errorf("stream %v: %+v", stream, e)
 			}
@@ -267,12 +268,12 @@ func TestRealServerLoading(t *testing.T) {
 		err := c.Health(ctx)
 		switch {
 		case err == nil:
-		case errors.Is(err, ErrNotReady):
+		case errors.Is(err, llmhttp.ErrNotReady):
 			seen["loading"]++
 			if e := wantCode(t, err, codes.Unavailable); e.HTTPStatus != 503 || e.Message != "Loading model" || e.Type != "unavailable_error" {
 				t.Errorf("loading: %+v", e)
 			}
-		case Code(err) == codes.Unavailable:
+		case llmhttp.Code(err) == codes.Unavailable:
 			seen["unreachable"]++
 		default:
 			t.Fatalf("Health while starting: %v", err)

@@ -1,4 +1,4 @@
-package llama
+package llmhttp
 
 import (
 	"net/http"
