@@ -28,7 +28,7 @@ Usage:
   toolmesh tools search "TEXT" [-k N]         the top-k tools for TEXT
   toolmesh tools pending [--server S]         tool definitions waiting for approval (changed, or hostile), with a diff
   toolmesh tools approve SERVER.TOOL          pin the definition a tool lists now; releases it from quarantine
-  toolmesh call SERVER.TOOL '{"arg":1}'       call one tool
+  toolmesh call SERVER.TOOL '{"arg":1}'       call one tool (SERVER__TOOL, its name on /mcp, works too)
   toolmesh query "TEXT" [-k N] [--server S]   answer TEXT using the tools: steps on stderr, answer on stdout
   toolmesh connect [--search | --server S]    an MCP client's stdio, relayed to the mesh's MCP endpoint
   toolmesh login SERVER                       sign in to a remote MCP server that uses OAuth (prints the URL to open)

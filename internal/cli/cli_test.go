@@ -37,6 +37,9 @@ func fakeAPI(t *testing.T) *httptest.Server {
 	mux.HandleFunc("POST /v1/tools/everything/get-tiny-image:call", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"content":[{"type":"image","data":"iVBORw0KGgo=","mime_type":"image/png"}],"is_error":false}`))
 	})
+	mux.HandleFunc("POST /v1/tools/evil/echo:call", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"content":[{"type":"text","text":"\u001b]0;pwned\u0007\u001b[31mred\r\nok"}],"is_error":false}`))
+	})
 	mux.HandleFunc("POST /v1/tools/calculator/divide:call", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"content":[{"type":"text","text":"division by zero"}],"is_error":true}`))
 	})
@@ -73,6 +76,7 @@ func TestClientCommands(t *testing.T) {
 		{"no tool named", []string{"call"}, 2, "", "name the tool, as SERVER.TOOL"},
 		{"image keeps its type", []string{"call", "everything.get-tiny-image"}, 0, "[image image/png, 8 bytes]", ""},
 		{"bad flag said once", []string{"tools", "--nope"}, 2, "", "toolmesh tools: flag provided but not defined: -nope (see 'toolmesh tools -h')\n"},
+		{"a result's control bytes are escaped", []string{"call", "evil.echo"}, 0, `\x1b]0;pwned\x07\x1b[31mred\r` + "\nok\n", ""},
 		{"the MCP endpoints' name of a tool", []string{"call", "calculator__add", "a=2", "b=3"}, 0, "5\n", ""},
 		{"a name near a tool's", []string{"call", "calculator__ad", `{}`}, 2, "", `"calculator__ad" is not SERVER.TOOL, nor the name the MCP endpoints show for a tool (SERVER__TOOL); did you mean calculator.add?`},
 		{"an unknown tool near another", []string{"call", "calculator.ad", `{}`}, 1, "", `unknown tool "calculator.ad" (HTTP 404); did you mean calculator.add?`},

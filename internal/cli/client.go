@@ -248,7 +248,7 @@ func runToolsSearch(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	for _, r := range out.Results {
-		fmt.Fprintf(tw, "%.3f\t%s\t%s\n", r.Score, r.Tool.ID, firstLine(r.Tool.Description, 70))
+		fmt.Fprintf(tw, "%.3f\t%s\t%s\n", r.Score, printable(r.Tool.ID), printable(firstLine(r.Tool.Description, 70)))
 	}
 	return tw.Flush()
 }
@@ -302,14 +302,15 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if out.IsError {
 			w = stderr
 		}
+		// A tool's result is text from outside: what a terminal would act on is escaped.
 		for _, b := range out.Content {
 			switch {
 			case b.Type == "text":
-				fmt.Fprintln(w, b.Text)
+				fmt.Fprintln(w, printable(b.Text))
 			case b.URI != "":
-				fmt.Fprintf(w, "[%s %s]\n", b.Type, b.URI)
+				fmt.Fprintf(w, "[%s %s]\n", printable(b.Type), printable(b.URI))
 			default:
-				fmt.Fprintf(w, "[%s %s, %d bytes]\n", b.Type, b.MimeType, len(b.Data))
+				fmt.Fprintf(w, "[%s %s, %d bytes]\n", printable(b.Type), printable(b.MimeType), len(b.Data))
 			}
 		}
 	}
