@@ -101,6 +101,7 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 	mcfg.RPCTimeout = cfg.RPCTimeout
 	mcfg.HostAllowed = web.HostAllowed // one Host rule for the whole REST port, /mcp included
 	s.mcp = mcpface.New(mcfg, s.tools, exec, pol, logger, tel)
+	s.mcp.ServeContext(s.prompts, exec)
 	switch {
 	case cfg.LocalRetriever != nil:
 		s.tools.retriever = cfg.LocalRetriever

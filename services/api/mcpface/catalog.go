@@ -298,6 +298,10 @@ func (f *Face) serverViewFor(name string) *view {
 	f.mu.Unlock()
 	if !ok {
 		f.fillServerView(v, f.state.published())
+		f.ctxMu.Lock()
+		l := f.ctxLists
+		f.ctxMu.Unlock()
+		f.fillContext(v, l)
 	}
 	return v
 }

@@ -35,6 +35,7 @@ package mcpface
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -180,6 +181,14 @@ type Face struct {
 
 	state   *catalogState
 	changed chan struct{} // a change of the catalog waits to be published (capacity 1)
+
+	// The MCP servers' prompts and resources (prompts.go): where they are got and listed
+	// from (nil: none served), and the last lists, for a server view made later.
+	ctxAPI   ContextAPI
+	ctxExec  ContextExecutor
+	ctxMu    sync.Mutex
+	ctxLists *contextLists
+	ctxSet   map[*view][sha256.Size]byte // fingerprint of what each view was given last
 }
 
 // New builds the face; nothing is served until its handler is mounted and nothing is listed
@@ -193,7 +202,8 @@ func New(cfg Config, tools Tools, exec Executor, pol *policy.Policy, logger *slo
 		logger = slog.New(slog.DiscardHandler)
 	}
 	f := &Face{cfg: cfg, log: logger, tools: tools, exec: exec, policy: pol, ins: newInstruments(tel),
-		servers: map[string]*view{}, state: newCatalogState(), changed: make(chan struct{}, 1)}
+		servers: map[string]*view{}, state: newCatalogState(), changed: make(chan struct{}, 1),
+		ctxSet: map[*view][sha256.Size]byte{}}
 	f.catalog = f.newView(viewCatalog, "")
 	f.search = f.newView(viewSearch, "")
 	f.search.mcp.AddTools(f.searchTools()...)
@@ -213,10 +223,14 @@ func New(cfg Config, tools Tools, exec Executor, pol *policy.Policy, logger *slo
 // Run follows the executor's catalog until ctx ends, publishing its changes.
 func (f *Face) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		f.publishLoop(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		f.followContext(ctx)
 	}()
 	go func() {
 		defer wg.Done()
