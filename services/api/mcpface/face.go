@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
@@ -189,6 +190,8 @@ type Face struct {
 	ctxMu    sync.Mutex
 	ctxLists *contextLists
 	ctxSet   map[*view][sha256.Size]byte // fingerprint of what each view was given last
+	// ctxFiltered: the views filter prompts and resources by token (contextFilters).
+	ctxFiltered atomic.Bool
 }
 
 // New builds the face; nothing is served until its handler is mounted and nothing is listed

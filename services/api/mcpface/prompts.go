@@ -182,8 +182,8 @@ func (f *Face) syncContext(ctx context.Context) {
 // fillContext gives v the prompts, resources and templates of l it serves: all of them on the
 // catalog, its server's on a server's view. mcp-go tells v's clients when they change.
 func (f *Face) fillContext(v *view, l *contextLists) {
-	if l == nil || f.ctxAPI == nil {
-		return
+	if l == nil || f.ctxAPI == nil || !f.ctxFiltered.Load() {
+		return // nothing is served unfiltered by the caller's token
 	}
 	mine := func(server string) bool { return v.kind == viewCatalog || server == v.server }
 	var ids []string
@@ -308,6 +308,7 @@ func contextFailure(err error) error {
 // contextFilters are the view's filters of prompts, resources and templates by the caller's
 // token: what it may not see is left out as if it did not exist.
 func (f *Face) contextFilters(hooks *server.Hooks) server.ServerOption {
+	f.ctxFiltered.Store(true)
 	hooks.AddAfterListResources(func(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
 		if res != nil {
 			res.Resources = slices.DeleteFunc(res.Resources, func(r mcp.Resource) bool { return !f.sees(ctx, r.Meta) })
