@@ -93,9 +93,10 @@ func startMeshToken(t *testing.T, token string, extra ...string) *mesh {
 	d := llamatest.NewDouble(t, llamatest.DoubleOptions{})
 	m := &scriptedModel{scripts: map[string]script{}}
 	d.ScriptFunc(m.reply)
+	// The executor, retriever and inference as `up` runs them: called in the process (no
+	// listener); a test that needs them on gRPC gives their addresses in extra.
 	args := append([]string{
-		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
-		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
+		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0",
 		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0",
 		"--drain-timeout=2s", "--llm-url=" + d.URL,
 	}, extra...)
