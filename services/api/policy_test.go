@@ -12,7 +12,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -231,19 +230,8 @@ func TestModelCallsMarked(t *testing.T) {
 // TestPolicyOverGRPC: the api's gRPC front (which REST goes through too) refuses what a
 // token's scope does not cover with PermissionDenied naming the tool and the rule.
 func TestPolicyOverGRPC(t *testing.T) {
-	const tokenCalc, tokenOps = "calc-token-0123456789abcdef", "ops-token-0123456789abcdef"
-	cfg := testConfig("", "")
-	cfg.Tokens = "calc:" + tokenCalc + ",ops:" + tokenOps
-	cfg.Policy = policy.Config{Tokens: map[string]policy.Scope{
-		"calc": {Call: []string{"calc"}},
-		"ops":  {Call: []string{"*"}, Query: true},
-	}}
 	exec := &recordingExecutor{text: "5"}
-	conn := startAgent(t, cfg, exec, &searchingRetriever{tools: []*toolmeshv1.Tool{readOnlyTool("calc.add")}}, &steeredModel{steer: "calc.add"})
-	tools, agent := toolmeshv1.NewToolServiceClient(conn), toolmeshv1.NewAgentServiceClient(conn)
-	as := func(token string) context.Context {
-		return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
-	}
+	tools, agent := startScoped(t, exec, policy.Scope{Call: []string{"calc"}})
 	cases := []struct {
 		name string
 		err  error

@@ -17,6 +17,24 @@ import (
 	"github.com/toolmesh/toolmesh/internal/policy"
 )
 
+const tokenCalc, tokenOps = "calc-token-0123456789abcdef", "ops-token-0123456789abcdef"
+
+// startScoped runs the api over the doubles with two tokens: calc, with the scope calc, and ops,
+// which may call every tool and ask questions. as gives a token's outgoing context.
+func startScoped(t *testing.T, exec *recordingExecutor, calc policy.Scope) (toolmeshv1.ToolServiceClient, toolmeshv1.AgentServiceClient) {
+	t.Helper()
+	cfg := testConfig("", "")
+	cfg.Tokens = "calc:" + tokenCalc + ",ops:" + tokenOps
+	cfg.Policy = policy.Config{Tokens: map[string]policy.Scope{"calc": calc, "ops": {Call: []string{"*"}, Query: true}}}
+	conn := startAgent(t, cfg, exec, &searchingRetriever{tools: []*toolmeshv1.Tool{readOnlyTool("calc.add")}}, &steeredModel{steer: "calc.add"})
+	return toolmeshv1.NewToolServiceClient(conn), toolmeshv1.NewAgentServiceClient(conn)
+}
+
+// as is the outgoing context of a request with token.
+func as(token string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
+}
+
 // doubleServers are the servers recordingExecutor says are configured.
 var doubleServers = []string{"calc", "db", "notes"}
 
@@ -41,19 +59,8 @@ func (e *recordingExecutor) ListTools(_ context.Context, req *toolmeshv1.Executo
 // and a server it may not list reads exactly like one that does not exist. GET
 // /v1/tools?server= keeps its NOT_FOUND, with the same list.
 func TestUnknownServers(t *testing.T) {
-	const tokenCalc, tokenOps = "calc-token-0123456789abcdef", "ops-token-0123456789abcdef"
-	cfg := testConfig("", "")
-	cfg.Tokens = "calc:" + tokenCalc + ",ops:" + tokenOps
-	cfg.Policy = policy.Config{Tokens: map[string]policy.Scope{
-		"calc": {Call: []string{"calc"}, Query: true},
-		"ops":  {Call: []string{"*"}, Query: true},
-	}}
 	exec := &recordingExecutor{text: "5"}
-	conn := startAgent(t, cfg, exec, &searchingRetriever{tools: []*toolmeshv1.Tool{readOnlyTool("calc.add")}}, &steeredModel{steer: "calc.add"})
-	tools, agent := toolmeshv1.NewToolServiceClient(conn), toolmeshv1.NewAgentServiceClient(conn)
-	as := func(token string) context.Context {
-		return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
-	}
+	tools, agent := startScoped(t, exec, policy.Scope{Call: []string{"calc"}, Query: true})
 	query := func(token string, q string, servers ...string) error {
 		_, err := agent.Query(as(token), &toolmeshv1.QueryRequest{Query: q, Servers: servers})
 		return err
