@@ -48,6 +48,7 @@ import (
 	"google.golang.org/grpc"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/buildinfo"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/internal/webguard"
@@ -85,7 +86,8 @@ type Config struct {
 	SSEMaxCalls int
 	// RPCTimeout bounds the executor calls the face makes itself (ListServers).
 	RPCTimeout time.Duration
-	// Version is what the face reports as its server version.
+	// Version is what the face reports as its server version; "" means the build's
+	// (buildinfo.Version, what `toolmesh version` says).
 	Version string
 	// HostAllowed is the Host rule, the REST port's web guard's (webguard.Guard.HostAllowed);
 	// nil is webguard.DefaultHostAllowed.
@@ -157,7 +159,7 @@ func (c *Config) defaults() {
 		c.RPCTimeout = 10 * time.Second
 	}
 	if c.Version == "" {
-		c.Version = "dev"
+		c.Version = buildinfo.Version()
 	}
 }
 
