@@ -971,6 +971,126 @@ function callFailure(status, body, trace) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Prompts and resources: what the MCP servers offer besides tools (GET /v1/prompts, /v1/resources,
+// /v1/resources:templates), a form for a prompt's arguments (POST /v1/prompts/S/N:get) and a
+// resource's contents (GET /v1/resources/S:read?uri=U).
+
+const contextView = {
+  loaded: null, // the server filter last loaded; null before the first load
+
+  enter(arg, params) {
+    const server = params.get('server') || '';
+    if (this.loaded === server && arg === '') return;
+    this.loaded = server;
+    this.load(server);
+  },
+
+  leave() {},
+
+  setUp() {
+    $('context-server').addEventListener('change', (e) => {
+      const v = e.target.value;
+      location.hash = '#/context' + (v ? '?server=' + encodeURIComponent(v) : '');
+    });
+  },
+
+  async load(server) {
+    const q = server ? '?server=' + encodeURIComponent(server) : '';
+    $('context-error').hidden = true;
+    $('context-summary').textContent = 'Loading…';
+    try {
+      const [ps, rs, ts, ss] = await Promise.all([getJSON(API + 'prompts' + q), getJSON(API + 'resources' + q),
+        getJSON(API + 'resources:templates' + q), getJSON(API + 'servers')]);
+      const select = $('context-server');
+      const names = (ss.servers || []).map((s) => s.name).sort();
+      select.replaceChildren(el('option', { value: '' }, 'All servers'), ...names.map((n) => el('option', { value: n }, n)));
+      select.value = server;
+      this.renderPrompts(ps.prompts || []);
+      this.renderResources(rs.resources || []);
+      this.renderTemplates(ts.resource_templates || []);
+      const failed = Object.entries({ ...(ps.errors || {}), ...(rs.errors || {}) }).map(([s, e]) => `${s}: ${e}`);
+      $('context-summary').textContent = `${(ps.prompts || []).length} prompts, ${(rs.resources || []).length} resources, ` +
+        `${(ts.resource_templates || []).length} templates` + (failed.length ? ` · not listed: ${failed.join('; ')}` : '');
+    } catch (err) {
+      $('context-summary').textContent = '';
+      showError($('context-error'), err, 'Could not list the prompts and resources');
+    }
+  },
+
+  renderPrompts(prompts) {
+    $('prompts-list').replaceChildren(...prompts.map((p) => el('li', {},
+      el('button', { type: 'button', class: 'linkish', 'data-prompt': p.id, onclick: () => this.showPrompt(p) }, el('code', {}, p.id)),
+      p.description ? el('p', { class: 'meta' }, firstSentence(p.description)) : null)));
+    if (!prompts.length) $('prompts-list').replaceChildren(el('li', { class: 'meta' }, 'None'));
+  },
+
+  renderResources(resources) {
+    $('resources-list').replaceChildren(...resources.map((r) => el('li', {},
+      el('button', { type: 'button', class: 'linkish', 'data-resource': r.uri, onclick: () => this.read(r.server, r.uri) }, el('code', {}, r.uri)),
+      el('p', { class: 'meta' }, [r.server, r.name, r.mime_type].filter(Boolean).join(' · ')))));
+    if (!resources.length) $('resources-list').replaceChildren(el('li', { class: 'meta' }, 'None'));
+  },
+
+  renderTemplates(templates) {
+    $('templates-list').replaceChildren(...templates.map((t) => {
+      const id = 'tpl-' + Math.random().toString(36).slice(2);
+      const input = el('input', { id, type: 'text', value: t.uri_template, autocomplete: 'off' });
+      const form = el('form', { class: 'row' },
+        el('div', { class: 'field grow' }, el('label', { for: id }, `URI (${t.server} · ${t.name})`), input),
+        el('button', { type: 'submit' }, 'Read'));
+      form.addEventListener('submit', (e) => { e.preventDefault(); this.read(t.server, input.value.trim()); });
+      return el('li', {}, form);
+    }));
+    if (!templates.length) $('templates-list').replaceChildren(el('li', { class: 'meta' }, 'None'));
+  },
+
+  showPrompt(p) {
+    const fields = (p.arguments || []).map((a) => {
+      const id = 'prompt-arg-' + a.name;
+      return el('div', { class: 'field', 'data-field': a.name },
+        el('label', { for: id }, a.title || a.name, a.required ? el('span', { class: 'meta' }, ' (required)') : null),
+        el('input', { id, type: 'text', name: a.name, autocomplete: 'off', required: a.required ? '' : null,
+          'aria-describedby': a.description ? id + '-hint' : null }),
+        a.description ? el('p', { id: id + '-hint', class: 'hint' }, a.description) : null);
+    });
+    const out = el('div', { id: 'prompt-result', 'aria-live': 'polite' });
+    const form = el('form', { id: 'prompt-form' }, ...fields, el('button', { type: 'submit' }, 'Get prompt'));
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const args = {};
+      for (const input of form.querySelectorAll('input[name]')) if (input.value !== '') args[input.name] = input.value;
+      out.replaceChildren(el('p', { class: 'meta' }, 'Getting…'));
+      const resp = await api(API + `prompts/${encodeURIComponent(p.server)}/${encodeURIComponent(p.name)}:get`,
+        { method: 'POST', body: JSON.stringify({ arguments: args }) });
+      const body = await readJSON(resp);
+      if (!resp.ok) { out.replaceChildren(...callFailure(resp.status, body, resp.headers.get('X-Trace-Id'))); return; }
+      out.replaceChildren(...(body.description ? [el('p', {}, body.description)] : []),
+        ...(body.messages || []).map((m) => el('div', { class: 'prompt-message' }, el('h3', {}, m.role), contentBlock(m.content || {}, false))));
+    });
+    $('context-detail').replaceChildren(el('h2', {}, el('code', {}, p.id)), p.title ? el('p', {}, p.title) : null,
+      p.description ? el('p', { class: 'meta' }, p.description) : null, form, out);
+  },
+
+  async read(server, uri) {
+    const out = $('context-detail');
+    out.replaceChildren(el('h2', {}, el('code', {}, uri)), el('p', { class: 'meta' }, 'Reading…'));
+    const resp = await api(API + `resources/${encodeURIComponent(server)}:read?uri=${encodeURIComponent(uri)}`);
+    const body = await readJSON(resp);
+    if (!resp.ok) { out.replaceChildren(el('h2', {}, el('code', {}, uri)), ...callFailure(resp.status, body, resp.headers.get('X-Trace-Id'))); return; }
+    out.replaceChildren(el('h2', {}, el('code', {}, uri)), el('p', { class: 'meta' }, server),
+      ...(body.contents || []).map((c) => {
+        if (c.text !== undefined && c.text !== null) return el('pre', { class: 'content-text resource-text' }, c.text);
+        const n = c.blob ? Math.floor(c.blob.length * 3 / 4) : 0;
+        if (c.blob && /^image\/(png|jpeg|gif|webp)$/.test(c.mime_type || '')) {
+          return el('img', { src: `data:${c.mime_type};base64,${c.blob}`, alt: `${uri} (${c.mime_type})` });
+        }
+        return el('p', { class: 'resource-blob' }, `${n} bytes of ${c.mime_type || 'binary data'} `,
+          el('a', { href: `data:${c.mime_type || 'application/octet-stream'};base64,${c.blob || ''}`, download: uri.split('/').pop() || 'resource' }, 'Download'));
+      }));
+  },
+};
+
+// ---------------------------------------------------------------------------------------------
 // Playground: a chat. Each question is a turn, asked of /v1/query:stream with the earlier turns
 // as `messages`; a turn shows its answer as it streams and, folded under it, the steps, tool
 // calls and waterfall of how it was answered.
@@ -1436,8 +1556,8 @@ function waterfall(r) {
 // ---------------------------------------------------------------------------------------------
 // Routing: #/servers, #/tools[/SERVER.TOOL][?server=S], #/playground.
 
-const views = { servers: serversView, tools: toolsView, playground: playgroundView };
-const TITLES = { servers: 'Servers', tools: 'Tools', playground: 'Playground' };
+const views = { servers: serversView, tools: toolsView, context: contextView, playground: playgroundView };
+const TITLES = { servers: 'Servers', tools: 'Tools', context: 'Prompts & resources', playground: 'Playground' };
 const routing = { current: '', first: true };
 
 function route() {
@@ -1467,6 +1587,7 @@ function route() {
 function start() {
   setUpTokenDialog();
   toolsView.setUp();
+  contextView.setUp();
   playgroundView.setUp();
   $('skip').addEventListener('click', (e) => { e.preventDefault(); $('main').focus(); });
   document.addEventListener('visibilitychange', () => {
