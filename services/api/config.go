@@ -13,7 +13,6 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/audit"
 	"github.com/toolmesh/toolmesh/internal/auth"
-	"github.com/toolmesh/toolmesh/internal/buildinfo"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/secret"
 	"github.com/toolmesh/toolmesh/internal/server"
@@ -132,8 +131,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Auth.RegisterFlags(fs, "api.")
 	c.Web.RegisterFlags(fs, "api.")
 	c.MCP.RegisterFlags(fs, "api.mcp-")
-	// The MCP endpoints' serverInfo.version is the build's, what `toolmesh version` says.
-	c.MCP.Version = buildinfo.Version()
 	c.Audit.RegisterFlags(fs)
 }
 
