@@ -11,7 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolmesh/toolmesh/internal/llamaserver"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/model"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/secret"
 	"github.com/toolmesh/toolmesh/internal/server"
@@ -136,10 +138,26 @@ func (c *Config) Load(fs *flag.FlagSet, args []string) error {
 	}
 	c.Executor.Servers = servers
 	secret.Read(c.Secrets(), os.LookupEnv)
+	c.modelEnv()
 	// The api decides by the same servers' rules as the executor (what the model is offered,
 	// by allowDestructive, only the api decides): in microservices mode give both the same config.
 	c.API.Policy.Servers = policy.RulesOf(rules)
 	return nil
+}
+
+// modelEnv gives the llama-servers toolmesh runs (inference's model, the retriever's embedding
+// model) the hub (HF_ENDPOINT, HF_TOKEN) and, where no flag named one, the models folder
+// ($TOOLMESH_MODELS_DIR, else the user's cache folder): the environment is read here, once,
+// and the services get it as config.
+func (c *Config) modelEnv() {
+	hub := model.HubFromEnv()
+	for _, f := range []*llamaserver.Flags{&c.Inference.Server, &c.Retriever.EmbedServer} {
+		f.Hub = hub
+		if f.ModelsDir == "" {
+			// Without a folder it stays empty, and a service that needs one says so.
+			f.ModelsDir, _ = model.DefaultDir()
+		}
+	}
 }
 
 // given reports whether the flag name was set on the command line or in the config file,

@@ -17,8 +17,13 @@ type Flags struct {
 	Bin string
 	// GPULayers is -ngl: auto, a number, or "" for llama-server's default.
 	GPULayers string
-	// ModelsDir is the model cache ("" = model.DefaultDir()).
+	// ModelsDir is the model cache. The flag's empty default is filled by the composition
+	// root (model.DefaultDir: $TOOLMESH_MODELS_DIR, else the user's cache folder), which reads
+	// the environment once; here it is required.
 	ModelsDir string
+	// Hub is where models are pulled from and with what token (HF_ENDPOINT, HF_TOKEN), read
+	// from the environment by the composition root, never here.
+	Hub model.Hub
 }
 
 // RegisterFlags binds the flags prefix+"server-bin", prefix+"gpu-layers" and
@@ -43,27 +48,22 @@ func (f Flags) Validate(prefix string) error {
 
 // Cache is the model cache the flags name.
 func (f Flags) Cache() (model.Cache, error) {
-	if f.ModelsDir != "" {
-		return model.Cache{Dir: f.ModelsDir}, nil
+	if f.ModelsDir == "" {
+		return model.Cache{}, fmt.Errorf("no models folder (set %s)", model.EnvDir)
 	}
-	dir, err := model.DefaultDir()
-	if err != nil {
-		return model.Cache{}, err
-	}
-	return model.Cache{Dir: dir}, nil
+	return model.Cache{Dir: f.ModelsDir}, nil
 }
 
 // FromCache is the ModelFunc of ref: a local file as it is, a verified file of the cache at
-// once, anything else pulled from the hub (HF_ENDPOINT, HF_TOKEN) with its progress reported
-// and logged. Failures a retry will not fix (a checksum or revision mismatch, no access, a
+// once, anything else pulled from hub with its progress reported and logged. Failures a retry will not fix (a checksum or revision mismatch, no access, a
 // missing local file) are Permanent.
-func FromCache(ref model.Ref, c model.Cache, logger *slog.Logger) ModelFunc {
+func FromCache(ref model.Ref, c model.Cache, hub model.Hub, logger *slog.Logger) ModelFunc {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	announced := false // the supervisor calls it again after a failure, and logs that itself
 	return func(ctx context.Context, report func(string)) (string, error) {
-		f := model.FetcherFromEnv(logger)
+		f := hub.Fetcher(logger)
 		if !ref.Local() {
 			if e, ok, err := c.Lookup(ref, f.Hub()); err == nil && ok {
 				return e.Path, nil

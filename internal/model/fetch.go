@@ -108,10 +108,24 @@ func PullDeadline(size int64) time.Duration {
 	return deadlineBase + time.Duration(size/minRate)*time.Second + time.Duration(size%minRate)*time.Second/minRate
 }
 
-// FetcherFromEnv returns a Fetcher for HF_ENDPOINT with the token in HF_TOKEN.
-func FetcherFromEnv(logger *slog.Logger) *Fetcher {
-	return &Fetcher{Endpoint: os.Getenv(EnvEndpoint), Token: os.Getenv(EnvToken), Logger: logger}
+// Hub is the model hub a service pulls from: its base URL (HF_ENDPOINT, may carry
+// user:password; empty means DefaultEndpoint) and token (HF_TOKEN). Services get it as config;
+// the composition root and the CLI read the environment (HubFromEnv).
+type Hub struct {
+	Endpoint string
+	Token    string
 }
+
+// HubFromEnv is the hub HF_ENDPOINT and HF_TOKEN name.
+func HubFromEnv() Hub { return Hub{Endpoint: os.Getenv(EnvEndpoint), Token: os.Getenv(EnvToken)} }
+
+// Fetcher is a Fetcher for the hub.
+func (h Hub) Fetcher(logger *slog.Logger) *Fetcher {
+	return &Fetcher{Endpoint: h.Endpoint, Token: h.Token, Logger: logger}
+}
+
+// FetcherFromEnv returns a Fetcher for HF_ENDPOINT with the token in HF_TOKEN.
+func FetcherFromEnv(logger *slog.Logger) *Fetcher { return HubFromEnv().Fetcher(logger) }
 
 // Hub is the base URL requests go to, its credentials (HF_ENDPOINT's user:password) masked:
 // for logs, messages, manifests and the cache's Lookup.

@@ -56,7 +56,7 @@ func newBackend(cfg Config, logger *slog.Logger) (backend, error) {
 		_, binErr := llamaserver.LookPath(cfg.Server.Bin)
 		pulled := false
 		if cacheErr == nil {
-			_, pulled, _ = cache.Lookup(ref, model.FetcherFromEnv(nil).Hub())
+			_, pulled, _ = cache.Lookup(ref, cfg.Server.Hub.Fetcher(nil).Hub())
 		}
 		switch {
 		case binErr != nil:
@@ -83,7 +83,7 @@ func newBackend(cfg Config, logger *slog.Logger) (backend, error) {
 		Alias:        b.name,
 		Metrics:      true,
 		ReadyTimeout: cfg.LLM.ReadyTimeout,
-	}, llamaserver.FromCache(ref, cache, logger), logger)
+	}, llamaserver.FromCache(ref, cache, cfg.Server.Hub, logger), logger)
 	if err != nil {
 		return backend{}, fmt.Errorf("inference.llm.server-bin: %w", err)
 	}

@@ -40,15 +40,15 @@ func defaultConfig(t *testing.T) Config {
 
 // pullDefault puts the default model (tiny bytes under its pinned coordinates) into the cache
 // through the hub double, as `toolmesh model pull` would.
-func pullDefault(t *testing.T, dir string) {
+func pullDefault(t *testing.T, cfg *Config) {
 	t.Helper()
 	k, _ := model.Lookup(model.Default)
-	// The hub the service asks (HF_ENDPOINT): a file the hub's word vouched for is found only
-	// for the hub it came from.
-	hub := hubtest.NewFromEnv(t)
+	// The hub the service asks (its config's, not the environment's): a file the hub's word
+	// vouched for is found only for the hub it came from.
+	hub := hubtest.New(t)
 	hub.File(k.Repo, k.Revision, k.File, []byte("GGUF not really"), true)
-	f := model.FetcherFromEnv(nil)
-	if _, err := f.Pull(context.Background(), model.Cache{Dir: dir}, k.Ref()); err != nil {
+	cfg.Server.Hub = model.Hub{Endpoint: hub.URL}
+	if _, err := cfg.Server.Hub.Fetcher(nil).Pull(context.Background(), model.Cache{Dir: cfg.Server.ModelsDir}, k.Ref()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -78,7 +78,7 @@ func TestBackendChoice(t *testing.T) {
 	t.Run("no llama-server", func(t *testing.T) {
 		fakeBinDir(t, false)
 		cfg := defaultConfig(t)
-		pullDefault(t, cfg.Server.ModelsDir)
+		pullDefault(t, &cfg)
 		b, err := newBackend(cfg, nil)
 		if err != nil || b.sup != nil || !strings.Contains(b.why, "llama-server is not on PATH") {
 			t.Fatalf("backend %+v, %v; want the fallback because llama-server is missing", b, err)
@@ -90,7 +90,7 @@ func TestBackendChoice(t *testing.T) {
 	t.Run("default model pulled and llama-server found", func(t *testing.T) {
 		fakeBinDir(t, true)
 		cfg := defaultConfig(t)
-		pullDefault(t, cfg.Server.ModelsDir)
+		pullDefault(t, &cfg)
 		b, err := newBackend(cfg, nil)
 		if err != nil || b.sup == nil {
 			t.Fatalf("backend %+v, %v; want toolmesh to run llama-server without being asked", b, err)
@@ -162,15 +162,16 @@ func TestBackendHidesCredentials(t *testing.T) {
 	}
 }
 
-// TestManagedModel pulls the tiny model from the hub double (HF_ENDPOINT), runs the real
+// TestManagedModel pulls the tiny model from the hub double (its config's Hub), runs the real
 // llama-server on it and answers a Generate; it skips without TOOLMESH_LLAMA_SERVER.
 func TestManagedModel(t *testing.T) {
 	bin := llamatest.ServerBin(t)
 	const commit = "0123456789abcdef0123456789abcdef01234567"
-	hub := hubtest.NewFromEnv(t)
+	hub := hubtest.New(t)
 	hub.File("acme/tiny", commit, "tiny.gguf", llamatest.TinyModelBytes(t, llamatest.TinyModel{}), true)
 
 	cfg := defaultConfig(t)
+	cfg.Server.Hub = model.Hub{Endpoint: hub.URL}
 	cfg.Model = "hf://acme/tiny/tiny.gguf@" + commit
 	cfg.Server.Bin = bin
 	cfg.LLM.NPredict = 32

@@ -2,6 +2,7 @@ package retriever
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -25,7 +26,9 @@ import (
 
 // New builds the index the config names (embedders, store) and the service around it.
 // With an http embedder and the qdrant store it asks the embeddings server once for the
-// vector dimension, because the collection name carries it.
+// vector dimension, because the collection name carries it. The llama-server toolmesh runs
+// for EmbedModelRef only gets its port here: Run starts it, and then opens a qdrant store,
+// once the model answers.
 func New(ctx context.Context, cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -33,21 +36,23 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, tel *telemetry.Se
 	lex := lexical.Default()
 	var dense embed.Dense
 	var closeDense func() error
-	// stopEmbedServer stops the llama-server toolmesh runs for EmbedModelRef, if any.
-	stopEmbedServer := func() {}
 	var embedServer *llamaserver.Supervisor
+	// closeEmbedServer releases its port when Run never ran (Run stops it itself).
+	closeEmbedServer := func() {}
 	if cfg.EmbedModelRef != "" {
-		sup, stop, err := startEmbedServer(cfg, logger)
+		sup, err := newEmbedServer(cfg, logger)
 		if err != nil {
 			return nil, err
 		}
-		embedServer, stopEmbedServer = sup, stop
+		embedServer, closeEmbedServer = sup, func() { _ = sup.Close() }
 		ref, _ := mref.ParseRef(cfg.EmbedModelRef)
 		cfg.Embedder, cfg.EmbedURL, cfg.EmbedModel = "http", sup.URL(), ref.DisplayName()
 	}
 	model := lex.ID()
+	var h *embed.HTTP
 	if cfg.Embedder == "http" {
-		h, err := embed.NewHTTP(embed.HTTPConfig{
+		var err error
+		h, err = embed.NewHTTP(embed.HTTPConfig{
 			URL:       cfg.EmbedURL,
 			Model:     cfg.EmbedModel,
 			APIKey:    cfg.EmbedAPIKey,
@@ -55,40 +60,67 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, tel *telemetry.Se
 			Timeout:   cfg.EmbedTimeout,
 		}, nil, logger)
 		if err != nil {
-			stopEmbedServer()
+			closeEmbedServer()
 			return nil, fmt.Errorf("embedder: %w", err)
 		}
-		dense, closeDense = h, func() error { err := h.Close(); stopEmbedServer(); return err }
+		dense, closeDense = h, func() error { err := h.Close(); closeEmbedServer(); return err }
 		model = cfg.EmbedModel
-		if cfg.Store == "qdrant" {
-			probe := h.Probe
-			if embedServer != nil {
-				probe = func(ctx context.Context) error { return waitEmbedder(ctx, embedServer, h) }
+	}
+	closeWith := func(st store.Store) func() error {
+		return func() error {
+			var err error
+			if st != nil {
+				err = st.Close()
 			}
-			if err := probe(ctx); err != nil {
-				_ = closeDense()
-				return nil, fmt.Errorf("embedder at %s: the qdrant store needs the vector dimension: %w", cfg.EmbedURL, err)
+			if closeDense != nil {
+				if cerr := closeDense(); err == nil {
+					err = cerr
+				}
 			}
+			return err
 		}
 	}
 
-	var st store.Store
-	switch cfg.Store {
-	case "memory":
-		path := ""
-		if cfg.DataDir != "" {
-			if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-				closeAll(closeDense)
-				return nil, fmt.Errorf("retriever.data-dir: %w", err)
+	if cfg.Store == "qdrant" && embedServer != nil {
+		// The collection's name carries the vector dimension, which the model toolmesh runs
+		// tells only once Run has started it.
+		p := &pendingIndex{name: lex.ID() + "+" + model}
+		s := newService(cfg, p, p.Ready, func() error { return errors.Join(p.Close(), closeWith(nil)()) }, logger)
+		s.embedServer = embedServer
+		s.open = func(ctx context.Context) error {
+			if err := waitEmbedder(ctx, embedServer, h); err != nil {
+				return fmt.Errorf("embedder at %s: the qdrant store needs the vector dimension: %w", cfg.EmbedURL, err)
 			}
-			path = filepath.Join(cfg.DataDir, "tools-"+fileSafe(lex.ID()+"-"+model)+".index")
+			st, err := openStore(ctx, cfg, lex, dense, model)
+			if err != nil {
+				return err
+			}
+			p.set(index.New(st, lex, dense), st)
+			return nil
 		}
-		m, err := memory.Open(path)
-		if err != nil {
-			closeAll(closeDense)
-			return nil, fmt.Errorf("memory store: %w", err)
+		s.setTelemetry(tel, model)
+		return s, nil
+	}
+	if cfg.Store == "qdrant" && h != nil {
+		if err := h.Probe(ctx); err != nil {
+			_ = closeDense()
+			return nil, fmt.Errorf("embedder at %s: the qdrant store needs the vector dimension: %w", cfg.EmbedURL, err)
 		}
-		st = m
+	}
+	st, err := openStore(ctx, cfg, lex, dense, model)
+	if err != nil {
+		closeAll(closeDense)
+		return nil, err
+	}
+	s := newService(cfg, index.New(st, lex, dense), st.Ready, closeWith(st), logger)
+	s.embedServer = embedServer
+	s.setTelemetry(tel, model)
+	return s, nil
+}
+
+// openStore opens the store the config names, for the index of lex and dense (named model).
+func openStore(ctx context.Context, cfg Config, lex *lexical.Encoder, dense embed.Dense, model string) (store.Store, error) {
+	switch cfg.Store {
 	case "qdrant":
 		dim := 0
 		if dense != nil {
@@ -104,24 +136,22 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, tel *telemetry.Se
 			Timeout:    cfg.QdrantTimeout,
 		}, model, dim, sparse)
 		if err != nil {
-			closeAll(closeDense)
 			return nil, fmt.Errorf("qdrant store at %s: %w", cfg.QdrantAddr, err)
 		}
-		st = q
+		return q, nil
 	}
-	idx := index.New(st, lex, dense)
-	closer := func() error {
-		err := st.Close()
-		if closeDense != nil {
-			if cerr := closeDense(); err == nil {
-				err = cerr
-			}
+	path := ""
+	if cfg.DataDir != "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("retriever.data-dir: %w", err)
 		}
-		return err
+		path = filepath.Join(cfg.DataDir, "tools-"+fileSafe(lex.ID()+"-"+model)+".index")
 	}
-	s := newService(cfg, idx, st.Ready, closer, logger)
-	s.setTelemetry(tel, model)
-	return s, nil
+	m, err := memory.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("memory store: %w", err)
+	}
+	return m, nil
 }
 
 // closeAll runs the closers that are set, when New fails halfway.
@@ -137,15 +167,15 @@ func closeAll(closers ...func() error) {
 // when the store cannot start without it.
 const embedStartTimeout = 10 * time.Minute
 
-// startEmbedServer starts llama-server --embedding for EmbedModelRef; stop ends it.
-func startEmbedServer(cfg Config, logger *slog.Logger) (*llamaserver.Supervisor, func(), error) {
+// newEmbedServer is the llama-server --embedding for EmbedModelRef, its port taken; Run starts it.
+func newEmbedServer(cfg Config, logger *slog.Logger) (*llamaserver.Supervisor, error) {
 	ref, err := mref.ParseRef(cfg.EmbedModelRef)
 	if err != nil {
-		return nil, nil, fmt.Errorf("retriever.embed.model-ref: %w", err)
+		return nil, fmt.Errorf("retriever.embed.model-ref: %w", err)
 	}
 	cache, err := cfg.EmbedServer.Cache()
 	if err != nil {
-		return nil, nil, fmt.Errorf("retriever.embed.models-dir: %w", err)
+		return nil, fmt.Errorf("retriever.embed.models-dir: %w", err)
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -153,15 +183,11 @@ func startEmbedServer(cfg Config, logger *slog.Logger) (*llamaserver.Supervisor,
 	log := logger.With("embed_model", ref.String())
 	sup, err := llamaserver.New(llamaserver.Config{
 		Bin: cfg.EmbedServer.Bin, GPULayers: cfg.EmbedServer.GPULayers, Embedding: true, Alias: ref.DisplayName(),
-	}, llamaserver.FromCache(ref, cache, log), log)
+	}, llamaserver.FromCache(ref, cache, cfg.EmbedServer.Hub, log), log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("retriever.embed.server-bin: %w", err)
+		return nil, fmt.Errorf("retriever.embed.server-bin: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = sup.Run(ctx) }()
-	log.Info("running llama-server --embedding for the embedding model", "llama_server", sup.Bin(), "url", sup.URL())
-	return sup, func() { cancel(); <-done }, nil
+	return sup, nil
 }
 
 // waitEmbedder probes the embedder until it answers (learning the vector dimension), the

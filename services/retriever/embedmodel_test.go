@@ -45,26 +45,27 @@ func TestEmbedModelRefConfig(t *testing.T) {
 }
 
 // embedModelConfig is a retriever config whose embedding model, the tiny GGUF, comes from
-// the hub double through HF_ENDPOINT and runs on the real llama-server; it skips without one.
-func embedModelConfig(t *testing.T) Config {
+// the hub double named in its config and runs on the real llama-server; it skips without one.
+func embedModelConfig(t *testing.T) (Config, *hubtest.Hub) {
 	t.Helper()
 	bin := llamatest.ServerBin(t)
 	const commit = "0123456789abcdef0123456789abcdef01234567"
-	hub := hubtest.NewFromEnv(t)
+	hub := hubtest.New(t)
 	hub.File("acme/tiny-embed", commit, "tiny-embed.gguf", llamatest.TinyModelBytes(t, llamatest.TinyModel{}), true)
 	var cfg Config
 	cfg.RegisterFlags(flag.NewFlagSet("t", flag.ContinueOnError))
 	cfg.GRPCAddr, cfg.ResyncBackoffMax = "127.0.0.1:0", 200*time.Millisecond
 	cfg.EmbedModelRef = "hf://acme/tiny-embed/tiny-embed.gguf@" + commit
 	cfg.EmbedServer.Bin, cfg.EmbedServer.ModelsDir = bin, t.TempDir()
-	return cfg
+	cfg.EmbedServer.Hub = model.Hub{Endpoint: hub.URL}
+	return cfg, hub
 }
 
 // TestEmbedModelRef: --retriever.embed.model-ref alone pulls the model, runs llama-server
 // --embedding for it, and the index becomes the hybrid one (lexical fused with dense),
 // named after the model.
 func TestEmbedModelRef(t *testing.T) {
-	cfg := embedModelConfig(t)
+	cfg, _ := embedModelConfig(t)
 	fake := &fakeExecutor{snapshot: demoTools(t), events: make(chan *toolmeshv1.WatchToolsResponse)}
 	addr, stop := serveExecutor(t, "127.0.0.1:0", fake)
 	defer stop()
@@ -89,10 +90,10 @@ func TestEmbedModelRef(t *testing.T) {
 	}
 }
 
-// TestEmbedModelRefOnQdrant: the qdrant store needs the vector dimension before it starts,
-// so New waits for the embedding model toolmesh runs.
+// TestEmbedModelRefOnQdrant: the qdrant store needs the vector dimension before it opens, so
+// Run opens it once the embedding model toolmesh runs answers; New starts nothing.
 func TestEmbedModelRefOnQdrant(t *testing.T) {
-	cfg := embedModelConfig(t)
+	cfg, hub := embedModelConfig(t)
 	d, err := qdranttest.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -103,6 +104,12 @@ func TestEmbedModelRefOnQdrant(t *testing.T) {
 	s, err := New(context.Background(), cfg, nil, nil)
 	if err != nil {
 		t.Fatalf("New on qdrant with a managed embedding model: %v", err)
+	}
+	if got := hub.Requests(); len(got) != 0 {
+		t.Fatalf("New asked the hub %d times; pulling and running the model is Run's", len(got))
+	}
+	if ok, why := s.Ready(context.Background()); ok || !strings.Contains(why, "embedding model") {
+		t.Errorf("Ready before Run = %v, %q; want not ready, waiting for the embedding model", ok, why)
 	}
 	defer run(t, s)()
 	eventually.Check(t, 30*time.Second, "ready on qdrant", func() string {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/llamaserver"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/services/retriever/store"
@@ -55,6 +56,11 @@ type Service struct {
 	idx    toolIndex
 	ready  func(context.Context) error // the store's own readiness
 	closer func() error
+	// embedServer is the llama-server toolmesh runs for the embedding model, if any: Run starts
+	// it and stops it when it returns, before the store closes.
+	embedServer *llamaserver.Supervisor
+	// open, when set, opens the index once the embedding model answers (Run calls it first).
+	open func(context.Context) error
 
 	mu      sync.Mutex
 	known   map[string]string // indexed id → hash, as last written
@@ -122,6 +128,21 @@ func (s *Service) Run(ctx context.Context) error {
 			s.log.Warn("close tool index store", "err", err)
 		}
 	}()
+	if sup := s.embedServer; sup != nil {
+		s.log.Info("running llama-server --embedding for the embedding model", "embed_model", s.cfg.EmbedModelRef, "llama_server", sup.Bin(), "url", sup.URL())
+		sctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = sup.Run(sctx) }()
+		defer func() { stop(); <-done }()
+	}
+	if s.open != nil {
+		if err := s.open(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
 	client := s.cfg.LocalExecutor
 	if client == nil {
 		conn, err := grpc.NewClient(s.cfg.ExecutorAddr, slices.Concat(server.DialOptionsFor(toolmeshv1.ExecutorService_ServiceDesc.ServiceName, s.cfg.ExecutorAddr), s.cfg.DialOptions, s.tel.GRPCDialOptions())...)
