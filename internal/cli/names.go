@@ -12,7 +12,7 @@ import (
 
 	"github.com/toolmesh/toolmesh/internal/closest"
 	"github.com/toolmesh/toolmesh/internal/toolid"
-	"github.com/toolmesh/toolmesh/internal/toolname"
+	"github.com/toolmesh/toolmesh/internal/toolid/toolname"
 )
 
 // toolIDs is the ids of the tools the caller may list, sorted.
@@ -35,7 +35,7 @@ func (c *client) toolIDs(ctx context.Context) ([]string, error) {
 
 // resolveTool returns the server and tool name that arg names: SERVER.TOOL as it is, or the
 // name the MCP endpoints show for a tool (SERVER__TOOL), which is looked up among the tools
-// the caller may list with the endpoints' own mapping (internal/toolname), so that a name the
+// the caller may list with the endpoints' own mapping (internal/toolid/toolname), so that a name the
 // endpoints cut or gave a hash suffix resolves too. cmd names the command in messages.
 func (c *client) resolveTool(ctx context.Context, cmd, arg string) (server, name string, err error) {
 	if strings.Contains(arg, ".") {

@@ -1,7 +1,8 @@
 // Package toolid is the one vocabulary every hop shares for naming tools and bounding
 // questions: a tool's id is SERVER.TOOL, where the server name matches [a-z0-9_-]+ (so it holds
 // no dot) and the first dot splits the two; a search returns DefaultK tools unless asked for
-// between 1 and MaxK; a question or search text is at most MaxQueryBytes.
+// between 1 and MaxK; a question or search text is at most MaxQueryBytes. Its subpackage
+// toolname maps ids to the names model APIs and MCP clients accept.
 package toolid
 
 import "strings"

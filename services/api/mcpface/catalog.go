@@ -17,7 +17,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/toolid"
-	"github.com/toolmesh/toolmesh/internal/toolname"
+	"github.com/toolmesh/toolmesh/internal/toolid/toolname"
 )
 
 // MetaID is the key of a tool's _meta that holds its toolmesh id (SERVER.TOOL).

@@ -22,7 +22,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/errreason"
-	"github.com/toolmesh/toolmesh/internal/toolname"
+	"github.com/toolmesh/toolmesh/internal/toolid/toolname"
 	"github.com/toolmesh/toolmesh/services/inference/chat/chattest"
 	"github.com/toolmesh/toolmesh/services/inference/llmhttp"
 )

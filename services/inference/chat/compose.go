@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
-	"github.com/toolmesh/toolmesh/internal/toolname"
+	"github.com/toolmesh/toolmesh/internal/toolid/toolname"
 	"github.com/toolmesh/toolmesh/services/inference/llmhttp"
 )
 

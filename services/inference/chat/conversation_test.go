@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
-	"github.com/toolmesh/toolmesh/internal/toolname"
+	"github.com/toolmesh/toolmesh/internal/toolid/toolname"
 	"github.com/toolmesh/toolmesh/services/inference/chat/chattest"
 )
 
