@@ -9,16 +9,13 @@ import (
 	"maps"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"reflect"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-
+	"github.com/toolmesh/toolmesh/internal/filewatch"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/redact"
@@ -41,9 +38,8 @@ var errUnsettled = errors.New("the config files changed while being read: they a
 
 // reloader reads the MCP server configuration again (the mcpServers of --config and the
 // --mcp-config file) on SIGHUP and when a file of it changes, and hands it to the executor
-// and the api of this process. It watches the files' directories, not the files: Kubernetes
-// updates a mounted ConfigMap by swapping a symlink (..data) in the directory, which a watch
-// of the file itself never sees.
+// and the api of this process. It watches the files through filewatch (their directories, not
+// the files: Kubernetes swaps a mounted ConfigMap through a ..data symlink).
 type reloader struct {
 	configFile, mcpConfig string
 	// extra are the servers that come from no file (the demo's, in `up`): every reload keeps them.
@@ -210,23 +206,11 @@ func (r *reloader) reload(force bool) error {
 
 // run reloads on SIGHUP and on changes in the files' directories until ctx ends.
 func (r *reloader) run(ctx context.Context) error {
-	w, err := fsnotify.NewWatcher()
+	w, err := filewatch.New(r.files(), 0, r.log)
 	if err != nil {
 		return fmt.Errorf("config reload: watch: %w", err)
 	}
 	defer w.Close()
-	var dirs []string
-	for _, f := range r.files() {
-		dir := filepath.Dir(f)
-		if slices.Contains(dirs, dir) {
-			continue
-		}
-		dirs = append(dirs, dir)
-		if err := w.Add(dir); err != nil {
-			// SIGHUP still works.
-			r.log.Warn("config files will not be watched; send SIGHUP to reload", "dir", dir, "err", err)
-		}
-	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -248,19 +232,11 @@ func (r *reloader) run(ctx context.Context) error {
 				pending = true
 				timer.Reset(r.delay)
 			}
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
-			if !pending && r.concerns(ev.Name) {
+		case <-w.C:
+			if !pending {
 				pending = true
 				timer.Reset(r.delay)
 			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			r.log.Warn("watching the mcp server config", "err", err)
 		case <-timer.C:
 			pending = false
 			if err := r.reload(false); errors.Is(err, errUnsettled) {
@@ -269,21 +245,4 @@ func (r *reloader) run(ctx context.Context) error {
 			}
 		}
 	}
-}
-
-// concerns reports whether a change of name in a watched directory may change the config: a
-// file of it, or Kubernetes' ..data symlink and the timestamped directories it points to.
-// Other files in the directory (an editor's swap file) are ignored; a reload that reads the
-// same bytes again changes nothing anyway.
-func (r *reloader) concerns(name string) bool {
-	base := filepath.Base(name)
-	if strings.HasPrefix(base, "..") {
-		return true
-	}
-	for _, f := range r.files() {
-		if base == filepath.Base(f) {
-			return true
-		}
-	}
-	return false
 }

@@ -32,7 +32,8 @@ type TLSConfig struct {
 	// ServerName is the name every toolmesh server's certificate must carry; empty: the host of
 	// each address dialled.
 	ServerName string
-	// ReloadInterval is how often the files are read again for a rotation.
+	// ReloadInterval is how often the files are read again for a rotation, besides when their
+	// folder changes (for mounts that send no change events).
 	ReloadInterval time.Duration
 
 	// APICertFile and APIKeyFile are the certificate of the api's gRPC port; empty: CertFile's.
@@ -48,7 +49,7 @@ func (c *TLSConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.KeyFile, "tls.key-file", "", "mutual TLS: the PEM private key of --tls.cert-file")
 	fs.StringVar(&c.CAFile, "tls.ca-file", "", "mutual TLS: PEM file of the CA certificates the other services' certificates must chain to; a client without such a certificate is refused")
 	fs.StringVar(&c.ServerName, "tls.server-name", "", "mutual TLS: name every toolmesh server's certificate must carry; empty: the host of each address dialled (give it for ipv4:/ipv6: address lists)")
-	fs.DurationVar(&c.ReloadInterval, "tls.reload-interval", 10*time.Second, "how often the TLS files (--tls.*, --api.grpc-tls.*) are read again, so rotated certificates apply to new connections without a restart")
+	fs.DurationVar(&c.ReloadInterval, "tls.reload-interval", 10*time.Second, "how often the TLS files (--tls.*, --api.grpc-tls.*) are read again besides when their folder changes, so rotated certificates apply to new connections without a restart")
 	fs.StringVar(&c.APICertFile, "api.grpc-tls.cert-file", "", "PEM certificate of the api's gRPC port, with --api.grpc-tls.key-file; empty: --tls.cert-file's. The port speaks TLS when either is set")
 	fs.StringVar(&c.APIKeyFile, "api.grpc-tls.key-file", "", "the PEM private key of --api.grpc-tls.cert-file")
 	fs.StringVar(&c.APIClientCAFile, "api.grpc-tls.client-ca-file", "", "PEM CA certificates a client certificate on the api's gRPC port must chain to when a client presents one (it is optional: tokens say who a client is); empty: --tls.ca-file's")

@@ -3,9 +3,10 @@
 // `toolmesh tls init`).
 //
 // Certificates rotate without a restart: cert-manager renews them in a Kubernetes Secret, and
-// the kubelet swaps the mounted files through a symlink (..data). A Source polls the files'
-// content, so any way of replacing them works, and every TLS configuration it hands out is a
-// snapshot of what it holds then: a handshake asks for one, so new connections use the new
+// the kubelet swaps the mounted files through a symlink (..data). A Source reads the files'
+// content again when their directory changes and at an interval (package filewatch, which the
+// config reloader uses too), so any way of replacing them works, and every TLS configuration
+// it hands out is a snapshot of what it holds then: a handshake asks for one, so new connections use the new
 // certificate and trust the new CA while established ones keep theirs. A set of files that does
 // not load (a torn copy, a key that does not match, an empty CA file) leaves the previous one in
 // force, and is logged.
@@ -24,6 +25,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/toolmesh/toolmesh/internal/filewatch"
 )
 
 // maxFileBytes bounds one PEM file: a certificate chain or a CA bundle of a few hundred
@@ -101,16 +104,28 @@ func (s *Source) Reload() (bool, error) {
 	return true, nil
 }
 
-// Run polls the files every interval until ctx ends, logging each change taken and each set
-// of files refused (once per distinct failure).
+// Run reads the files again whenever they may have changed (filewatch: a change in their
+// directories, or every interval) until ctx ends, logging each change taken and each set of
+// files refused (once per distinct failure).
 func (s *Source) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
+	var files []string
+	for _, f := range []string{s.files.Cert, s.files.Key, s.files.CA} {
+		if f != "" {
+			files = append(files, f)
+		}
+	}
+	w, err := filewatch.New(files, interval, s.logger)
+	if err != nil {
+		s.logger.Warn("tls files: cannot watch them for changes; the ones loaded stay in force", "err", err)
+		<-ctx.Done()
+		return
+	}
+	defer w.Close()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-w.C:
 		}
 		s.poll()
 	}
