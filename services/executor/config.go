@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -92,15 +93,33 @@ type Config struct {
 	// OAuthDir holds the OAuth tokens of the servers signed in to (toolmesh login), one
 	// 0600 file per server; empty is oauth.DefaultDir().
 	OAuthDir string
+	// OAuthSecret, when set, keeps them in this Kubernetes Secret of the pod's namespace
+	// instead, shared by every replica.
+	OAuthSecret string
 }
 
 // OAuthStore is where the tokens of OAuth servers are kept.
 func (c *Config) OAuthStore() oauth.Store {
+	if c.OAuthSecret != "" {
+		s, err := oauth.InClusterSecretStore(c.OAuthSecret)
+		if err != nil {
+			return brokenStore{err}
+		}
+		return s
+	}
 	if c.OAuthDir == "" {
 		return oauth.FileStore{Dir: oauth.DefaultDir()}
 	}
 	return oauth.FileStore{Dir: c.OAuthDir}
 }
+
+// brokenStore answers every request with why the store could not be made (Validate says it
+// at start; this keeps a store that stopped working from being mistaken for an empty one).
+type brokenStore struct{ err error }
+
+func (b brokenStore) Load(context.Context, string) (*oauth.Record, error) { return nil, b.err }
+func (b brokenStore) Save(context.Context, *oauth.Record) error           { return b.err }
+func (b brokenStore) Delete(context.Context, string) error                { return b.err }
 
 // RegisterFlags registers the executor flags on fs and sets the defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -135,6 +154,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"the pin file: the trusted definition of every tool of a server with pinning warn or enforce, shared by all replicas (default: toolmesh.pins.json beside --config, or beside --mcp-config; without either, pins are kept in memory and each start trusts what it sees first)")
 	fs.DurationVar(&c.PinPoll, "executor.pin-poll", DefaultPinPoll,
 		"how often the pin file is checked for pins and approvals written by another replica or an operator (a ConfigMap update)")
+	fs.StringVar(&c.OAuthSecret, "executor.oauth-secret", "",
+		"keep the OAuth tokens of remote MCP servers in this Kubernetes Secret of the pod's namespace (key SERVER.json, shared by every replica) instead of --executor.oauth-dir; the pod's service account must be allowed to get and patch it (the Helm chart's executor.oauth.enabled does that)")
 	fs.StringVar(&c.OAuthDir, "executor.oauth-dir", "",
 		"where the OAuth tokens of remote MCP servers are kept (toolmesh login SERVER writes them, the executor refreshes them), one 0600 file per server (default: $XDG_STATE_HOME/toolmesh/oauth, else ~/.local/state/toolmesh/oauth)")
 }
@@ -184,6 +205,11 @@ func (c *Config) Validate() error {
 	}
 	if c.PinPoll < 0 {
 		errs = append(errs, fmt.Errorf("executor.pin-poll: must not be negative, got %s", c.PinPoll))
+	}
+	if c.OAuthSecret != "" {
+		if _, err := oauth.InClusterSecretStore(c.OAuthSecret); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for key, srv := range c.Servers {
 		if err := validateServer(key, srv); err != nil {
