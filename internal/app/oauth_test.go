@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/oauth2"
+
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/oauth"
 	"github.com/toolmesh/toolmesh/internal/oauth/oauthtest"
@@ -96,4 +98,26 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestBannerSaysNeedsSignIn: the banner's line of an OAuth server nobody signed in to says what
+// to do; a signed-in one, a client-credentials one and a plain one say nothing more.
+func TestBannerSaysNeedsSignIn(t *testing.T) {
+	store := oauth.FileStore{Dir: t.TempDir()}
+	if err := store.Save(context.Background(), &oauth.Record{Server: "signed", Token: &oauth2.Token{AccessToken: "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		srv  mcpconfig.Server
+		want string
+	}{
+		{mcpconfig.Server{Name: "linear", Auth: mcpconfig.AuthOAuth}, " (needs sign-in: toolmesh login linear)"},
+		{mcpconfig.Server{Name: "signed", Auth: mcpconfig.AuthOAuth}, ""},
+		{mcpconfig.Server{Name: "bot", Auth: mcpconfig.AuthOAuth, OAuth: mcpconfig.OAuth{Grant: mcpconfig.GrantClientCredentials}}, ""},
+		{mcpconfig.Server{Name: "plain"}, ""},
+	} {
+		if got := signInNote(tc.srv, store); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.srv.Name, got, tc.want)
+		}
+	}
 }
