@@ -6,6 +6,7 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -215,7 +216,7 @@ func (s *Service) Ready() (bool, string) {
 
 // callTool is the call path: check the servers' rules, look up, validate, call.
 func (s *Service) callTool(ctx context.Context, req *toolmeshv1.ExecutorServiceCallToolRequest, timeout time.Duration, sink *progressSink) (*mcp.CallToolResult, error) {
-	id, args := req.GetToolId(), req.GetArguments()
+	id := req.GetToolId()
 	server := toolid.Server(id)
 	sess := s.enter(server)
 	if sess == nil {
@@ -252,17 +253,23 @@ func (s *Service) callTool(ctx context.Context, req *toolmeshv1.ExecutorServiceC
 			return nil, err
 		}
 	}
-	var m map[string]any
-	if args != nil {
-		m = args.AsMap()
-	} else {
-		m = map[string]any{}
+	m, raw, err := callArguments(id, req)
+	if err != nil {
+		return nil, err
 	}
 	if t.schema != nil {
-		dropOptionalNulls(t.schema, m)
+		if dropOptionalNulls(t.schema, m) && raw != nil {
+			// The server gets what was validated: the text without the nulls dropped.
+			if raw, err = json.Marshal(m); err != nil {
+				return nil, err
+			}
+		}
 		if err := validateArgs(ctx, id, t.schema, m); err != nil {
 			return nil, err
 		}
+	}
+	if raw != nil {
+		return sess.call(ctx, t, raw, timeout, sink)
 	}
 	return sess.call(ctx, t, m, timeout, sink)
 }

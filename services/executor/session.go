@@ -835,7 +835,10 @@ func (s *session) reasonLocked() string {
 //
 // A result over the tool's limit (resultLimit) is read only up to it and comes back cut,
 // noted in ctx (withCutNote) for the handler, which adds the marker (cutResponse).
-func (s *session) call(ctx context.Context, t *tool, args map[string]any, reqTimeout time.Duration, sink *progressSink) (res *mcp.CallToolResult, err error) {
+//
+// args is what goes in the request's params.arguments: the map of the arguments, or their
+// JSON text (json.RawMessage) as the caller sent it.
+func (s *session) call(ctx context.Context, t *tool, args any, reqTimeout time.Duration, sink *progressSink) (res *mcp.CallToolResult, err error) {
 	timeout := s.timeout
 	if reqTimeout > 0 && reqTimeout < timeout {
 		timeout = reqTimeout
