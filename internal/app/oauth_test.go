@@ -1,13 +1,10 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,22 +43,13 @@ func TestOAuthServerNeedsSignIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &syncBuffer{}
+	out := &oauthtest.Terminal{}
 	done := make(chan error, 1)
 	go func() {
 		_, err := oauth.Login(context.Background(), oauth.LoginOptions{Server: servers["protected"], Store: oauth.FileStore{Dir: tokens}, Out: out})
 		done <- err
 	}()
-	var authURL string
-	for deadline := time.Now().Add(10 * time.Second); authURL == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if mm := regexp.MustCompile(`(?m)^  (http\S+)$`).FindStringSubmatch(out.String()); mm != nil {
-			authURL = mm[1]
-		}
-	}
-	if authURL == "" {
-		t.Fatalf("login printed no URL: %s", out.String())
-	}
-	as.SignIn(t, authURL).Body.Close()
+	as.SignIn(t, out.URL(t)).Body.Close()
 	if err := <-done; err != nil {
 		t.Fatalf("login: %v", err)
 	}
@@ -80,24 +68,6 @@ func TestOAuthServerNeedsSignIn(t *testing.T) {
 	if _, b := do(t, "", "GET", m.base+"/v1/servers", ""); strings.Contains(string(b), "needs sign-in") {
 		t.Errorf("/v1/servers after sign-in still says needs sign-in: %.600s", b)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestBannerSaysNeedsSignIn: the banner's line of an OAuth server nobody signed in to says what

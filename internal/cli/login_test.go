@@ -7,33 +7,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/toolmesh/toolmesh/internal/oauth"
 	"github.com/toolmesh/toolmesh/internal/oauth/oauthtest"
 )
-
-// lockedBuffer is a bytes.Buffer safe for one writer and one reader.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestLogin runs toolmesh login as a person would, the browser driven by the test: the URL it
 // prints, the provider's login form, the redirect back; then the tokens are where the
@@ -49,23 +28,14 @@ func TestLogin(t *testing.T) {
 	}
 	tokens := filepath.Join(dir, "oauth")
 	var stdout bytes.Buffer
-	stderr := &lockedBuffer{}
+	stderr := &oauthtest.Terminal{}
 	done := make(chan int, 1)
 	go func() {
 		// The config's name ("Protected") is accepted as well as the served one.
 		done <- Main(context.Background(), []string{"login", "Protected", "--mcp-config", mcpJSON, "--executor.oauth-dir", tokens, "--timeout", "20s"},
 			strings.NewReader(""), &stdout, stderr)
 	}()
-	var authURL string
-	for deadline := time.Now().Add(10 * time.Second); authURL == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if m := regexp.MustCompile(`(?m)^  (http\S+)$`).FindStringSubmatch(stderr.String()); m != nil {
-			authURL = m[1]
-		}
-	}
-	if authURL == "" {
-		t.Fatalf("no URL printed: %s", stderr.String())
-	}
-	as.SignIn(t, authURL).Body.Close()
+	as.SignIn(t, stderr.URL(t)).Body.Close()
 	if code := <-done; code != 0 {
 		t.Fatalf("toolmesh login exited %d: %s", code, stderr.String())
 	}

@@ -8,9 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,30 +24,10 @@ import (
 	"github.com/toolmesh/toolmesh/internal/oauth/oauthtest"
 )
 
-// urlWriter is the terminal of a headless login: it hands over the first URL printed.
-type urlWriter struct {
-	mu   sync.Mutex
-	buf  bytes.Buffer
-	once sync.Once
-	urls chan string
-}
-
-var printedURL = regexp.MustCompile(`(?m)^  (http\S+)$`)
-
-func (w *urlWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	if m := printedURL.FindStringSubmatch(w.buf.String()); m != nil {
-		w.once.Do(func() { w.urls <- m[1] })
-	}
-	return len(p), nil
-}
-
 // startLogin runs toolmesh login's flow and returns the URL it printed and its outcome.
 func startLogin(t *testing.T, srv mcpconfig.Server, store oauth.Store) (string, <-chan error) {
 	t.Helper()
-	w := &urlWriter{urls: make(chan string, 1)}
+	w := &oauthtest.Terminal{}
 	done := make(chan error, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
@@ -57,13 +35,7 @@ func startLogin(t *testing.T, srv mcpconfig.Server, store oauth.Store) (string, 
 		_, err := oauth.Login(ctx, oauth.LoginOptions{Server: srv, Store: store, Out: w})
 		done <- err
 	}()
-	select {
-	case u := <-w.urls:
-		return u, done
-	case err := <-done:
-		t.Fatalf("login ended before printing a URL: %v", err)
-	}
-	return "", nil
+	return w.URL(t), done
 }
 
 func protectedServer(url string) mcpconfig.Server {

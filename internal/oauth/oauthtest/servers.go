@@ -8,6 +8,7 @@
 package oauthtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -339,4 +341,37 @@ func DecodeJSON(t *testing.T, resp *http.Response, v any) {
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Terminal is the terminal of a headless toolmesh login: it keeps what is written and hands
+// over the first URL printed on a line of its own (indented by two spaces, as Login prints it).
+type Terminal struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+var printedURL = regexp.MustCompile(`(?m)^  (http\S+)$`)
+
+func (w *Terminal) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+func (w *Terminal) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// URL waits up to 10 s for the URL to open, or fails the test saying what was printed.
+func (w *Terminal) URL(t *testing.T) string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m := printedURL.FindStringSubmatch(w.String()); m != nil {
+			return m[1]
+		}
+	}
+	t.Fatalf("no URL printed within 10s: %s", w.String())
+	return ""
 }
