@@ -144,6 +144,15 @@ func (t *trail) begin(ctx context.Context, sn seen, origin, tool string, args *s
 		ForwardedFor: sn.forwardedFor, Via: sn.via, Origin: origin, Tool: tool, Arguments: args, Decision: audit.Allowed}}
 }
 
+// withJSON records the call's arguments as the JSON text it carried (when it did): the trail
+// decodes it off the call's path.
+func (c *auditedCall) withJSON(raw []byte) *auditedCall {
+	if c != nil && raw != nil {
+		c.rec.Arguments, c.rec.ArgumentsJSON = nil, raw
+	}
+	return c
+}
+
 // ready is nil when the call may go ahead; while a trail that fails closed cannot be written
 // it is an UNAVAILABLE status (the call is not made).
 func (c *auditedCall) ready() error {

@@ -42,10 +42,11 @@ func (s *Service) Gateway(ctx context.Context, grpcAddr string, opts ...grpc.Dia
 		return nil, nil, fmt.Errorf("gateway client: %w", err)
 	}
 	gw := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+		// A tool call's arguments and structured result pass through as JSON text (restjson.go).
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, restJSON{&runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		}),
+		}}),
 		runtime.WithRoutingErrorHandler(routingError),
 		runtime.SetQueryParameterParser(&strictQuery{}),
 		runtime.WithMetadata(s.guard.ForwardedMetadata),

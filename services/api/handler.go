@@ -178,7 +178,7 @@ func (h *toolHandler) CallToolProgress(ctx context.Context, req *toolmeshv1.Call
 	}
 	id := toolid.Join(req.GetServer(), req.GetName())
 	var resp *toolmeshv1.ExecutorServiceCallToolResponse
-	audited := h.trail.begin(ctx, h.trail.seenOf(ctx), audit.OriginCall, id, req.GetArguments())
+	audited := h.trail.begin(ctx, h.trail.seenOf(ctx), audit.OriginCall, id, req.GetArguments()).withJSON(req.GetArgumentsJson())
 	defer func() { audited.end(ctx, resp, resp.GetIsError(), err) }()
 	c := caller(ctx, nil)
 	if d := h.policy.Call(c, id); d != nil {
@@ -193,7 +193,12 @@ func (h *toolHandler) CallToolProgress(ctx context.Context, req *toolmeshv1.Call
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.CallTimeout)
 	defer cancel()
-	call := &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: id, Arguments: req.GetArguments()}
+	// Arguments as JSON text go on as they came (the executor parses them, once); the answer
+	// then carries the server's structured content as it sent it.
+	call := &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: id, ArgumentsJson: req.GetArgumentsJson()}
+	if call.ArgumentsJson == nil {
+		call.Arguments = req.GetArguments()
+	}
 	var trailer metadata.MD
 	if progress == nil {
 		resp, err = h.executor.CallTool(ctx, call, grpc.Trailer(&trailer))
@@ -208,10 +213,11 @@ func (h *toolHandler) CallToolProgress(ctx context.Context, req *toolmeshv1.Call
 		_ = grpc.SetHeader(ctx, metadata.Pairs(resultCutKey, cut[0]))
 	}
 	return &toolmeshv1.CallToolResponse{
-		Content:           resp.GetContent(),
-		StructuredContent: resp.GetStructuredContent(),
-		IsError:           resp.GetIsError(),
-		DurationMs:        resp.GetDurationMs(),
+		Content:               resp.GetContent(),
+		StructuredContent:     resp.GetStructuredContent(),
+		StructuredContentJson: resp.GetStructuredContentJson(),
+		IsError:               resp.GetIsError(),
+		DurationMs:            resp.GetDurationMs(),
 	}, nil
 }
 

@@ -13,17 +13,64 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
-// callHandler is the handler of the tool id in every view that serves it.
+// callHandler is the handler of the tool id in every view that serves it. The arguments go
+// on as the JSON text mcp-go kept of them (RawArguments): the face decodes nothing more.
+//
+// What mcp-go's tool handler middleware would do for every call (wrap the handler in closures
+// anew: recovery, and the end of a legacy SSE stream ending the call) is done here, in the
+// handler made once per tool and catalog.
 func (f *Face) callHandler(id string) server.ToolHandlerFunc {
-	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return f.callTool(ctx, id, req.Params.Arguments, progressToken(req), false)
+	return func(ctx context.Context, req mcp.CallToolRequest) (res *mcp.CallToolResult, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				res, err = nil, fmt.Errorf("panic recovered in %s tool handler: %v", req.Params.Name, r)
+			}
+		}()
+		if st := streamOf(ctx); st != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+			defer context.AfterFunc(st.ctx, cancel)()
+		}
+		return f.callTool(ctx, id, rawArguments(req.Params), progressToken(req), false)
 	}
+}
+
+// noArguments is what a call without arguments sends on.
+var noArguments = json.RawMessage(`{}`)
+
+// rawArguments is the call's arguments as the client wrote them. mcp-go keeps that text of a
+// request it decoded; a request made in the process (a test's) has only the value.
+func rawArguments(p mcp.CallToolParams) json.RawMessage {
+	if len(p.RawArguments) > 0 {
+		return p.RawArguments
+	}
+	if p.Arguments == nil {
+		return nil
+	}
+	b, err := json.Marshal(p.Arguments)
+	if err != nil {
+		return json.RawMessage(`"unencodable"`) // refused as not an object
+	}
+	return b
+}
+
+// objectText reports whether raw, JSON text that mcp-go has parsed already, is an object: its
+// first byte past white space opens one.
+func objectText(raw json.RawMessage) bool {
+	for _, c := range raw {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return c == '{'
+	}
+	return false
 }
 
 // progressToken is the token of a call whose client asked for progress reports, or nil.
@@ -61,25 +108,22 @@ func progressTo(ctx context.Context, token mcp.ProgressToken) func(*toolmeshv1.C
 // unknownAsResult, a result too: that tool is call_tool's argument) and internal errors.
 //
 // With a progress token, the tool's progress reports go to the client under it.
-func (f *Face) callTool(ctx context.Context, id string, arguments any, token mcp.ProgressToken, unknownAsResult bool) (*mcp.CallToolResult, error) {
+//
+// arguments is their JSON text (nil or null: none), passed on as it is: the executor parses it
+// once, to validate it, and the MCP server gets it.
+func (f *Face) callTool(ctx context.Context, id string, arguments json.RawMessage, token mcp.ProgressToken, unknownAsResult bool) (*mcp.CallToolResult, error) {
 	srv, name, ok := toolid.Split(id)
 	if !ok {
 		return nil, fmt.Errorf("%q is not a tool id (SERVER.TOOL)", id)
 	}
-	var args *structpb.Struct
-	switch a := arguments.(type) {
-	case nil:
-	case map[string]any:
-		s, err := structpb.NewStruct(a)
-		if err != nil {
-			return mcp.NewToolResultError("arguments: " + err.Error()), nil
-		}
-		args = s
-	default:
+	switch {
+	case len(arguments) == 0 || string(arguments) == "null":
+		arguments = noArguments
+	case !objectText(arguments):
 		return mcp.NewToolResultError("arguments: must be a JSON object of the tool's arguments"), nil
 	}
 	ctx = f.ins.callContext(ctx, id)
-	resp, err := f.tools.CallToolProgress(ctx, &toolmeshv1.CallToolRequest{Server: srv, Name: name, Arguments: args}, progressTo(ctx, token))
+	resp, err := f.tools.CallToolProgress(ctx, &toolmeshv1.CallToolRequest{Server: srv, Name: name, ArgumentsJson: arguments}, progressTo(ctx, token))
 	if err != nil {
 		return failure(ctx, err, unknownAsResult)
 	}
@@ -111,7 +155,10 @@ func resultOf(resp *toolmeshv1.CallToolResponse) *mcp.CallToolResult {
 	for _, c := range resp.GetContent() {
 		out.Content = append(out.Content, contentOf(c))
 	}
-	if sc := resp.GetStructuredContent(); sc != nil {
+	if sc := resp.GetStructuredContentJson(); sc != nil {
+		// The client gets the text the MCP server sent.
+		out.RawStructuredContent = sc
+	} else if sc := resp.GetStructuredContent(); sc != nil {
 		out.StructuredContent = sc.AsMap()
 	}
 	return out
@@ -262,5 +309,22 @@ func (f *Face) handleCall(ctx context.Context, req mcp.CallToolRequest) (*mcp.Ca
 	if _, _, ok := toolid.Split(id); !ok {
 		return mcp.NewToolResultError(fmt.Sprintf("tool: %q is neither a tool name nor an id (SERVER.TOOL, the server matching %s)", tool, toolid.ServerRule)), nil
 	}
-	return f.callTool(ctx, id, args["arguments"], progressToken(req), true)
+	return f.callTool(ctx, id, callToolArguments(req.Params, args["arguments"]), progressToken(req), true)
+}
+
+// callToolArguments is the text of call_tool's own "arguments" argument: cut from the text
+// mcp-go kept (a scan, not a decode into values), or encoded from the value it decoded.
+func callToolArguments(p mcp.CallToolParams, decoded any) json.RawMessage {
+	if decoded == nil {
+		return nil
+	}
+	if len(p.RawArguments) > 0 {
+		var outer struct {
+			Arguments json.RawMessage `json:"arguments"`
+		}
+		if json.Unmarshal(p.RawArguments, &outer) == nil {
+			return outer.Arguments
+		}
+	}
+	return rawArguments(mcp.CallToolParams{Arguments: decoded})
 }

@@ -111,7 +111,11 @@ func TestCallResults(t *testing.T) {
 	h := newHarness(t, newExecutorDouble(testTool(t, "srv.echo")), harnessOptions{})
 	sc, _ := structpb.NewStruct(map[string]any{"temp": 21})
 	h.tools.result = func(req *toolmeshv1.CallToolRequest) (*toolmeshv1.CallToolResponse, error) {
-		switch req.GetArguments().AsMap()["case"] {
+		var args map[string]any
+		if err := json.Unmarshal(req.GetArgumentsJson(), &args); err != nil {
+			t.Errorf("arguments_json %q: %v", req.GetArgumentsJson(), err)
+		}
+		switch args["case"] {
 		case "all":
 			return &toolmeshv1.CallToolResponse{IsError: true, StructuredContent: sc, Content: []*toolmeshv1.Content{
 				{Type: "text", Text: proto.String("hi")},

@@ -238,7 +238,7 @@ type harnessOptions struct {
 	auth   auth.Config // the REST port's limits per token (MaxInFlight, ...)
 }
 
-func newHarness(t *testing.T, exec *executorDouble, opts harnessOptions) *harness {
+func newHarness(t testing.TB, exec *executorDouble, opts harnessOptions) *harness {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

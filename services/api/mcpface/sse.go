@@ -12,7 +12,6 @@ import (
 	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 	"google.golang.org/grpc/codes"
 
 	"github.com/toolmesh/toolmesh/internal/auth"
@@ -145,7 +144,7 @@ func (f *Face) serveSSE(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	st := &sseStream{owner: auth.Name(ctx), ctx: ctx, max: f.cfg.SSEMaxCalls, calls: map[string][]*sseCall{}}
 	defer func() {
-		cancel() // the calls still running end (cancelWithStream)
+		cancel() // the calls still running end (callHandler)
 		if st.id != "" {
 			f.streams.Delete(st.id)
 		}
@@ -357,21 +356,4 @@ func responseKey(p []byte) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// cancelWithStream ends a call's context when the SSE stream of its session ends. mcp-go runs
-// an SSE-posted call detached from its POST, which has been answered 202 long before; without
-// this a call would run to its end for a client that has gone.
-func cancelWithStream(next server.ToolHandlerFunc) server.ToolHandlerFunc {
-	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		st := streamOf(ctx)
-		if st == nil {
-			return next(ctx, req)
-		}
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		stop := context.AfterFunc(st.ctx, cancel)
-		defer stop()
-		return next(ctx, req)
-	}
 }

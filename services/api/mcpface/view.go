@@ -72,15 +72,15 @@ func (f *Face) newView(kind viewKind, srv string) *view {
 		server.WithHooks(hooks),
 		server.WithMetaPropagator(metaPropagator{tel: f.ins.tel}),
 		server.WithInstructions(instr),
-		server.WithRecovery(),
 	}
 	if kind != viewSearch {
 		opts = append(opts, server.WithToolFilter(f.visible))
-	}
-	if kind == viewCatalog {
-		// The catalog also serves the legacy SSE transport, whose calls run detached from
-		// their POST: they end with their stream instead (see sse.go).
-		opts = append(opts, server.WithToolHandlerMiddleware(cancelWithStream))
+	} else {
+		// The catalog's and the servers' tools recover in their handler (callHandler), made
+		// once per catalog rather than wrapped anew for every call. The catalog also serves
+		// the legacy SSE transport, whose calls run detached from their POST: callHandler ends
+		// them with their stream (see sse.go).
+		opts = append(opts, server.WithRecovery())
 	}
 	v.mcp = server.NewMCPServer(name, f.cfg.Version, opts...)
 	reg.srv = v.mcp
