@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
@@ -26,7 +27,10 @@ type executorScenario struct {
 	scenario *scenario
 	health   *scenario // bare grpc.health.v1 Check on the same gRPC server
 	inproc   *scenario // the same Service's CallTool called in-process, without gRPC
-	close    func()
+	// structs is the same call over the same connection with its arguments as a
+	// google.protobuf.Struct, as callers sent them before arguments_json (issue 28).
+	structs *scenario
+	close   func()
 }
 
 // grpcTuning is the gRPC server and client configuration of an executor scenario.
@@ -161,15 +165,24 @@ func newExecutorScenarioTuned(ctx context.Context, tr, url string, o options, na
 		}
 	}
 
-	// Both callers build the request the same way, so the only difference is the gRPC hop.
-	args := map[string]any{"a": 2, "b": 3}
-	callWith := func(call func(context.Context, *toolmeshv1.ExecutorServiceCallToolRequest) (*toolmeshv1.ExecutorServiceCallToolResponse, error)) func(context.Context) error {
+	// Both callers build the request the same way, so the only difference is the gRPC hop. The
+	// arguments travel as the JSON text a client sent (arguments_json), as the api passes them
+	// on from REST and the MCP face (issue 28).
+	args := []byte(`{"a":2,"b":3}`)
+	asJSON := func() (*toolmeshv1.ExecutorServiceCallToolRequest, error) {
+		return &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: "calculator.add", ArgumentsJson: args}, nil
+	}
+	asStruct := func() (*toolmeshv1.ExecutorServiceCallToolRequest, error) {
+		st, err := structpb.NewStruct(map[string]any{"a": 2, "b": 3})
+		return &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: "calculator.add", Arguments: st}, err
+	}
+	callAs := func(build func() (*toolmeshv1.ExecutorServiceCallToolRequest, error), call func(context.Context, *toolmeshv1.ExecutorServiceCallToolRequest) (*toolmeshv1.ExecutorServiceCallToolResponse, error)) func(context.Context) error {
 		return func(ctx context.Context) error {
-			st, err := structpb.NewStruct(args)
+			req, err := build()
 			if err != nil {
 				return err
 			}
-			resp, err := call(ctx, &toolmeshv1.ExecutorServiceCallToolRequest{ToolId: "calculator.add", Arguments: st})
+			resp, err := call(ctx, req)
 			if err != nil {
 				return err
 			}
@@ -181,6 +194,9 @@ func newExecutorScenarioTuned(ctx context.Context, tr, url string, o options, na
 			}
 			return nil
 		}
+	}
+	callWith := func(call func(context.Context, *toolmeshv1.ExecutorServiceCallToolRequest) (*toolmeshv1.ExecutorServiceCallToolResponse, error)) func(context.Context) error {
+		return callAs(asJSON, call)
 	}
 	note := "generated gRPC client → executor → held mcp-go session"
 	if tune.shipped {
@@ -204,6 +220,15 @@ func newExecutorScenarioTuned(ctx context.Context, tr, url string, o options, na
 		note:      "the same executor's CallTool handler called in-process: everything but the gRPC hop",
 		call:      callWith(svc.CallTool),
 	}
+	structs := &scenario{
+		transport: tr,
+		name:      strings.Replace(name, "executor-grpc", "executor-grpc-struct", 1),
+		protocol:  protocol,
+		note:      "the executor-grpc scenario with the arguments as a google.protobuf.Struct (callers before arguments_json)",
+		call: callAs(asStruct, func(ctx context.Context, req *toolmeshv1.ExecutorServiceCallToolRequest) (*toolmeshv1.ExecutorServiceCallToolResponse, error) {
+			return ex.CallTool(ctx, req)
+		}),
+	}
 	hc := healthpb.NewHealthClient(conn)
 	h := &scenario{
 		name: "grpc-health",
@@ -213,5 +238,5 @@ func newExecutorScenarioTuned(ctx context.Context, tr, url string, o options, na
 			return err
 		},
 	}
-	return &executorScenario{scenario: s, health: h, inproc: inproc, close: closeAll}, nil
+	return &executorScenario{scenario: s, health: h, inproc: inproc, structs: structs, close: closeAll}, nil
 }

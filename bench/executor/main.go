@@ -12,6 +12,8 @@
 //
 // Others isolate where the executor's overhead goes:
 //
+//   - executor-grpc-struct: the executor-grpc scenario with the arguments as a
+//     google.protobuf.Struct, as callers sent them before arguments_json (issue 28);
 //   - executor-inproc:     the executor-grpc scenario's own Service.CallTool called in-process,
 //     the same request built the same way: everything the executor does except the gRPC hop;
 //   - executor-inproc-otel, executor-grpc-otel (with -telemetry): the same with a second
@@ -93,7 +95,7 @@ func main() {
 	fs.BoolVar(&o.markdown, "markdown", false, "print Markdown tables")
 	fs.StringVar(&o.protocol, "protocol", "", "MCP protocol version for the direct client and the executor alike; empty: mcp-go's default negotiation")
 	fs.StringVar(&o.transports, "transports", "sse,streamable-http", "comma-separated transports to measure")
-	fs.StringVar(&o.scenarios, "scenarios", "grpc-health,direct-held,executor-inproc,executor-grpc,new-session", "comma-separated scenarios to measure (also executor-grpc-tuned: plain grpc.NewServer with -grpc-stream-workers and static windows)")
+	fs.StringVar(&o.scenarios, "scenarios", "grpc-health,direct-held,executor-inproc,executor-grpc,executor-grpc-struct,new-session", "comma-separated scenarios to measure (also executor-grpc-tuned: plain grpc.NewServer with -grpc-stream-workers and static windows)")
 	fs.UintVar(&o.workers, "grpc-stream-workers", 0, "grpc.NumStreamWorkers for the executor's gRPC server; 0: grpc's default (a new goroutine per RPC), as toolmesh ships")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the timed phases to this file")
 	fs.DurationVar(&o.callTimeout, "call-timeout", 10*time.Second, "bound of one call; a call that exceeds it counts as an error")
@@ -194,7 +196,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s executor-grpc: %w", tr, err)
 		}
 		cleanups = append(cleanups, ex.close)
-		scenarios = append(scenarios, ex.inproc, ex.scenario)
+		scenarios = append(scenarios, ex.inproc, ex.scenario, ex.structs)
 		if o.telemetry != "" {
 			tel, err := benchTelemetry(ctx, o.telemetry)
 			if err != nil {
@@ -744,9 +746,10 @@ func report(w io.Writer, o options, scenarios []*scenario, results map[string][]
 			o.runs, o.calls, o.concurrency, o.duration),
 		fmt.Sprintf("load average (1/5/15 min) before %s, after %s: other processes on this machine share the %d CPUs", o.loadBefore, o.loadAfter, runtime.NumCPU()),
 		fmt.Sprintf("direct-held: one mcp-go client, initialized and tools/list'ed once (as the executor does), http.Transport with MaxIdleConnsPerHost %d; "+
-			"executor-grpc: services/executor in-process (its own pooled mcp-go client, per-server limit %d) behind the gRPC server toolmesh ships (internal/server: interceptors, stream workers, static windows) on a loopback listener, one grpc.ClientConn with internal/server's DialOptions shared by all callers; "+
+			"executor-grpc: the arguments as JSON text (arguments_json, as the api sends them), services/executor in-process (its own pooled mcp-go client, per-server limit %d) behind the gRPC server toolmesh ships (internal/server: interceptors, stream workers, static windows) on a loopback listener, one grpc.ClientConn with internal/server's DialOptions shared by all callers; "+
 			"new-session: start, initialize, call, close per call with mcp-go's default http.Client; "+
 			"executor-inproc: the executor-grpc scenario's Service.CallTool called in-process (no gRPC); "+
+			"executor-grpc-struct: executor-grpc with the arguments as a google.protobuf.Struct (callers before arguments_json); "+
 			"executor-grpc-tuned (only with -scenarios): plain grpc.NewServer with -grpc-stream-workers and static 1 MiB windows", 2*o.concurrency, o.concurrency),
 	}
 	if o.telemetry != "" {
@@ -821,6 +824,9 @@ func report(w io.Writer, o options, scenarios []*scenario, results map[string][]
 		ns := n.p50 / e.p50
 		c.add(tr, "new-session p50 ÷ executor p50", fmt.Sprintf("%.2f×", ns), fmt.Sprintf("≥ %.1f×", minNewSessionRat), passFail(ns >= minNewSessionRat))
 		c.add(tr, fmt.Sprintf("executor CPU − direct CPU per call @%d", o.concurrency), fmt.Sprintf("%.0f µs", e.cpuPerCall-d.cpuPerCall), "—", "info")
+		if st, ok := sums[tr+"/executor-grpc-struct"]; ok {
+			c.add(tr, fmt.Sprintf("executor-grpc-struct CPU − executor-grpc CPU per call @%d (arguments as a Struct vs JSON text)", o.concurrency), fmt.Sprintf("%.0f µs", st.cpuPerCall-e.cpuPerCall), "—", "info")
+		}
 		if i, ok := sums[tr+"/executor-inproc"]; ok {
 			c.add(tr, "executor-inproc p50 − direct p50 (executor without gRPC)", fmt.Sprintf("%.0f µs", i.p50-d.p50), "—", "info")
 			c.add(tr, fmt.Sprintf("executor-inproc CPU − direct CPU per call @%d", o.concurrency), fmt.Sprintf("%.0f µs", i.cpuPerCall-d.cpuPerCall), "—", "info")
