@@ -112,11 +112,7 @@ func TestArgumentsTooLarge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(t.TempDir(), "audit.jsonl")
-	r, err := New(Config{File: file, Arguments: ArgumentsFull}, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, file := fullArgumentsTrail(t)
 	r.Record(context.Background(), Record{Tool: "notes.save", Arguments: s, Decision: Allowed})
 	if err := r.Close(); err != nil {
 		t.Fatal(err)

@@ -17,11 +17,7 @@ func TestArgumentsJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(t.TempDir(), "audit.jsonl")
-	r, err := New(Config{File: file, Arguments: ArgumentsFull}, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, file := fullArgumentsTrail(t)
 	ctx := context.Background()
 	r.Record(ctx, Record{Tool: "t.a", Arguments: s, Decision: Allowed})
 	r.Record(ctx, Record{Tool: "t.a", ArgumentsJSON: []byte(` {"password":"hunter2", "n":[1.5,null],"a":"x","b":1000000000000000000000}`), Decision: Allowed})
@@ -42,4 +38,16 @@ func TestArgumentsJSON(t *testing.T) {
 	if got, want := lines[1]["arguments"], lines[0]["arguments"]; got == nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("arguments of the JSON text %v, want the Struct's %v", got, want)
 	}
+}
+
+// fullArgumentsTrail is a recorder writing the arguments too (arguments full) to a file of its
+// own, and that file.
+func fullArgumentsTrail(t *testing.T) (*Recorder, string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	r, err := New(Config{File: file, Arguments: ArgumentsFull}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, file
 }
