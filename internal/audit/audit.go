@@ -136,9 +136,9 @@ type Record struct {
 	// Arguments is nil: the writer decodes them, off the call's path, into the same canonical
 	// form (and digest) as the Struct. They must not change once recorded.
 	ArgumentsJSON []byte
-	ResultBytes int
-	IsError     bool
-	Duration    time.Duration
+	ResultBytes   int
+	IsError       bool
+	Duration      time.Duration
 	// Decision is Allowed or Denied; Rule names what denied it (a policy rule, a limit).
 	Decision string
 	Rule     string
