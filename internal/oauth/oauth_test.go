@@ -296,3 +296,28 @@ func wantErr(t *testing.T, err error, want string) {
 		t.Fatalf("got %v, want an error saying %q", err, want)
 	}
 }
+
+// TestFoundByItself: a server configured without auth: oauth that answers 401 with
+// protected-resource metadata needs sign-in; after a login it is called with its token.
+func TestFoundByItself(t *testing.T) {
+	as := oauthtest.NewAuthServer(t, true)
+	ms := oauthtest.NewMCPServer(t, as, nil)
+	store := oauth.FileStore{Dir: t.TempDir()}
+	srv := protectedServer(ms.URL)
+	srv.Auth = mcpconfig.AuthDefault
+	_, err := connect(t, ms.URL, oauth.NewSource(srv, store, nil))
+	wantErr(t, err, "needs sign-in: toolmesh login protected (the server asks for OAuth sign-in)")
+
+	authURL, done := startLogin(t, srv, store)
+	as.SignIn(t, authURL).Body.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	c, err := connect(t, ms.URL, oauth.NewSource(srv, store, nil))
+	if err != nil {
+		t.Fatalf("connect after sign-in: %v", err)
+	}
+	if got, err := whoami(c); err != nil || got != "subject id1" {
+		t.Fatalf("call: %q, %v", got, err)
+	}
+}
