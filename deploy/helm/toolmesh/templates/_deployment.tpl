@@ -50,7 +50,8 @@ spec:
         {{- end }}
     spec:
       serviceAccountName: {{ include "toolmesh.serviceAccountName" $ }}
-      automountServiceAccountToken: false
+      {{- /* Only an executor keeping OAuth tokens in a Secret talks to the Kubernetes API. */}}
+      automountServiceAccountToken: {{ and (eq $component "executor") $.Values.executor.oauth.enabled }}
       {{- with $.Values.imagePullSecrets }}
       imagePullSecrets:
         {{- toYaml . | nindent 8 }}
@@ -72,6 +73,9 @@ spec:
             {{- end }}
             {{- if eq $component "executor" }}
             - --executor.pin-file={{ include "toolmesh.pinsDir" $ }}/pins.json
+            {{- if $.Values.executor.oauth.enabled }}
+            - --executor.oauth-secret={{ include "toolmesh.oauthSecretName" $ }}
+            {{- end }}
             {{- end }}
             {{- with $v.extraArgs }}
             {{- toYaml . | nindent 12 }}

@@ -372,3 +372,8 @@ spec:
     {{- toYaml $.Values.networkPolicy.metricsFrom | nindent 4 }}
 {{- end }}
 {{- end }}
+
+{{/* The Secret the executors keep OAuth tokens in (executor.oauth). */}}
+{{- define "toolmesh.oauthSecretName" -}}
+{{- default (printf "%s-oauth-tokens" (include "toolmesh.fullname" .)) .Values.executor.oauth.secretName }}
+{{- end }}
