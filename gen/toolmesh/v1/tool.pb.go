@@ -810,7 +810,11 @@ type Server struct {
 	// config_name is the server's name as its config (mcp.json, mcpServers) gives it, when that
 	// is not a valid server name and name is what toolmesh made of it ("GitHub" served as
 	// "github"); empty when the config gives name itself.
-	ConfigName    string `protobuf:"bytes,12,opt,name=config_name,json=configName,proto3" json:"config_name,omitempty"`
+	ConfigName string `protobuf:"bytes,12,opt,name=config_name,json=configName,proto3" json:"config_name,omitempty"`
+	// needs_sign_in: the server signs in with OAuth and has no usable tokens (nobody signed in, or
+	// they were revoked or refused); last_error says "needs sign-in: toolmesh login NAME". Such a
+	// server is down but never holds readiness: it waits for a person, not for time.
+	NeedsSignIn   bool `protobuf:"varint,13,opt,name=needs_sign_in,json=needsSignIn,proto3" json:"needs_sign_in,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -929,6 +933,13 @@ func (x *Server) GetConfigName() string {
 	return ""
 }
 
+func (x *Server) GetNeedsSignIn() bool {
+	if x != nil {
+		return x.NeedsSignIn
+	}
+	return false
+}
+
 // RefusedTool is a tool a server listed that the executor refused.
 type RefusedTool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1040,7 +1051,7 @@ const file_toolmesh_v1_tool_proto_rawDesc = "" +
 	"_mime_typeB\a\n" +
 	"\x05_dataB\x06\n" +
 	"\x04_uriB\a\n" +
-	"\x05_name\"\xee\x03\n" +
+	"\x05_name\"\x92\x04\n" +
 	"\x06Server\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\ttransport\x18\x02 \x01(\x0e2\x16.toolmesh.v1.TransportR\ttransport\x12\x1a\n" +
@@ -1058,7 +1069,8 @@ const file_toolmesh_v1_tool_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAt\x12=\n" +
 	"\rrefused_tools\x18\v \x03(\v2\x18.toolmesh.v1.RefusedToolR\frefusedTools\x12\x1f\n" +
 	"\vconfig_name\x18\f \x01(\tR\n" +
-	"configName\"9\n" +
+	"configName\x12\"\n" +
+	"\rneeds_sign_in\x18\r \x01(\bR\vneedsSignIn\"9\n" +
 	"\vRefusedTool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason*l\n" +
