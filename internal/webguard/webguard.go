@@ -52,6 +52,12 @@ type Config struct {
 	// AllowedOrigins are the exact browser origins (scheme://host[:port]) other than the API's
 	// own that may call it, with CORS; "*" allows any.
 	AllowedOrigins []string
+	// LoopbackOrigins also allows, with CORS, the http and https origins on localhost,
+	// 127.0.0.1 and [::1], on any port: for a server whose browser clients are apps on the
+	// user's own machine (the MCP Inspector), as the MCP servers toolmesh ships are. Not a flag.
+	LoopbackOrigins bool
+	// CORS is what an allowed cross origin may send and read; the zero value is the API's.
+	CORS CORS
 
 	prefix string // of the flag names, so Validate can name the flag
 }
@@ -87,13 +93,38 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// CORS is the answer to an allowed cross origin: the headers its page may read, and in a
+// preflight the methods and headers it may send.
+type CORS struct {
+	// ExposeHeaders is Access-Control-Expose-Headers; empty: X-Trace-Id, Retry-After,
+	// WWW-Authenticate (the API's).
+	ExposeHeaders string
+	// AllowMethods is Access-Control-Allow-Methods; empty: GET, POST.
+	AllowMethods string
+	// AllowRequestedHeaders lets a preflight send whatever headers it asks for, rather than
+	// Authorization and Content-Type only (MCP clients send Mcp-Session-Id and more).
+	AllowRequestedHeaders bool
+}
+
+func (c CORS) withDefaults() CORS {
+	if c.ExposeHeaders == "" {
+		c.ExposeHeaders = "X-Trace-Id, Retry-After, WWW-Authenticate"
+	}
+	if c.AllowMethods == "" {
+		c.AllowMethods = "GET, POST"
+	}
+	return c
+}
+
 // Guard runs the checks. A nil *Guard lets everything through.
 type Guard struct {
 	anyHost   bool
 	hosts     map[string]bool
 	suffixes  []string // ".example.com" for "*.example.com"
 	anyOrigin bool
+	loopback  bool // LoopbackOrigins
 	origins   map[string]bool
+	cors      CORS
 	log       *logsample.Sampler
 	prefix    string // of the flags, for messages
 }
@@ -104,6 +135,7 @@ func New(cfg Config, logger *slog.Logger) (*Guard, error) {
 		return nil, err
 	}
 	g := &Guard{hosts: map[string]bool{}, origins: map[string]bool{}, prefix: cfg.prefix,
+		loopback: cfg.LoopbackOrigins, cors: cfg.CORS.withDefaults(),
 		// A page retrying in a loop makes one line every few seconds, not thousands.
 		log: logsample.New(logger, 10, 5*time.Second)}
 	for _, h := range cfg.AllowedHosts {
@@ -147,7 +179,7 @@ func (g *Guard) Check(r *http.Request, originFree bool) *Refusal {
 	}
 	if origin := r.Header.Get("Origin"); origin != "" && !originFree && !g.originAllowed(origin, r.Host) {
 		return &Refusal{Status: http.StatusForbidden, Code: codes.PermissionDenied, reason: "origin not allowed",
-			Message: fmt.Sprintf("origin %q is not allowed: only the console's own origin and --%sallowed-origins may call this API from a browser", cut(origin), g.prefix)}
+			Message: g.originRefused(origin)}
 	}
 	if !originFree {
 		if site, ok := fromAnotherSite(r); ok {
@@ -220,7 +252,7 @@ func (g *Guard) Handler(next http.Handler, originFree func(*http.Request) bool) 
 			return
 		}
 		if origin := r.Header.Get("Origin"); origin != "" && !free && !sameOrigin(origin, r.Host) {
-			if preflight := cors(w, r, origin); preflight {
+			if preflight := g.answerCORS(w, r, origin); preflight {
 				return
 			}
 		}
@@ -238,18 +270,22 @@ func (g *Guard) refuse(w http.ResponseWriter, r *http.Request, ref *Refusal) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"code": ref.Code, "message": ref.Message, "details": []any{}})
 }
 
-// cors adds the CORS headers of an allowed cross origin and answers a preflight request. The
-// API authenticates with a bearer token, never a cookie, so credentials are not allowed.
-func cors(w http.ResponseWriter, r *http.Request, origin string) (preflight bool) {
+// answerCORS adds the CORS headers of an allowed cross origin and answers a preflight request.
+// The API authenticates with a bearer token, never a cookie, so credentials are not allowed.
+func (g *Guard) answerCORS(w http.ResponseWriter, r *http.Request, origin string) (preflight bool) {
 	h := w.Header()
 	h.Add("Vary", "Origin")
 	h.Set("Access-Control-Allow-Origin", origin)
-	h.Set("Access-Control-Expose-Headers", "X-Trace-Id, Retry-After, WWW-Authenticate")
+	h.Set("Access-Control-Expose-Headers", g.cors.ExposeHeaders)
 	if r.Method != http.MethodOptions || r.Header.Get("Access-Control-Request-Method") == "" {
 		return false
 	}
-	h.Set("Access-Control-Allow-Methods", "GET, POST")
-	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
+	h.Set("Access-Control-Allow-Methods", g.cors.AllowMethods)
+	allow := "Authorization, Content-Type"
+	if req := r.Header.Get("Access-Control-Request-Headers"); g.cors.AllowRequestedHeaders && req != "" {
+		allow = req
+	}
+	h.Set("Access-Control-Allow-Headers", allow)
 	h.Set("Access-Control-Max-Age", "600")
 	w.WriteHeader(http.StatusNoContent)
 	return true
@@ -315,7 +351,35 @@ func hostname(hostport string) string {
 }
 
 func (g *Guard) originAllowed(origin, host string) bool {
-	return sameOrigin(origin, host) || g.anyOrigin || g.origins[normalizeOrigin(origin)]
+	return sameOrigin(origin, host) || g.anyOrigin || g.origins[normalizeOrigin(origin)] ||
+		(g.loopback && loopbackOrigin(origin))
+}
+
+// originRefused says why origin may not call, and what would let it.
+func (g *Guard) originRefused(origin string) string {
+	allowed := "its own origin and --" + g.prefix + "allowed-origins"
+	if g.loopback {
+		allowed = "its own origin, loopback origins (localhost, 127.0.0.1, [::1] on any port) and --" + g.prefix + "allowed-origins"
+	}
+	return fmt.Sprintf("origin %q is not allowed: only %s may call this server from a browser", cut(origin), allowed)
+}
+
+// loopbackOrigin reports whether origin is http or https on localhost, 127.0.0.1 or [::1], on
+// any port. "null" and anything with a path, user info, query or fragment is not.
+func loopbackOrigin(origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Opaque != "" ||
+		u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return false
+	}
+	if port := u.Port(); port != "" && strings.Trim(port, "0123456789") != "" {
+		return false
+	}
+	switch strings.ToLower(u.Hostname()) {
+	case "localhost", "127.0.0.1", "::1":
+		return true
+	}
+	return false
 }
 
 // sameOrigin reports whether origin is the API's own: its host[:port] is the request's Host

@@ -9,7 +9,6 @@ package serve
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +21,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolmesh/toolmesh/internal/telemetry"
+	"github.com/toolmesh/toolmesh/internal/webguard"
 )
 
 // Transports accepted in Options.Transport.
@@ -141,7 +141,7 @@ type handler struct {
 	mux     *http.ServeMux
 	sse     *server.SSEServer
 	stream  *server.StreamableHTTPServer
-	origins originPolicy
+	guarded http.Handler // the web guard in front of serve
 	log     *slog.Logger
 	traced  bool // requests carry their peer for the tools/call spans
 }
@@ -165,33 +165,47 @@ func newHandler(s *server.MCPServer, opts Options) *handler {
 			server.WithStreamableHTTPLogger(log),
 			server.WithSessionIdManager(newSessionIDs()),
 		),
-		origins: newOriginPolicy(opts.AllowedOrigins),
-		log:     log,
-		traced:  opts.Telemetry != nil,
+		log:    log,
+		traced: opts.Telemetry != nil,
 	}
+	h.guarded = newGuard(opts.AllowedOrigins, log).Handler(http.HandlerFunc(h.serve), nil)
 	h.mux.Handle(SSEPath, h.sse.SSEHandler())
 	h.mux.Handle(MessagePath, h.sse.MessageHandler())
 	h.mux.Handle(StreamableHTTPPath, h.stream)
 	return h
 }
 
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if origin := r.Header.Get("Origin"); origin != "" {
-		if !h.origins.allowed(origin) {
-			h.log.Warn("rejected request from a disallowed origin", "origin", origin, "path", r.URL.Path, "remote", r.RemoteAddr)
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Vary", "Origin")
-			w.WriteHeader(http.StatusForbidden)
-			_ = json.NewEncoder(w).Encode(map[string]string{
-				"error":  "forbidden: origin not allowed",
-				"origin": origin,
-			})
-			return
-		}
-		if writeCORS(w, r, origin) {
-			return
-		}
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.guarded.ServeHTTP(w, r) }
+
+// newGuard is the web guard of the shipped MCP servers (internal/webguard, the api's): a
+// browser page may call them only from their own origin, from allowed (exact origins, "*"
+// for any; none given: loopback origins on any port, for the MCP Inspector and other local
+// apps), and with CORS for MCP's headers; another site's page is refused, and a POST must be
+// JSON. They are reached under any name (compose's service names, a pod's), so the Host check
+// is off. An entry that is not an origin is logged and ignored.
+func newGuard(allowed []string, log *slog.Logger) *webguard.Guard {
+	cfg := webguard.Config{
+		AllowedHosts:    []string{"*"},
+		LoopbackOrigins: len(allowed) == 0,
+		CORS: webguard.CORS{ExposeHeaders: "Mcp-Session-Id, Mcp-Protocol-Version",
+			AllowMethods: "GET, POST, DELETE, OPTIONS", AllowRequestedHeaders: true},
 	}
+	for _, o := range allowed {
+		one := webguard.Config{AllowedOrigins: []string{o}}
+		if err := one.Validate(); err != nil {
+			log.Warn("allowed origin ignored", "err", err)
+			continue
+		}
+		cfg.AllowedOrigins = append(cfg.AllowedOrigins, o)
+	}
+	g, err := webguard.New(cfg, log)
+	if err != nil {
+		panic("serve: web guard: " + err.Error()) // every entry was checked above
+	}
+	return g
+}
+
+func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
 	if h.traced {
 		r = r.WithContext(withPeer(r.Context(), httpPeer(r)))
 	}

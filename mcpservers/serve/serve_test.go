@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http/httptest"
 
 	"io"
 	"log/slog"
@@ -210,8 +212,8 @@ func TestOriginCheck(t *testing.T) {
 				t.Fatalf("%s %s with Origin %q: status %d (%s), want %d", tt.method, tt.path, tt.origin, resp.StatusCode, body, tt.wantStatus)
 			}
 			if tt.wantStatus == http.StatusForbidden {
-				var e struct{ Error, Origin string }
-				if err := json.Unmarshal(body, &e); err != nil || e.Origin != tt.origin || !strings.Contains(e.Error, "origin not allowed") {
+				var e struct{ Message string }
+				if err := json.Unmarshal(body, &e); err != nil || !strings.Contains(e.Message, fmt.Sprintf("origin %q is not allowed", tt.origin)) {
 					t.Errorf("403 body = %s, want JSON naming the origin", body)
 				}
 			}
@@ -224,6 +226,37 @@ func TestOriginCheck(t *testing.T) {
 	}
 }
 
+// TestWebGuard: what the web guard adds to the Origin check for the shipped servers: a page of
+// another site cannot reach them with a request that carries no Origin (an <img>, a
+// <script>), nor post to them as a form or text, however it is named.
+func TestWebGuard(t *testing.T) {
+	h := Handler(calculator.New(), Options{})
+	for _, tt := range []struct {
+		name, method, path, contentType, fetch string
+		want                                   int
+	}{
+		{"another site's script tag", http.MethodGet, SSEPath, "", "cross-site no-cors script", http.StatusForbidden},
+		{"a form post", http.MethodPost, StreamableHTTPPath, "application/x-www-form-urlencoded", "", http.StatusUnsupportedMediaType},
+		{"a text/plain post", http.MethodPost, MessagePath + "?sessionId=x", "text/plain", "", http.StatusUnsupportedMediaType},
+	} {
+		req := httptest.NewRequest(tt.method, "http://calculator:7801"+tt.path, strings.NewReader("{}"))
+		if tt.contentType != "" {
+			req.Header.Set("Content-Type", tt.contentType)
+		}
+		if f := strings.Fields(tt.fetch); len(f) == 3 {
+			req.Header.Set("Sec-Fetch-Site", f[0])
+			req.Header.Set("Sec-Fetch-Mode", f[1])
+			req.Header.Set("Sec-Fetch-Dest", f[2])
+		}
+		rec := newRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.status != tt.want {
+			t.Errorf("%s: status %d, want %d", tt.name, rec.status, tt.want)
+		}
+	}
+}
+
+// TestOriginPolicy: which browser origins the web guard of the shipped servers lets call them.
 func TestOriginPolicy(t *testing.T) {
 	tests := []struct {
 		allowed []string
@@ -248,7 +281,9 @@ func TestOriginPolicy(t *testing.T) {
 		{[]string{"*"}, "http://evil.example", true},
 	}
 	for _, tt := range tests {
-		if got := newOriginPolicy(tt.allowed).allowed(tt.origin); got != tt.want {
+		req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:7801/sse", nil)
+		req.Header.Set("Origin", tt.origin)
+		if got := newGuard(tt.allowed, slog.New(slog.DiscardHandler)).Check(req, false) == nil; got != tt.want {
 			t.Errorf("allowed %v, origin %q = %v, want %v", tt.allowed, tt.origin, got, tt.want)
 		}
 	}
