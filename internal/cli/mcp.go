@@ -21,7 +21,7 @@ func runMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs.SetOutput(stderr)
 	transport := fs.String("transport", "sse", "sse, streamable-http or stdio (HTTP serves both /sse and /mcp)")
 	addr := fs.String("addr", "127.0.0.1:7801", "HTTP listen address; loopback unless you say otherwise")
-	origins := fs.String("allowed-origins", "", "comma-separated extra Origin values allowed on HTTP (loopback origins always are)")
+	origins := fs.String("allowed-origins", "", "comma-separated browser origins (scheme://host[:port]) that may call the HTTP transports, instead of the default: loopback origins on any port; * allows any")
 	logLevel := fs.String("log.level", "info", "log level: debug, info, warn, error")
 	dbPath := fs.String("db", "", "sqlite only: the SQLite database file to serve read-only (never created); default: a built-in demo database")
 	var otelCfg telemetry.Config
