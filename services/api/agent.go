@@ -257,7 +257,7 @@ func (h *agentHandler) run(ctx context.Context, q query, send func(*toolmeshv1.Q
 	} else {
 		r.send = func(*toolmeshv1.QueryStreamResponse) {}
 	}
-	if err := h.checkServers(ctx, r.caller); err != nil {
+	if err := checkServerNames(ctx, h.executor, h.policy, h.cfg, r.caller, "servers", r.caller.Servers); err != nil {
 		return nil, err
 	}
 	if q.direct {
@@ -282,25 +282,6 @@ func (h *agentHandler) run(ctx context.Context, q query, send func(*toolmeshv1.Q
 	}
 	r.turn = h.turns.turnHistory(r.caller.Token, q.conv.rounds)
 	return r.loop(ctx)
-}
-
-// checkServers refuses a request's servers that name no server c may list: a typo is bad input
-// (naming the servers there are, closest first), not the policy's refusal of every call the
-// query would make. A server c may not list reads as one that does not exist.
-func (h *agentHandler) checkServers(ctx context.Context, c policy.Caller) error {
-	if len(c.Servers) == 0 {
-		return nil
-	}
-	known, err := knownServers(ctx, h.executor, h.policy, h.cfg, c)
-	if err != nil {
-		return err
-	}
-	for i, s := range c.Servers {
-		if !slices.Contains(known, s) {
-			return invalid.Field(fmt.Sprintf("servers[%d]", i), unknownServer(s, known))
-		}
-	}
-	return nil
 }
 
 // finish ends the query's span and records its metrics.

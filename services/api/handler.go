@@ -91,6 +91,31 @@ func (h *toolHandler) notFoundServer(ctx context.Context, c policy.Caller, name 
 	return status.Error(codes.NotFound, unknownServer(name, known))
 }
 
+// checkServerNames refuses a list of server names (a query's servers, a search's server filter:
+// field names it) that names no server c may list: a typo is bad input, naming the servers
+// there are, closest first, not a search that finds nothing or a policy refusal of every call.
+// A server c may not list reads as one that does not exist.
+func checkServerNames(ctx context.Context, ex executorClient, p *policy.Policy, cfg Config, c policy.Caller, field string, servers []string) error {
+	if len(servers) == 0 {
+		return nil
+	}
+	for i, s := range servers {
+		if !toolid.ValidServer(s) {
+			return invalid.Field(fmt.Sprintf("%s[%d]", field, i), "must match "+toolid.ServerRule)
+		}
+	}
+	known, err := knownServers(ctx, ex, p, cfg, c)
+	if err != nil {
+		return err
+	}
+	for i, s := range servers {
+		if !slices.Contains(known, s) {
+			return invalid.Field(fmt.Sprintf("%s[%d]", field, i), unknownServer(s, known))
+		}
+	}
+	return nil
+}
+
 // maxKnownServers bounds how many servers an unknown server's message names.
 const maxKnownServers = 10
 
@@ -268,6 +293,9 @@ func (h *toolHandler) SearchTools(ctx context.Context, req *toolmeshv1.SearchToo
 	c := caller(ctx, nil)
 	if d := h.policy.MaySearch(c); d != nil {
 		return nil, h.policy.Record(ctx, d)
+	}
+	if err := checkServerNames(ctx, h.executor, h.policy, h.cfg, c, "server", req.GetServer()); err != nil {
+		return nil, err
 	}
 	k := req.GetK()
 	if k == 0 {

@@ -57,7 +57,8 @@ func (e *recordingExecutor) ListTools(_ context.Context, req *toolmeshv1.Executo
 // (INVALID_ARGUMENT naming servers[i] and the servers there are, closest first), not the
 // policy's "rule: servers"; a token that may list only some servers is told only of those,
 // and a server it may not list reads exactly like one that does not exist. GET
-// /v1/tools?server= keeps its NOT_FOUND, with the same list.
+// /v1/tools?server= keeps its NOT_FOUND, with the same list; a search's server filter is
+// checked as a query's servers are.
 func TestUnknownServers(t *testing.T) {
 	exec := &recordingExecutor{text: "5"}
 	tools, agent := startScoped(t, exec, policy.Scope{Call: []string{"calc"}, Query: true})
@@ -83,6 +84,10 @@ func TestUnknownServers(t *testing.T) {
 		_, err := tools.ListTools(as(token), &toolmeshv1.ListToolsRequest{Server: server})
 		return err
 	}
+	searchErr := func(token string, servers ...string) error {
+		_, err := tools.SearchTools(as(token), &toolmeshv1.SearchToolsRequest{Q: "add", Server: servers})
+		return err
+	}
 	cases := []struct {
 		name  string
 		err   error
@@ -106,6 +111,10 @@ func TestUnknownServers(t *testing.T) {
 		{"listing an unknown server", listErr(tokenOps, "calcc"), codes.NotFound, "", `unknown server "calcc" (the servers: calc, db, notes)`},
 		{"listing a server the token may not list", listErr(tokenCalc, "db"), codes.NotFound, "", `unknown server "db" (the servers: calc)`},
 		{"listing a server the token may list", listErr(tokenCalc, "calc"), codes.OK, "", ""},
+		{"a typo in a search's server", searchErr(tokenOps, "calc", "nots"), codes.InvalidArgument, "server[1]", `server[1]: unknown server "nots" (the servers: notes, calc, db)`},
+		{"a search's server the token may not list", searchErr(tokenCalc, "db"), codes.InvalidArgument, "server[0]", `server[0]: unknown server "db" (the servers: calc)`},
+		{"a search's bad server name", searchErr(tokenOps, "Bad!"), codes.InvalidArgument, "server[0]", "must match"},
+		{"a search's known server", searchErr(tokenOps, "calc"), codes.OK, "", ""},
 	}
 	for _, tc := range cases {
 		msg := status.Convert(tc.err).Message()
