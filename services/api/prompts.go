@@ -88,22 +88,33 @@ func (h *contextHandler) executorError(ctx context.Context, server string, err e
 	return dependencyError(ctx, "executor", h.cfg.ExecutorAddr, err)
 }
 
-func (h *contextHandler) ListPrompts(ctx context.Context, req *toolmeshv1.ListPromptsRequest) (*toolmeshv1.ListPromptsResponse, error) {
+// list runs a listing of the executor's (one server's, or all) and keeps what c may see.
+func list[T any](ctx context.Context, h *contextHandler, server string, call func(context.Context) ([]T, map[string]string, error), serverOf func(T) string) ([]T, map[string]string, error) {
 	c := caller(ctx, nil)
-	if err := h.scope(ctx, c, policy.List, req.GetServer(), false); err != nil {
-		return nil, err
+	if err := h.scope(ctx, c, policy.List, server, false); err != nil {
+		return nil, nil, err
 	}
 	lctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
 	defer cancel()
-	resp, err := h.executor.ListPrompts(lctx, &toolmeshv1.ExecutorServiceListPromptsRequest{Server: req.GetServer()})
+	items, errs, err := call(lctx)
 	if err != nil {
-		return nil, h.executorError(lctx, req.GetServer(), err)
+		return nil, nil, h.executorError(lctx, server, err)
 	}
-	prompts := resp.GetPrompts()
 	if h.policy.Scoped() {
-		prompts = slices.DeleteFunc(prompts, func(p *toolmeshv1.Prompt) bool { return h.policy.ServerContext(c, policy.List, p.GetServer()) != nil })
+		items = slices.DeleteFunc(items, func(it T) bool { return h.policy.ServerContext(c, policy.List, serverOf(it)) != nil })
 	}
-	return &toolmeshv1.ListPromptsResponse{Prompts: prompts, Errors: h.visible(c, resp.GetErrors())}, nil
+	return items, h.visible(c, errs), nil
+}
+
+func (h *contextHandler) ListPrompts(ctx context.Context, req *toolmeshv1.ListPromptsRequest) (*toolmeshv1.ListPromptsResponse, error) {
+	prompts, errs, err := list(ctx, h, req.GetServer(), func(ctx context.Context) ([]*toolmeshv1.Prompt, map[string]string, error) {
+		resp, err := h.executor.ListPrompts(ctx, &toolmeshv1.ExecutorServiceListPromptsRequest{Server: req.GetServer()})
+		return resp.GetPrompts(), resp.GetErrors(), err
+	}, (*toolmeshv1.Prompt).GetServer)
+	if err != nil {
+		return nil, err
+	}
+	return &toolmeshv1.ListPromptsResponse{Prompts: prompts, Errors: errs}, nil
 }
 
 func (h *contextHandler) GetPrompt(ctx context.Context, req *toolmeshv1.GetPromptRequest) (*toolmeshv1.GetPromptResponse, error) {
@@ -132,41 +143,25 @@ func (h *contextHandler) GetPrompt(ctx context.Context, req *toolmeshv1.GetPromp
 }
 
 func (h *contextHandler) ListResources(ctx context.Context, req *toolmeshv1.ListResourcesRequest) (*toolmeshv1.ListResourcesResponse, error) {
-	c := caller(ctx, nil)
-	if err := h.scope(ctx, c, policy.List, req.GetServer(), false); err != nil {
+	resources, errs, err := list(ctx, h, req.GetServer(), func(ctx context.Context) ([]*toolmeshv1.Resource, map[string]string, error) {
+		resp, err := h.executor.ListResources(ctx, &toolmeshv1.ExecutorServiceListResourcesRequest{Server: req.GetServer()})
+		return resp.GetResources(), resp.GetErrors(), err
+	}, (*toolmeshv1.Resource).GetServer)
+	if err != nil {
 		return nil, err
 	}
-	lctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
-	defer cancel()
-	resp, err := h.executor.ListResources(lctx, &toolmeshv1.ExecutorServiceListResourcesRequest{Server: req.GetServer()})
-	if err != nil {
-		return nil, h.executorError(lctx, req.GetServer(), err)
-	}
-	resources := resp.GetResources()
-	if h.policy.Scoped() {
-		resources = slices.DeleteFunc(resources, func(r *toolmeshv1.Resource) bool { return h.policy.ServerContext(c, policy.List, r.GetServer()) != nil })
-	}
-	return &toolmeshv1.ListResourcesResponse{Resources: resources, Errors: h.visible(c, resp.GetErrors())}, nil
+	return &toolmeshv1.ListResourcesResponse{Resources: resources, Errors: errs}, nil
 }
 
 func (h *contextHandler) ListResourceTemplates(ctx context.Context, req *toolmeshv1.ListResourceTemplatesRequest) (*toolmeshv1.ListResourceTemplatesResponse, error) {
-	c := caller(ctx, nil)
-	if err := h.scope(ctx, c, policy.List, req.GetServer(), false); err != nil {
+	templates, errs, err := list(ctx, h, req.GetServer(), func(ctx context.Context) ([]*toolmeshv1.ResourceTemplate, map[string]string, error) {
+		resp, err := h.executor.ListResourceTemplates(ctx, &toolmeshv1.ExecutorServiceListResourceTemplatesRequest{Server: req.GetServer()})
+		return resp.GetResourceTemplates(), resp.GetErrors(), err
+	}, (*toolmeshv1.ResourceTemplate).GetServer)
+	if err != nil {
 		return nil, err
 	}
-	lctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
-	defer cancel()
-	resp, err := h.executor.ListResourceTemplates(lctx, &toolmeshv1.ExecutorServiceListResourceTemplatesRequest{Server: req.GetServer()})
-	if err != nil {
-		return nil, h.executorError(lctx, req.GetServer(), err)
-	}
-	templates := resp.GetResourceTemplates()
-	if h.policy.Scoped() {
-		templates = slices.DeleteFunc(templates, func(t *toolmeshv1.ResourceTemplate) bool {
-			return h.policy.ServerContext(c, policy.List, t.GetServer()) != nil
-		})
-	}
-	return &toolmeshv1.ListResourceTemplatesResponse{ResourceTemplates: templates, Errors: h.visible(c, resp.GetErrors())}, nil
+	return &toolmeshv1.ListResourceTemplatesResponse{ResourceTemplates: templates, Errors: errs}, nil
 }
 
 func (h *contextHandler) ReadResource(ctx context.Context, req *toolmeshv1.ReadResourceRequest) (*toolmeshv1.ReadResourceResponse, error) {

@@ -38,7 +38,7 @@ func (e *notFoundError) Error() string { return e.what + " not found" }
 
 // ListPrompts lists the prompts of one server or all.
 func (s *Service) ListPrompts(ctx context.Context, req *toolmeshv1.ExecutorServiceListPromptsRequest) (*toolmeshv1.ExecutorServiceListPromptsResponse, error) {
-	prompts, errs, err := eachServer(ctx, s, req.GetServer(), func(ctx context.Context, sess *session) ([]*toolmeshv1.Prompt, error) {
+	prompts, errs, err := eachServer(ctx, s, req.GetServer(), (*toolmeshv1.Prompt).GetId, func(ctx context.Context, sess *session) ([]*toolmeshv1.Prompt, error) {
 		ps, err := sess.listPrompts(ctx)
 		var out []*toolmeshv1.Prompt
 		for _, p := range ps {
@@ -51,9 +51,7 @@ func (s *Service) ListPrompts(ctx context.Context, req *toolmeshv1.ExecutorServi
 	if err != nil {
 		return nil, err
 	}
-	out := &toolmeshv1.ExecutorServiceListPromptsResponse{Prompts: prompts, Errors: errs}
-	slices.SortFunc(out.Prompts, func(a, b *toolmeshv1.Prompt) int { return strings.Compare(a.GetId(), b.GetId()) })
-	return out, nil
+	return &toolmeshv1.ExecutorServiceListPromptsResponse{Prompts: prompts, Errors: errs}, nil
 }
 
 // GetPrompt fills in one prompt.
@@ -92,7 +90,7 @@ func (s *Service) GetPrompt(ctx context.Context, req *toolmeshv1.ExecutorService
 
 // ListResources lists the resources of one server or all.
 func (s *Service) ListResources(ctx context.Context, req *toolmeshv1.ExecutorServiceListResourcesRequest) (*toolmeshv1.ExecutorServiceListResourcesResponse, error) {
-	resources, errs, err := eachServer(ctx, s, req.GetServer(), func(ctx context.Context, sess *session) ([]*toolmeshv1.Resource, error) {
+	resources, errs, err := eachServer(ctx, s, req.GetServer(), func(r *toolmeshv1.Resource) string { return r.GetServer() + " " + r.GetUri() }, func(ctx context.Context, sess *session) ([]*toolmeshv1.Resource, error) {
 		rs, err := sess.listResources(ctx)
 		var out []*toolmeshv1.Resource
 		for _, r := range rs {
@@ -106,16 +104,12 @@ func (s *Service) ListResources(ctx context.Context, req *toolmeshv1.ExecutorSer
 	if err != nil {
 		return nil, err
 	}
-	out := &toolmeshv1.ExecutorServiceListResourcesResponse{Resources: resources, Errors: errs}
-	slices.SortFunc(out.Resources, func(a, b *toolmeshv1.Resource) int {
-		return cmpPair(a.GetServer(), a.GetUri(), b.GetServer(), b.GetUri())
-	})
-	return out, nil
+	return &toolmeshv1.ExecutorServiceListResourcesResponse{Resources: resources, Errors: errs}, nil
 }
 
 // ListResourceTemplates lists the resource templates of one server or all.
 func (s *Service) ListResourceTemplates(ctx context.Context, req *toolmeshv1.ExecutorServiceListResourceTemplatesRequest) (*toolmeshv1.ExecutorServiceListResourceTemplatesResponse, error) {
-	templates, errs, err := eachServer(ctx, s, req.GetServer(), func(ctx context.Context, sess *session) ([]*toolmeshv1.ResourceTemplate, error) {
+	templates, errs, err := eachServer(ctx, s, req.GetServer(), func(t *toolmeshv1.ResourceTemplate) string { return t.GetServer() + " " + t.GetUriTemplate() }, func(ctx context.Context, sess *session) ([]*toolmeshv1.ResourceTemplate, error) {
 		ts, err := sess.listTemplates(ctx)
 		var out []*toolmeshv1.ResourceTemplate
 		for _, t := range ts {
@@ -133,11 +127,7 @@ func (s *Service) ListResourceTemplates(ctx context.Context, req *toolmeshv1.Exe
 	if err != nil {
 		return nil, err
 	}
-	out := &toolmeshv1.ExecutorServiceListResourceTemplatesResponse{ResourceTemplates: templates, Errors: errs}
-	slices.SortFunc(out.ResourceTemplates, func(a, b *toolmeshv1.ResourceTemplate) int {
-		return cmpPair(a.GetServer(), a.GetUriTemplate(), b.GetServer(), b.GetUriTemplate())
-	})
-	return out, nil
+	return &toolmeshv1.ExecutorServiceListResourceTemplatesResponse{ResourceTemplates: templates, Errors: errs}, nil
 }
 
 // ReadResource reads one resource, within the server's result limit.
@@ -204,9 +194,9 @@ func resourceTooLarge(server, uri string, size int64, over bool, limit int, sour
 }
 
 // eachServer runs list on one server (name) or on every ready server at once, and gathers
-// what they list. A server that fails is left out and its error given by name; with one server
-// named, its failure is the answer.
-func eachServer[T any](ctx context.Context, s *Service, name string, list func(context.Context, *session) ([]T, error)) ([]T, map[string]string, error) {
+// what they list, sorted by key. A server that fails is left out and its error given by name;
+// with one server named, its failure is the answer.
+func eachServer[T any](ctx context.Context, s *Service, name string, key func(T) string, list func(context.Context, *session) ([]T, error)) ([]T, map[string]string, error) {
 	set := s.set.Load()
 	sessions := set.list()
 	if name != "" {
@@ -247,6 +237,7 @@ func eachServer[T any](ctx context.Context, s *Service, name string, list func(c
 	if err, ok := errs[name]; ok && name != "" {
 		return nil, nil, contextStatus(err)
 	}
+	slices.SortFunc(out, func(a, b T) int { return strings.Compare(key(a), key(b)) })
 	var msgs map[string]string
 	for srv, err := range errs {
 		if msgs == nil {
@@ -431,13 +422,6 @@ func blobContents(uri, mime, data string) *toolmeshv1.ResourceContents {
 		out.Blob = []byte{}
 	}
 	return out
-}
-
-func cmpPair(a1, a2, b1, b2 string) int {
-	if c := strings.Compare(a1, b1); c != 0 {
-		return c
-	}
-	return strings.Compare(a2, b2)
 }
 
 // listChanges fans the servers' list_changed notifications out to the WatchListChanged
