@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -107,5 +109,46 @@ func TestEverythingPromptsAndResources(t *testing.T) {
 	_, err = h.client.ReadResource(ctx, &toolmeshv1.ExecutorServiceReadResourceRequest{Server: "nope", Uri: "x://y"})
 	if status.Code(err) != codes.NotFound {
 		t.Errorf("unknown server: got %v, want NotFound", err)
+	}
+}
+
+// TestPromptsListChanged: a server that adds a prompt and a resource tells the executor, and the
+// executor tells its WatchListChanged streams; the new ones are listed at once.
+func TestPromptsListChanged(t *testing.T) {
+	ts := newTestMCP("changing", 0, server.WithPromptCapabilities(true), server.WithResourceCapabilities(false, true))
+	m := ts.srv
+	m.AddPrompt(mcp.NewPrompt("first"), func(context.Context, mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return mcp.NewGetPromptResult("", nil), nil
+	})
+	hh := newHTTPHarness(t, streamableHandler(fixed(ts)))
+	h := startExecutor(t, Config{Servers: map[string]mcpconfig.Server{"changing": {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://" + hh.addr + "/mcp"}}})
+	h.waitReady(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := h.client.WatchListChanged(ctx, &toolmeshv1.WatchListChangedRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream may first say what the connection already said; what matters is what follows.
+	time.Sleep(200 * time.Millisecond)
+	m.AddPrompt(mcp.NewPrompt("second"), func(context.Context, mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return mcp.NewGetPromptResult("", nil), nil
+	})
+	m.AddResource(mcp.NewResource("test://new", "new"), func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		return []mcp.ResourceContents{mcp.TextResourceContents{URI: "test://new", Text: "new"}}, nil
+	})
+	seen := map[toolmeshv1.ListKind]bool{}
+	for !seen[toolmeshv1.ListKind_LIST_KIND_PROMPTS] || !seen[toolmeshv1.ListKind_LIST_KIND_RESOURCES] {
+		ev, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("waiting for the changes (seen %v): %v", seen, err)
+		}
+		if ev.GetServer() == "changing" {
+			seen[ev.GetKind()] = true
+		}
+	}
+	lp, err := h.client.ListPrompts(ctx, &toolmeshv1.ExecutorServiceListPromptsRequest{})
+	if err != nil || len(lp.GetPrompts()) != 2 || lp.GetPrompts()[1].GetId() != "changing.second" {
+		t.Errorf("prompts after the change: %v, %v", lp.GetPrompts(), err)
 	}
 }

@@ -135,8 +135,9 @@ type conn struct {
 	protocol  string
 	sessionID string // mcp.session.id: the Mcp-Session-Id, or the SSE sessionId; "" for none
 	info      mcp.Implementation
-	listen    bool          // the server announced tools.listChanged
-	refresh   chan struct{} // cap 1: a tools/list refresh is wanted
+	listen    bool                   // the server announced tools.listChanged
+	filter    mcp.SubscriptionFilter // what the notification stream asks for (2026-07-28)
+	refresh   chan struct{}          // cap 1: a tools/list refresh is wanted
 
 	broken    chan struct{}
 	breakOnce sync.Once
@@ -260,6 +261,8 @@ func (s *session) run(ctx context.Context) {
 		s.cur.Store(cn)
 		s.notifyLocked()
 		s.mu.Unlock()
+		// What the server lists may differ from what it listed before it went away.
+		s.cat.changes.publish(s.name, toolmeshv1.ListKind_LIST_KIND_PROMPTS, toolmeshv1.ListKind_LIST_KIND_RESOURCES)
 		s.log.Info("mcp server connected", "protocol", cn.protocol, "server_name", cn.info.Name,
 			"server_version", cn.info.Version, "tools", len(tools.tools), "refused", len(tools.refused))
 		s.live(cn)
@@ -396,6 +399,10 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ *listing, err err
 			s.streamUp(cn)
 		case string(mcp.MethodNotificationProgress):
 			s.progress.deliver(n)
+		case mcp.MethodNotificationPromptsListChanged:
+			s.cat.changes.publish(s.name, toolmeshv1.ListKind_LIST_KIND_PROMPTS)
+		case mcp.MethodNotificationResourcesListChanged:
+			s.cat.changes.publish(s.name, toolmeshv1.ListKind_LIST_KIND_RESOURCES)
 		}
 	})
 	c.OnConnectionLost(func(err error) {
@@ -431,7 +438,7 @@ func (s *session) live(cn *conn) {
 		defer cn.wg.Done()
 		s.refreshLoop(cn)
 	}()
-	if mcp.IsModernProtocol(cn.protocol) && cn.listen {
+	if mcp.IsModernProtocol(cn.protocol) && !cn.filter.IsEmpty() {
 		cn.wg.Add(1)
 		go func() {
 			defer cn.wg.Done()
@@ -462,6 +469,9 @@ func (s *session) initialize(ctx context.Context, cn *conn, tr transport.Interfa
 	cn.info = res.ServerInfo
 	cn.hooks.modern.Store(mcp.IsModernProtocol(cn.protocol))
 	cn.listen = res.Capabilities.Tools != nil && res.Capabilities.Tools.ListChanged
+	cn.filter = mcp.SubscriptionFilter{ToolsListChanged: cn.listen,
+		PromptsListChanged:   res.Capabilities.Prompts != nil && res.Capabilities.Prompts.ListChanged,
+		ResourcesListChanged: res.Capabilities.Resources != nil && res.Capabilities.Resources.ListChanged}
 	return nil
 }
 
@@ -475,7 +485,7 @@ func (s *session) listenLoop(cn *conn) {
 	attempt := 0
 	for {
 		started := time.Now()
-		err := cn.client.Listen(ctx, mcp.SubscriptionFilter{ToolsListChanged: true})
+		err := cn.client.Listen(ctx, cn.filter)
 		if ctx.Err() != nil || cn.isBroken() {
 			return
 		}
