@@ -4,18 +4,22 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/eventually"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/testbackend"
 )
@@ -146,4 +150,107 @@ func TestPromptsAndResources(t *testing.T) {
 			t.Errorf("calc's ReadResource: %v; want NotFound", err)
 		}
 	})
+}
+
+// TestMCPPromptsAndResources gets server-everything's prompts and reads its resources through
+// the MCP endpoints, in both protocol eras, as each token may.
+func TestMCPPromptsAndResources(t *testing.T) {
+	m, _, tokens := promptsMesh(t)
+	every, calc := tokens[1], tokens[2]
+	for _, version := range []string{mcp.LATEST_PROTOCOL_VERSION, "2025-06-18"} {
+		t.Run(version, func(t *testing.T) {
+			c := mcpClient(t, m.base+"/mcp", version, every)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			// The face lists the executor's prompts once the server is up.
+			eventually.Check(t, 20*time.Second, "everything__args-prompt on /mcp", func() string {
+				ps, err := c.ListPrompts(ctx, mcp.ListPromptsRequest{})
+				if err != nil {
+					return err.Error()
+				}
+				for _, p := range ps.Prompts {
+					if p.Name == "everything__simple-prompt" {
+						t.Errorf("an excluded prompt is listed: %v", p)
+					}
+					if p.Name == "everything__args-prompt" && len(p.Arguments) == 2 && p.Meta.AdditionalFields["toolmesh/id"] == "everything.args-prompt" {
+						return ""
+					}
+				}
+				return fmt.Sprintf("prompts: %v", ps.Prompts)
+			})
+			req := mcp.GetPromptRequest{}
+			req.Params.Name = "everything__args-prompt"
+			req.Params.Arguments = map[string]string{"city": "Lima"}
+			got, err := c.GetPrompt(ctx, req)
+			if err != nil || len(got.Messages) != 1 || got.Messages[0].Content.(mcp.TextContent).Text != "What's weather in Lima?" {
+				t.Errorf("prompts/get: %+v, %v", got, err)
+			}
+			req.Params.Name = "everything__simple-prompt"
+			if _, err := c.GetPrompt(ctx, req); err == nil {
+				t.Errorf("prompts/get of an excluded prompt: no error")
+			}
+
+			rs, err := c.ListResources(ctx, mcp.ListResourcesRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var found bool
+			for _, r := range rs.Resources {
+				if r.URI == "demo://resource/static/document/instructions.md" {
+					t.Errorf("an excluded resource is listed")
+				}
+				if r.URI == "demo://resource/static/document/architecture.md" {
+					found = r.Meta != nil && r.Meta.AdditionalFields["toolmesh/server"] == "everything"
+				}
+			}
+			if !found {
+				t.Errorf("architecture.md with its server in _meta not listed: %v", rs.Resources)
+			}
+			ts, err := c.ListResourceTemplates(ctx, mcp.ListResourceTemplatesRequest{})
+			if err != nil || len(ts.ResourceTemplates) == 0 {
+				t.Errorf("resources/templates/list: %v, %v", ts, err)
+			}
+			read := func(uri string) (*mcp.ReadResourceResult, error) {
+				r := mcp.ReadResourceRequest{}
+				r.Params.URI = uri
+				return c.ReadResource(ctx, r)
+			}
+			text, err := read("demo://resource/dynamic/text/5")
+			if err != nil || len(text.Contents) != 1 || !strings.HasPrefix(text.Contents[0].(mcp.TextResourceContents).Text, "Resource 5: This is a plaintext resource") {
+				t.Errorf("text resource: %+v, %v", text, err)
+			}
+			blob, err := read("demo://resource/dynamic/blob/5")
+			if err != nil || len(blob.Contents) != 1 {
+				t.Fatalf("blob resource: %+v, %v", blob, err)
+			}
+			if b, _ := base64.StdEncoding.DecodeString(blob.Contents[0].(mcp.BlobResourceContents).Blob); !strings.HasPrefix(string(b), "Resource 5: This is a base64 blob") {
+				t.Errorf("blob resource: %q", b)
+			}
+			if _, err := read("demo://resource/static/document/structure.md"); err == nil || !strings.Contains(err.Error(), "over the 4096-byte limit (mcpServers.everything.maxResultBytes)") {
+				t.Errorf("oversized resource: %v", err)
+			}
+
+			other := mcpClient(t, m.base+"/mcp", version, calc)
+			if ps, err := other.ListPrompts(ctx, mcp.ListPromptsRequest{}); err != nil || len(ps.Prompts) != 0 {
+				t.Errorf("calc's prompts: %v, %v; want none", ps, err)
+			}
+			if rs, err := other.ListResources(ctx, mcp.ListResourcesRequest{}); err != nil || len(rs.Resources) != 0 {
+				t.Errorf("calc's resources: %v, %v; want none", rs, err)
+			}
+			r := mcp.ReadResourceRequest{}
+			r.Params.URI = "demo://resource/dynamic/text/5"
+			if _, err := other.ReadResource(ctx, r); err == nil {
+				t.Errorf("calc read everything's resource")
+			}
+			if _, err := other.GetPrompt(ctx, mcp.GetPromptRequest{Params: mcp.GetPromptParams{Name: "everything__args-prompt", Arguments: map[string]string{"city": "Lima"}}}); err == nil {
+				t.Errorf("calc got everything's prompt")
+			}
+
+			one := mcpClient(t, m.base+"/mcp/servers/everything", version, every)
+			ps, err := one.ListPrompts(ctx, mcp.ListPromptsRequest{})
+			if err != nil || !slices.ContainsFunc(ps.Prompts, func(p mcp.Prompt) bool { return p.Name == "args-prompt" }) {
+				t.Errorf("/mcp/servers/everything prompts: %v, %v", ps, err)
+			}
+		})
+	}
 }

@@ -74,7 +74,9 @@ func (f *Face) newView(kind viewKind, srv string) *view {
 		server.WithInstructions(instr),
 	}
 	if kind != viewSearch {
-		opts = append(opts, server.WithToolFilter(f.visible))
+		opts = append(opts, server.WithToolFilter(f.visible),
+			// The MCP servers' prompts and resources (prompts.go).
+			server.WithPromptCapabilities(true), server.WithResourceCapabilities(false, true), f.contextFilters(hooks))
 	} else {
 		// The catalog's and the servers' tools recover in their handler (callHandler), made
 		// once per catalog rather than wrapped anew for every call. The catalog also serves
