@@ -29,14 +29,23 @@ func TestOAuthServerNeedsSignIn(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m := startMesh(t, "--config="+cfg, "--executor.oauth-dir="+tokens, "--api.ready-server-grace=0s")
+	// startMesh waits for /readyz 200: a server waiting for a sign-in must not hold it for the
+	// grace a starting server gets.
+	m := startMesh(t, "--config="+cfg, "--executor.oauth-dir="+tokens, "--api.ready-server-grace=5m")
 
-	const want = "needs sign-in: toolmesh login protected"
+	const want = `"last_error":"needs sign-in: toolmesh login protected (nobody has signed in)"`
 	for _, path := range []string{"/v1/servers", "/readyz"} {
 		code, b := do(t, "", "GET", m.base+path, "")
-		if code != 200 || !strings.Contains(string(b), want) {
-			t.Errorf("GET %s: %d %.800s; want 200 saying %q", path, code, b, want)
+		w := want
+		if path == "/readyz" {
+			w = `"error":"needs sign-in: toolmesh login protected (nobody has signed in)"`
 		}
+		if code != 200 || !strings.Contains(string(b), w) {
+			t.Errorf("GET %s: %d %.800s; want 200 with %s", path, code, b, w)
+		}
+	}
+	if _, b := do(t, "", "GET", m.base+"/v1/servers", ""); !strings.Contains(string(b), `"needs_sign_in":true`) {
+		t.Errorf("/v1/servers: %.800s; want needs_sign_in true", b)
 	}
 
 	servers, err := mcpconfig.Parse([]byte(`{"mcpServers":{"protected":{"url":"`+ms.URL+`","auth":"oauth"}}}`), nil)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/oauth2"
@@ -53,7 +54,14 @@ type Source struct {
 	// looked is when the store last had no record: it is read again at most every
 	// recheckEvery, not on every request.
 	looked time.Time
+
+	// needs is the last request's sign-in error, nil once a request went through.
+	needs atomic.Pointer[NeedsSignIn]
 }
+
+// SignInNeeded is the error of the server's last request when it was for want of a sign-in,
+// or nil when its last request was sent with a token (or needed none).
+func (s *Source) SignInNeeded() *NeedsSignIn { return s.needs.Load() }
 
 // recheckEvery bounds how often a server without a record looks for one (a login made since).
 const recheckEvery = 2 * time.Second
@@ -232,6 +240,18 @@ type Transport struct {
 }
 
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.roundTrip(r)
+	var n *NeedsSignIn
+	switch {
+	case errors.As(err, &n):
+		t.Source.needs.Store(n)
+	case err == nil:
+		t.Source.needs.Store(nil)
+	}
+	return resp, err
+}
+
+func (t *Transport) roundTrip(r *http.Request) (*http.Response, error) {
 	tok, ok, err := t.Source.Token(r.Context())
 	if err != nil {
 		drain(r)

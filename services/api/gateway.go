@@ -189,7 +189,8 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 		// A server that has not connected yet since the api started is still given its
 		// chance, for --api.ready-server-grace: in compose or a pod the MCP servers start
 		// beside the mesh, and a first attempt refused a moment too early says nothing.
-		starting := srv.GetConnectedAt() == nil && time.Since(s.started) < s.cfg.ReadyServerGrace &&
+		// A server waiting for someone to sign in (OAuth) waits for a person, not for time.
+		starting := srv.GetConnectedAt() == nil && time.Since(s.started) < s.cfg.ReadyServerGrace && !srv.GetNeedsSignIn() &&
 			st != toolmeshv1.ServerState_SERVER_STATE_READY && st != toolmeshv1.ServerState_SERVER_STATE_DEGRADED
 		filling = filling || st == toolmeshv1.ServerState_SERVER_STATE_CONNECTING || starting
 		if !s.tools.policy.ListsServer(c, srv.GetName()) {

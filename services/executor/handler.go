@@ -41,7 +41,7 @@ func (s *Service) ListServers(context.Context, *toolmeshv1.ExecutorServiceListSe
 	sessions := s.set.Load().list()
 	out := make([]*toolmeshv1.Server, 0, len(sessions))
 	for _, sess := range sessions {
-		out = append(out, sess.status())
+		out = append(out, withSignIn(sess.status(), sess.dial.auth))
 	}
 	return &toolmeshv1.ExecutorServiceListServersResponse{Servers: out, Config: s.conf.status()}, nil
 }

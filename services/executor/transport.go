@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/oauth"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
@@ -67,6 +68,20 @@ func newDialer(srv mcpconfig.Server, cfg Config, concurrency int, log *slog.Logg
 		d.httpClient = &http.Client{Transport: limitBodies{next: &oauth.Transport{Source: d.auth, Next: traced}}}
 	}
 	return d
+}
+
+// withSignIn marks st, a server that is not connected, as waiting for a person to sign in when
+// its last request failed for want of tokens, and says only that as its error (not how mcp-go
+// wrapped it).
+func withSignIn(st *toolmeshv1.Server, auth *oauth.Source) *toolmeshv1.Server {
+	if auth == nil || st.GetState() == toolmeshv1.ServerState_SERVER_STATE_READY || st.GetState() == toolmeshv1.ServerState_SERVER_STATE_DEGRADED {
+		return st
+	}
+	if n := auth.SignInNeeded(); n != nil {
+		st.NeedsSignIn = true
+		st.LastError = n.Error()
+	}
+	return st
 }
 
 // signInError is the *oauth.NeedsSignIn inside err, so a server's state says what to do
