@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -252,5 +253,59 @@ func TestMCPPromptsAndResources(t *testing.T) {
 				t.Errorf("/mcp/servers/everything prompts: %v, %v", ps, err)
 			}
 		})
+	}
+}
+
+// TestMCPPromptsListChanged: a server that adds a prompt reaches an MCP client of the mesh as
+// notifications/prompts/list_changed, and the new prompt is listed.
+func TestMCPPromptsListChanged(t *testing.T) {
+	srv := mcpserver.NewMCPServer("changing", "0.1.0", mcpserver.WithToolCapabilities(true), mcpserver.WithPromptCapabilities(true))
+	srv.AddTool(mcp.NewTool("noop"), constText("ok"))
+	empty := func(context.Context, mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return mcp.NewGetPromptResult("", []mcp.PromptMessage{mcp.NewPromptMessage(mcp.RoleUser, mcp.NewTextContent("hi"))}), nil
+	}
+	srv.AddPrompt(mcp.NewPrompt("first"), empty)
+	cfg := filepath.Join(t.TempDir(), "mcp.json")
+	doc, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{"changing": map[string]any{"url": serveMCP(t, srv)}}})
+	if err := os.WriteFile(cfg, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := startMeshToken(t, "", "--mcp-config="+cfg, "--api.mcp-list-changed-delay=50ms")
+	waitMCPTools(t, m.base+"/mcp", "", "changing__noop")
+
+	c := mcpClient(t, m.base+"/mcp", "2025-06-18", "")
+	changed := make(chan struct{}, 8)
+	c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == mcp.MethodNotificationPromptsListChanged {
+			changed <- struct{}{}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	listed := func() []string {
+		ps, err := c.ListPrompts(ctx, mcp.ListPromptsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range ps.Prompts {
+			names = append(names, p.Name)
+		}
+		return names
+	}
+	eventually.Check(t, 10*time.Second, "changing__first listed", func() string {
+		if got := listed(); !slices.Contains(got, "changing__first") {
+			return fmt.Sprint(got)
+		}
+		return ""
+	})
+	srv.AddPrompt(mcp.NewPrompt("second"), empty)
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("no notifications/prompts/list_changed after the server added a prompt")
+	}
+	if got := listed(); !slices.Contains(got, "changing__second") {
+		t.Errorf("after the change: %v", got)
 	}
 }
