@@ -77,6 +77,26 @@ func TestOAuthServerNeedsSignIn(t *testing.T) {
 	if _, b := do(t, "", "GET", m.base+"/v1/servers", ""); strings.Contains(string(b), "needs sign-in") {
 		t.Errorf("/v1/servers after sign-in still says needs sign-in: %.600s", b)
 	}
+
+	// The grant is revoked: the next call is refused upstream, the one refresh fails, and the
+	// call says what to do; so does the server's state.
+	rec, err := oauth.FileStore{Dir: tokens}.Load(context.Background(), "protected")
+	if err != nil {
+		t.Fatal(err)
+	}
+	as.Revoke(t, rec.Token.RefreshToken, rec.ClientID)
+	code, b := do(t, "", "POST", m.base+"/v1/tools/protected/whoami:call", `{"arguments":{}}`)
+	if code != 503 || !strings.Contains(string(b), "needs sign-in: toolmesh login protected") {
+		t.Errorf("call after revocation: %d %s; want 503 saying needs sign-in", code, b)
+	}
+	if _, b := do(t, "", "GET", m.base+"/v1/servers", ""); !strings.Contains(string(b), `"needs_sign_in":true`) {
+		t.Errorf("/v1/servers after revocation: %.600s; want needs_sign_in", b)
+	}
+	for _, secret := range []string{rec.Token.AccessToken, rec.Token.RefreshToken} {
+		if strings.Contains(string(b), secret) {
+			t.Errorf("/v1/servers shows a token")
+		}
+	}
 }
 
 // TestBannerSaysNeedsSignIn: the banner's line of an OAuth server nobody signed in to says what

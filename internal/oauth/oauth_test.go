@@ -142,7 +142,7 @@ func TestSignInCallRefreshRevoke(t *testing.T) {
 	// The grant is revoked at the provider: the server refuses the token, the one refresh
 	// fails, and the server needs sign-in again; its tokens are gone.
 	shift.Store(0)
-	revoke(t, as, after)
+	as.Revoke(t, after.Token.RefreshToken, after.ClientID)
 	refusedBefore := ms.Refused.Load()
 	_, err = whoami(c)
 	if !isNeedsSignIn(err) {
@@ -164,20 +164,6 @@ func TestSignInCallRefreshRevoke(t *testing.T) {
 func isNeedsSignIn(err error) bool {
 	var n *oauth.NeedsSignIn
 	return errors.As(err, &n)
-}
-
-// revoke revokes the refresh token (and with it the access token) at the provider's
-// revocation endpoint, as the client it was issued to.
-func revoke(t *testing.T, as *oauthtest.AuthServer, rec *oauth.Record) {
-	t.Helper()
-	resp, err := http.PostForm(as.URL+"/revoke", url.Values{"token": {rec.Token.RefreshToken}, "token_type_hint": {"refresh_token"}, "client_id": {rec.ClientID}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("revoke: HTTP %d", resp.StatusCode)
-	}
 }
 
 // TestClientCredentials: a machine-to-machine server, no person; and a token minted for

@@ -24,6 +24,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
+	"github.com/toolmesh/toolmesh/internal/oauth"
 	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
@@ -723,6 +724,7 @@ func (s *session) refreshLoop(cn *conn) {
 		cancel()
 		var lost *lostError
 		var over *listLimitError
+		var needs *oauth.NeedsSignIn
 		switch {
 		case err == nil:
 			if s.cur.Load() == cn {
@@ -730,6 +732,8 @@ func (s *session) refreshLoop(cn *conn) {
 			}
 		case ctx.Err() != nil:
 			return
+		case errors.As(err, &needs):
+			s.markBroken(cn, needs, false)
 		case errors.Is(err, transport.ErrSessionTerminated):
 			s.markBroken(cn, ErrSessionExpired, true)
 		case errors.As(err, &lost):
@@ -920,6 +924,13 @@ func (s *session) call(ctx context.Context, t *tool, args any, reqTimeout time.D
 				continue // current() waits for the new session
 			}
 			return nil, &unavailableError{server: s.name, reason: "mcp session expired again after re-initializing"}
+		}
+		var needs *oauth.NeedsSignIn
+		if errors.As(err, &needs) {
+			// The tokens were revoked or refused: the connection is of no use until someone
+			// signs in again.
+			s.markBroken(cn, needs, false)
+			return nil, &unavailableError{server: s.name, reason: needs.Error()}
 		}
 		var te *transport.Error
 		if !errors.As(err, &te) {

@@ -375,3 +375,17 @@ func (w *Terminal) URL(t *testing.T) string {
 	t.Fatalf("no URL printed within 10s: %s", w.String())
 	return ""
 }
+
+// Revoke revokes a refresh token (and with it its access token) at the provider's revocation
+// endpoint, as the client it was issued to, the way an administrator or the user would.
+func (a *AuthServer) Revoke(t *testing.T, refreshToken, clientID string) {
+	t.Helper()
+	resp, err := http.PostForm(a.URL+"/revoke", map[string][]string{"token": {refreshToken}, "token_type_hint": {"refresh_token"}, "client_id": {clientID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("revoke: HTTP %d", resp.StatusCode)
+	}
+}
