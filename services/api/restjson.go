@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 
@@ -68,6 +69,8 @@ func (m restJSON) decodeCall(r io.Reader, req *toolmeshv1.CallToolRequest) error
 	case !hasArgs || string(args) == "null":
 	case args[0] != '{':
 		return errors.New("arguments: must be a JSON object of the tool's arguments")
+	case !utf8.Valid(args):
+		return errors.New("arguments: invalid UTF-8 (strings and names must be UTF-8)")
 	default:
 		req.Arguments, req.ArgumentsJson = nil, args
 	}

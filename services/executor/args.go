@@ -2,6 +2,7 @@ package executor
 
 import (
 	"encoding/json"
+	"unicode/utf8"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 )
@@ -17,6 +18,11 @@ func callArguments(id string, req *toolmeshv1.ExecutorServiceCallToolRequest) (m
 			return args.AsMap(), nil, nil
 		}
 		return map[string]any{}, nil, nil
+	}
+	// encoding/json would turn invalid UTF-8 into U+FFFD for validation and the text would go
+	// on as it came: the server would see bytes the schema never judged.
+	if !utf8.Valid(raw) {
+		return nil, nil, &ValidationError{Tool: id, Violations: []FieldViolation{{Field: "arguments", Description: "invalid UTF-8: strings and names must be UTF-8"}}}
 	}
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
