@@ -23,14 +23,16 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/buildinfo"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/oauth"
 	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
-// clientInfo is how toolmesh introduces itself to MCP servers.
-var clientInfo = mcp.Implementation{Name: "toolmesh", Version: "0.1.0"}
+// clientInfo is how toolmesh introduces itself to MCP servers: with the version every other
+// report of the build gives, so a server's logs name the build that called it.
+var clientInfo = mcp.Implementation{Name: "toolmesh", Version: buildinfo.Version()}
 
 // Reconnect backoff: capped exponential with full jitter.
 var (
