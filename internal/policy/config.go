@@ -23,6 +23,11 @@ type Config struct {
 	Default *Scope
 	// Servers holds each MCP server's rules by server name.
 	Servers map[string]ServerRules
+	// Pending, when set, says the servers' rules are still to come (SetServers), and why: the
+	// api has them from the executor. Until they come, every decision about a tool is refused
+	// as unavailable (RuleServerRules) with Pending as the reason, rather than taken without
+	// rules that might refuse it.
+	Pending string
 }
 
 // Scoped reports whether any scope is configured. Without one every caller may list, search

@@ -63,6 +63,10 @@ const (
 	RuleQuery         Rule = "query"            // the token may not ask questions
 	RuleDestructive   Rule = "allowDestructive" // the tool may be destructive and its server does not opt in
 	RuleOffered       Rule = "offered"          // the model called a tool it was not offered
+	// RuleServerRules: the servers' rules are not known (the api has not had them from the
+	// executor), so nothing that depends on them is decided: such a refusal is UNAVAILABLE, not
+	// PERMISSION_DENIED (Denial.GRPCStatus).
+	RuleServerRules Rule = "serverRules"
 )
 
 // Caller is who asks and within what bound.
@@ -73,11 +77,11 @@ type Caller struct {
 	Servers []string
 }
 
-// Policy decides. It is safe for concurrent use, and immutable but for SetServers (a
-// configuration reload) and what callers spent of the rate limits (Take); a nil *Policy allows
-// what a Policy built from an empty Config allows.
+// Policy decides. It is safe for concurrent use, and immutable but for SetServers and Await (a
+// configuration reload, the executor's rules as they come) and what callers spent of the rate
+// limits (Take); a nil *Policy allows what a Policy built from an empty Config allows.
 type Policy struct {
-	servers atomic.Pointer[map[string]*serverRules]
+	servers atomic.Pointer[serverSet]
 	scoped  bool
 	tokens  map[string]*scope
 	def     *scope // nil: callers without an entry may do nothing (when scoped)
@@ -85,6 +89,13 @@ type Policy struct {
 	// calls holds what each caller has spent of the tools' rate limits (ratelimit.go).
 	calls callLimits
 	now   func() time.Time // the clock calls reads; nil: time.Now
+}
+
+// serverSet is the per-server rules in force: rules by server name, or, while pending is set,
+// none known (why), so that every decision about a tool is refused as unavailable.
+type serverSet struct {
+	rules   map[string]*serverRules
+	pending string
 }
 
 type serverRules struct {
@@ -138,7 +149,7 @@ func New(cfg Config, meter metric.Meter) (*Policy, error) {
 		p.def = compileScope("policy.default", *cfg.Default)
 	}
 	servers, serverErrs := compileServers(cfg.Servers)
-	p.servers.Store(&servers)
+	p.servers.Store(&serverSet{rules: servers, pending: cfg.Pending})
 	errs = append(errs, serverErrs...)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("policy: %s", strings.Join(errs, "; "))
@@ -184,8 +195,9 @@ func compileServers(rules map[string]ServerRules) (map[string]*serverRules, []st
 	return out, errs
 }
 
-// SetServers replaces the per-server rules, as a reload of the mcpServers entries does; the
-// token scopes stay. On error nothing changes.
+// SetServers replaces the per-server rules, as a reload of the mcpServers entries does (or the
+// executor's rules, as they come), and ends a wait for them (Config.Pending, Await); the token
+// scopes stay. On error nothing changes.
 func (p *Policy) SetServers(rules map[string]ServerRules) error {
 	if p == nil {
 		return errors.New("policy: no policy to change")
@@ -194,16 +206,38 @@ func (p *Policy) SetServers(rules map[string]ServerRules) error {
 	if len(errs) > 0 {
 		return fmt.Errorf("policy: %s", strings.Join(errs, "; "))
 	}
-	p.servers.Store(&servers)
+	p.servers.Store(&serverSet{rules: servers})
 	return nil
+}
+
+// Await drops the per-server rules: until SetServers, every decision about a tool is refused as
+// unavailable (RuleServerRules) with why as the reason. The api does so when its executor sends
+// no rules (an executor older than them): deciding without them would allow what they refuse.
+func (p *Policy) Await(why string) {
+	if p != nil {
+		p.servers.Store(&serverSet{pending: why})
+	}
+}
+
+// Pending says why the per-server rules are not known, or "" when they are.
+func (p *Policy) Pending() string {
+	if p == nil {
+		return ""
+	}
+	return p.serverSet().pending
+}
+
+// serverSet is the rules in force; none for a Policy not made by New.
+func (p *Policy) serverSet() *serverSet {
+	if s := p.servers.Load(); s != nil {
+		return s
+	}
+	return &serverSet{}
 }
 
 // rulesOf is server's rules, or nil.
 func (p *Policy) rulesOf(server string) *serverRules {
-	if m := p.servers.Load(); m != nil {
-		return (*m)[server]
-	}
-	return nil
+	return p.serverSet().rules[server]
 }
 
 func compileScope(where string, s Scope) *scope {
@@ -424,12 +458,16 @@ func (p *Policy) toolRules(a Action, server, name, id string) *Denial {
 	if p == nil {
 		return nil
 	}
-	r := p.rulesOf(server)
-	if r == nil {
-		return nil
-	}
 	if id == "" {
 		id = toolid.Join(server, name)
+	}
+	set := p.serverSet()
+	if set.pending != "" {
+		return &Denial{Action: a, Tool: id, Rule: RuleServerRules, Reason: set.pending}
+	}
+	r := set.rules[server]
+	if r == nil {
+		return nil
 	}
 	if pat, ok := r.excluded.find(name); ok {
 		return &Denial{Action: a, Tool: id, Rule: RuleExcludedTools, Reason: fmt.Sprintf("mcpServers.%s.excludedTools has %q", server, pat)}
@@ -484,7 +522,9 @@ func denyScope(c Caller, a Action, id, where string, set *idSet) *Denial {
 }
 
 // Denial is a refusal. As an error it is a gRPC PermissionDenied status (HTTP 403) with a
-// google.rpc.ErrorInfo (errreason.PolicyDenied; metadata action, tool, rule).
+// google.rpc.ErrorInfo (errreason.PolicyDenied; metadata action, tool, rule); one by
+// RuleServerRules (the rules are not known yet) is Unavailable (HTTP 503, errreason.NotReady):
+// nothing was decided, and asking again once the rules have come may be allowed.
 type Denial struct {
 	Action Action
 	Tool   string // the tool id; "" for a question
@@ -497,17 +537,25 @@ func (d *Denial) Error() string {
 	if d.Tool != "" {
 		what += " " + d.Tool
 	}
+	if d.Rule == RuleServerRules {
+		return fmt.Sprintf("unavailable: %s: %s (rule: %s)", what, d.Reason, d.Rule)
+	}
 	return fmt.Sprintf("permission denied: %s: %s (rule: %s)", what, d.Reason, d.Rule)
 }
 
-// GRPCStatus makes a *Denial returned by a gRPC handler a PermissionDenied status.
+// GRPCStatus makes a *Denial returned by a gRPC handler a PermissionDenied status, or an
+// Unavailable one for RuleServerRules.
 func (d *Denial) GRPCStatus() *status.Status {
-	st := status.New(codes.PermissionDenied, d.Error())
+	code, reason := codes.PermissionDenied, errreason.PolicyDenied
+	if d.Rule == RuleServerRules {
+		code, reason = codes.Unavailable, errreason.NotReady
+	}
+	st := status.New(code, d.Error())
 	md := map[string]string{"action": string(d.Action), "rule": string(d.Rule)}
 	if d.Tool != "" {
 		md["tool"] = d.Tool
 	}
-	if ds, err := st.WithDetails(&errdetails.ErrorInfo{Reason: errreason.PolicyDenied, Domain: errreason.Domain, Metadata: md}); err == nil {
+	if ds, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errreason.Domain, Metadata: md}); err == nil {
 		return ds
 	}
 	return st

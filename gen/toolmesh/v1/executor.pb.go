@@ -1213,7 +1213,12 @@ type WatchToolsResponse struct {
 	Upserted   []*Tool                `protobuf:"bytes,2,rep,name=upserted,proto3" json:"upserted,omitempty"`
 	RemovedIds []string               `protobuf:"bytes,3,rep,name=removed_ids,json=removedIds,proto3" json:"removed_ids,omitempty"`
 	// revision grows by one with every change of the catalog.
-	Revision      uint64 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision uint64 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	// rules are every configured server's rules. A SNAPSHOT always carries them; a CHANGED event
+	// carries them when a reload changed them, ahead of the tools that change leaves out. A
+	// receiver replaces the rules it had with them. An executor older than this field never sends
+	// them.
+	Rules         *ServerRulesSet `protobuf:"bytes,5,opt,name=rules,proto3" json:"rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1276,6 +1281,58 @@ func (x *WatchToolsResponse) GetRevision() uint64 {
 	return 0
 }
 
+func (x *WatchToolsResponse) GetRules() *ServerRulesSet {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+// ServerRulesSet is the rules of every server the executor is configured with, by server name.
+type ServerRulesSet struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Servers       map[string]*ServerRules `protobuf:"bytes,1,rep,name=servers,proto3" json:"servers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServerRulesSet) Reset() {
+	*x = ServerRulesSet{}
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerRulesSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerRulesSet) ProtoMessage() {}
+
+func (x *ServerRulesSet) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerRulesSet.ProtoReflect.Descriptor instead.
+func (*ServerRulesSet) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ServerRulesSet) GetServers() map[string]*ServerRules {
+	if x != nil {
+		return x.Servers
+	}
+	return nil
+}
+
 type ExecutorServiceListPromptsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// server limits the list to one server; empty lists all.
@@ -1286,7 +1343,7 @@ type ExecutorServiceListPromptsRequest struct {
 
 func (x *ExecutorServiceListPromptsRequest) Reset() {
 	*x = ExecutorServiceListPromptsRequest{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[19]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1355,7 @@ func (x *ExecutorServiceListPromptsRequest) String() string {
 func (*ExecutorServiceListPromptsRequest) ProtoMessage() {}
 
 func (x *ExecutorServiceListPromptsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[19]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1368,7 @@ func (x *ExecutorServiceListPromptsRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ExecutorServiceListPromptsRequest.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceListPromptsRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{19}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExecutorServiceListPromptsRequest) GetServer() string {
@@ -1332,7 +1389,7 @@ type ExecutorServiceListPromptsResponse struct {
 
 func (x *ExecutorServiceListPromptsResponse) Reset() {
 	*x = ExecutorServiceListPromptsResponse{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[20]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1401,7 @@ func (x *ExecutorServiceListPromptsResponse) String() string {
 func (*ExecutorServiceListPromptsResponse) ProtoMessage() {}
 
 func (x *ExecutorServiceListPromptsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[20]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1414,7 @@ func (x *ExecutorServiceListPromptsResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ExecutorServiceListPromptsResponse.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceListPromptsResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{20}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExecutorServiceListPromptsResponse) GetPrompts() []*Prompt {
@@ -1385,7 +1442,7 @@ type ExecutorServiceGetPromptRequest struct {
 
 func (x *ExecutorServiceGetPromptRequest) Reset() {
 	*x = ExecutorServiceGetPromptRequest{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[21]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1454,7 @@ func (x *ExecutorServiceGetPromptRequest) String() string {
 func (*ExecutorServiceGetPromptRequest) ProtoMessage() {}
 
 func (x *ExecutorServiceGetPromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[21]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1467,7 @@ func (x *ExecutorServiceGetPromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutorServiceGetPromptRequest.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceGetPromptRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{21}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExecutorServiceGetPromptRequest) GetServer() string {
@@ -1444,7 +1501,7 @@ type ExecutorServiceGetPromptResponse struct {
 
 func (x *ExecutorServiceGetPromptResponse) Reset() {
 	*x = ExecutorServiceGetPromptResponse{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[22]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1456,7 +1513,7 @@ func (x *ExecutorServiceGetPromptResponse) String() string {
 func (*ExecutorServiceGetPromptResponse) ProtoMessage() {}
 
 func (x *ExecutorServiceGetPromptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[22]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1469,7 +1526,7 @@ func (x *ExecutorServiceGetPromptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutorServiceGetPromptResponse.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceGetPromptResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{22}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExecutorServiceGetPromptResponse) GetDescription() string {
@@ -1496,7 +1553,7 @@ type ExecutorServiceListResourcesRequest struct {
 
 func (x *ExecutorServiceListResourcesRequest) Reset() {
 	*x = ExecutorServiceListResourcesRequest{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[23]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1565,7 @@ func (x *ExecutorServiceListResourcesRequest) String() string {
 func (*ExecutorServiceListResourcesRequest) ProtoMessage() {}
 
 func (x *ExecutorServiceListResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[23]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1578,7 @@ func (x *ExecutorServiceListResourcesRequest) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use ExecutorServiceListResourcesRequest.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceListResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{23}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExecutorServiceListResourcesRequest) GetServer() string {
@@ -1542,7 +1599,7 @@ type ExecutorServiceListResourcesResponse struct {
 
 func (x *ExecutorServiceListResourcesResponse) Reset() {
 	*x = ExecutorServiceListResourcesResponse{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[24]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1611,7 @@ func (x *ExecutorServiceListResourcesResponse) String() string {
 func (*ExecutorServiceListResourcesResponse) ProtoMessage() {}
 
 func (x *ExecutorServiceListResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[24]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1624,7 @@ func (x *ExecutorServiceListResourcesResponse) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use ExecutorServiceListResourcesResponse.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceListResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{24}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExecutorServiceListResourcesResponse) GetResources() []*Resource {
@@ -1594,7 +1651,7 @@ type ExecutorServiceListResourceTemplatesRequest struct {
 
 func (x *ExecutorServiceListResourceTemplatesRequest) Reset() {
 	*x = ExecutorServiceListResourceTemplatesRequest{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[25]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1663,7 @@ func (x *ExecutorServiceListResourceTemplatesRequest) String() string {
 func (*ExecutorServiceListResourceTemplatesRequest) ProtoMessage() {}
 
 func (x *ExecutorServiceListResourceTemplatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[25]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1676,7 @@ func (x *ExecutorServiceListResourceTemplatesRequest) ProtoReflect() protoreflec
 
 // Deprecated: Use ExecutorServiceListResourceTemplatesRequest.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceListResourceTemplatesRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{25}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExecutorServiceListResourceTemplatesRequest) GetServer() string {
@@ -1640,7 +1697,7 @@ type ExecutorServiceListResourceTemplatesResponse struct {
 
 func (x *ExecutorServiceListResourceTemplatesResponse) Reset() {
 	*x = ExecutorServiceListResourceTemplatesResponse{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[26]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +1709,7 @@ func (x *ExecutorServiceListResourceTemplatesResponse) String() string {
 func (*ExecutorServiceListResourceTemplatesResponse) ProtoMessage() {}
 
 func (x *ExecutorServiceListResourceTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[26]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +1722,7 @@ func (x *ExecutorServiceListResourceTemplatesResponse) ProtoReflect() protorefle
 
 // Deprecated: Use ExecutorServiceListResourceTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceListResourceTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{26}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ExecutorServiceListResourceTemplatesResponse) GetResourceTemplates() []*ResourceTemplate {
@@ -1693,7 +1750,7 @@ type ExecutorServiceReadResourceRequest struct {
 
 func (x *ExecutorServiceReadResourceRequest) Reset() {
 	*x = ExecutorServiceReadResourceRequest{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[27]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +1762,7 @@ func (x *ExecutorServiceReadResourceRequest) String() string {
 func (*ExecutorServiceReadResourceRequest) ProtoMessage() {}
 
 func (x *ExecutorServiceReadResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[27]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +1775,7 @@ func (x *ExecutorServiceReadResourceRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ExecutorServiceReadResourceRequest.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceReadResourceRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{27}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ExecutorServiceReadResourceRequest) GetServer() string {
@@ -1744,7 +1801,7 @@ type ExecutorServiceReadResourceResponse struct {
 
 func (x *ExecutorServiceReadResourceResponse) Reset() {
 	*x = ExecutorServiceReadResourceResponse{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[28]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1813,7 @@ func (x *ExecutorServiceReadResourceResponse) String() string {
 func (*ExecutorServiceReadResourceResponse) ProtoMessage() {}
 
 func (x *ExecutorServiceReadResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[28]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +1826,7 @@ func (x *ExecutorServiceReadResourceResponse) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use ExecutorServiceReadResourceResponse.ProtoReflect.Descriptor instead.
 func (*ExecutorServiceReadResourceResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{28}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ExecutorServiceReadResourceResponse) GetContents() []*ResourceContents {
@@ -1787,7 +1844,7 @@ type WatchListChangedRequest struct {
 
 func (x *WatchListChangedRequest) Reset() {
 	*x = WatchListChangedRequest{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[29]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1856,7 @@ func (x *WatchListChangedRequest) String() string {
 func (*WatchListChangedRequest) ProtoMessage() {}
 
 func (x *WatchListChangedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[29]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +1869,7 @@ func (x *WatchListChangedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchListChangedRequest.ProtoReflect.Descriptor instead.
 func (*WatchListChangedRequest) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{29}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{30}
 }
 
 type WatchListChangedResponse struct {
@@ -1825,7 +1882,7 @@ type WatchListChangedResponse struct {
 
 func (x *WatchListChangedResponse) Reset() {
 	*x = WatchListChangedResponse{}
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[30]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +1894,7 @@ func (x *WatchListChangedResponse) String() string {
 func (*WatchListChangedResponse) ProtoMessage() {}
 
 func (x *WatchListChangedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_executor_proto_msgTypes[30]
+	mi := &file_toolmesh_v1_executor_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +1907,7 @@ func (x *WatchListChangedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchListChangedResponse.ProtoReflect.Descriptor instead.
 func (*WatchListChangedResponse) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{30}
+	return file_toolmesh_v1_executor_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchListChangedResponse) GetServer() string {
@@ -1942,13 +1999,19 @@ const file_toolmesh_v1_executor_proto_rawDesc = "" +
 	"\x05total\x18\x02 \x01(\x01H\x00R\x05total\x88\x01\x01\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessageB\b\n" +
 	"\x06_total\"\x13\n" +
-	"\x11WatchToolsRequest\"\xb1\x01\n" +
+	"\x11WatchToolsRequest\"\xe4\x01\n" +
 	"\x12WatchToolsResponse\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.toolmesh.v1.WatchEventTypeR\x04type\x12-\n" +
 	"\bupserted\x18\x02 \x03(\v2\x11.toolmesh.v1.ToolR\bupserted\x12\x1f\n" +
 	"\vremoved_ids\x18\x03 \x03(\tR\n" +
 	"removedIds\x12\x1a\n" +
-	"\brevision\x18\x04 \x01(\x04R\brevision\";\n" +
+	"\brevision\x18\x04 \x01(\x04R\brevision\x121\n" +
+	"\x05rules\x18\x05 \x01(\v2\x1b.toolmesh.v1.ServerRulesSetR\x05rules\"\xaa\x01\n" +
+	"\x0eServerRulesSet\x12B\n" +
+	"\aservers\x18\x01 \x03(\v2(.toolmesh.v1.ServerRulesSet.ServersEntryR\aservers\x1aT\n" +
+	"\fServersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.toolmesh.v1.ServerRulesR\x05value:\x028\x01\";\n" +
 	"!ExecutorServiceListPromptsRequest\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\"\xe3\x01\n" +
 	"\"ExecutorServiceListPromptsResponse\x12-\n" +
@@ -2032,7 +2095,7 @@ func file_toolmesh_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_toolmesh_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_toolmesh_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_toolmesh_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_toolmesh_v1_executor_proto_goTypes = []any{
 	(PinEventType)(0),   // 0: toolmesh.v1.PinEventType
 	(WatchEventType)(0), // 1: toolmesh.v1.WatchEventType
@@ -2055,101 +2118,107 @@ var file_toolmesh_v1_executor_proto_goTypes = []any{
 	(*CallProgress)(nil),                                 // 18: toolmesh.v1.CallProgress
 	(*WatchToolsRequest)(nil),                            // 19: toolmesh.v1.WatchToolsRequest
 	(*WatchToolsResponse)(nil),                           // 20: toolmesh.v1.WatchToolsResponse
-	(*ExecutorServiceListPromptsRequest)(nil),            // 21: toolmesh.v1.ExecutorServiceListPromptsRequest
-	(*ExecutorServiceListPromptsResponse)(nil),           // 22: toolmesh.v1.ExecutorServiceListPromptsResponse
-	(*ExecutorServiceGetPromptRequest)(nil),              // 23: toolmesh.v1.ExecutorServiceGetPromptRequest
-	(*ExecutorServiceGetPromptResponse)(nil),             // 24: toolmesh.v1.ExecutorServiceGetPromptResponse
-	(*ExecutorServiceListResourcesRequest)(nil),          // 25: toolmesh.v1.ExecutorServiceListResourcesRequest
-	(*ExecutorServiceListResourcesResponse)(nil),         // 26: toolmesh.v1.ExecutorServiceListResourcesResponse
-	(*ExecutorServiceListResourceTemplatesRequest)(nil),  // 27: toolmesh.v1.ExecutorServiceListResourceTemplatesRequest
-	(*ExecutorServiceListResourceTemplatesResponse)(nil), // 28: toolmesh.v1.ExecutorServiceListResourceTemplatesResponse
-	(*ExecutorServiceReadResourceRequest)(nil),           // 29: toolmesh.v1.ExecutorServiceReadResourceRequest
-	(*ExecutorServiceReadResourceResponse)(nil),          // 30: toolmesh.v1.ExecutorServiceReadResourceResponse
-	(*WatchListChangedRequest)(nil),                      // 31: toolmesh.v1.WatchListChangedRequest
-	(*WatchListChangedResponse)(nil),                     // 32: toolmesh.v1.WatchListChangedResponse
-	nil,                                                  // 33: toolmesh.v1.ExecutorServiceListPromptsResponse.ErrorsEntry
-	nil,                                                  // 34: toolmesh.v1.ExecutorServiceGetPromptRequest.ArgumentsEntry
-	nil,                                                  // 35: toolmesh.v1.ExecutorServiceListResourcesResponse.ErrorsEntry
-	nil,                                                  // 36: toolmesh.v1.ExecutorServiceListResourceTemplatesResponse.ErrorsEntry
-	(*PendingTool)(nil),                                  // 37: toolmesh.v1.PendingTool
-	(*Tool)(nil),                                         // 38: toolmesh.v1.Tool
-	(*timestamppb.Timestamp)(nil),                        // 39: google.protobuf.Timestamp
-	(*ToolFinding)(nil),                                  // 40: toolmesh.v1.ToolFinding
-	(*Server)(nil),                                       // 41: toolmesh.v1.Server
-	(*structpb.Struct)(nil),                              // 42: google.protobuf.Struct
-	(*durationpb.Duration)(nil),                          // 43: google.protobuf.Duration
-	(*Content)(nil),                                      // 44: toolmesh.v1.Content
-	(*Prompt)(nil),                                       // 45: toolmesh.v1.Prompt
-	(*PromptMessage)(nil),                                // 46: toolmesh.v1.PromptMessage
-	(*Resource)(nil),                                     // 47: toolmesh.v1.Resource
-	(*ResourceTemplate)(nil),                             // 48: toolmesh.v1.ResourceTemplate
-	(*ResourceContents)(nil),                             // 49: toolmesh.v1.ResourceContents
-	(ListKind)(0),                                        // 50: toolmesh.v1.ListKind
+	(*ServerRulesSet)(nil),                               // 21: toolmesh.v1.ServerRulesSet
+	(*ExecutorServiceListPromptsRequest)(nil),            // 22: toolmesh.v1.ExecutorServiceListPromptsRequest
+	(*ExecutorServiceListPromptsResponse)(nil),           // 23: toolmesh.v1.ExecutorServiceListPromptsResponse
+	(*ExecutorServiceGetPromptRequest)(nil),              // 24: toolmesh.v1.ExecutorServiceGetPromptRequest
+	(*ExecutorServiceGetPromptResponse)(nil),             // 25: toolmesh.v1.ExecutorServiceGetPromptResponse
+	(*ExecutorServiceListResourcesRequest)(nil),          // 26: toolmesh.v1.ExecutorServiceListResourcesRequest
+	(*ExecutorServiceListResourcesResponse)(nil),         // 27: toolmesh.v1.ExecutorServiceListResourcesResponse
+	(*ExecutorServiceListResourceTemplatesRequest)(nil),  // 28: toolmesh.v1.ExecutorServiceListResourceTemplatesRequest
+	(*ExecutorServiceListResourceTemplatesResponse)(nil), // 29: toolmesh.v1.ExecutorServiceListResourceTemplatesResponse
+	(*ExecutorServiceReadResourceRequest)(nil),           // 30: toolmesh.v1.ExecutorServiceReadResourceRequest
+	(*ExecutorServiceReadResourceResponse)(nil),          // 31: toolmesh.v1.ExecutorServiceReadResourceResponse
+	(*WatchListChangedRequest)(nil),                      // 32: toolmesh.v1.WatchListChangedRequest
+	(*WatchListChangedResponse)(nil),                     // 33: toolmesh.v1.WatchListChangedResponse
+	nil,                                                  // 34: toolmesh.v1.ServerRulesSet.ServersEntry
+	nil,                                                  // 35: toolmesh.v1.ExecutorServiceListPromptsResponse.ErrorsEntry
+	nil,                                                  // 36: toolmesh.v1.ExecutorServiceGetPromptRequest.ArgumentsEntry
+	nil,                                                  // 37: toolmesh.v1.ExecutorServiceListResourcesResponse.ErrorsEntry
+	nil,                                                  // 38: toolmesh.v1.ExecutorServiceListResourceTemplatesResponse.ErrorsEntry
+	(*PendingTool)(nil),                                  // 39: toolmesh.v1.PendingTool
+	(*Tool)(nil),                                         // 40: toolmesh.v1.Tool
+	(*timestamppb.Timestamp)(nil),                        // 41: google.protobuf.Timestamp
+	(*ToolFinding)(nil),                                  // 42: toolmesh.v1.ToolFinding
+	(*Server)(nil),                                       // 43: toolmesh.v1.Server
+	(*structpb.Struct)(nil),                              // 44: google.protobuf.Struct
+	(*durationpb.Duration)(nil),                          // 45: google.protobuf.Duration
+	(*Content)(nil),                                      // 46: toolmesh.v1.Content
+	(*Prompt)(nil),                                       // 47: toolmesh.v1.Prompt
+	(*PromptMessage)(nil),                                // 48: toolmesh.v1.PromptMessage
+	(*Resource)(nil),                                     // 49: toolmesh.v1.Resource
+	(*ResourceTemplate)(nil),                             // 50: toolmesh.v1.ResourceTemplate
+	(*ResourceContents)(nil),                             // 51: toolmesh.v1.ResourceContents
+	(ListKind)(0),                                        // 52: toolmesh.v1.ListKind
+	(*ServerRules)(nil),                                  // 53: toolmesh.v1.ServerRules
 }
 var file_toolmesh_v1_executor_proto_depIdxs = []int32{
-	37, // 0: toolmesh.v1.ExecutorServiceListPendingToolsResponse.tools:type_name -> toolmesh.v1.PendingTool
-	38, // 1: toolmesh.v1.ExecutorServiceApproveToolResponse.tool:type_name -> toolmesh.v1.Tool
+	39, // 0: toolmesh.v1.ExecutorServiceListPendingToolsResponse.tools:type_name -> toolmesh.v1.PendingTool
+	40, // 1: toolmesh.v1.ExecutorServiceApproveToolResponse.tool:type_name -> toolmesh.v1.Tool
 	8,  // 2: toolmesh.v1.WatchPinEventsResponse.event:type_name -> toolmesh.v1.PinEvent
-	39, // 3: toolmesh.v1.PinEvent.time:type_name -> google.protobuf.Timestamp
+	41, // 3: toolmesh.v1.PinEvent.time:type_name -> google.protobuf.Timestamp
 	0,  // 4: toolmesh.v1.PinEvent.type:type_name -> toolmesh.v1.PinEventType
-	40, // 5: toolmesh.v1.PinEvent.findings:type_name -> toolmesh.v1.ToolFinding
-	38, // 6: toolmesh.v1.ExecutorServiceListToolsResponse.tools:type_name -> toolmesh.v1.Tool
-	41, // 7: toolmesh.v1.ExecutorServiceListServersResponse.servers:type_name -> toolmesh.v1.Server
+	42, // 5: toolmesh.v1.PinEvent.findings:type_name -> toolmesh.v1.ToolFinding
+	40, // 6: toolmesh.v1.ExecutorServiceListToolsResponse.tools:type_name -> toolmesh.v1.Tool
+	43, // 7: toolmesh.v1.ExecutorServiceListServersResponse.servers:type_name -> toolmesh.v1.Server
 	13, // 8: toolmesh.v1.ExecutorServiceListServersResponse.config:type_name -> toolmesh.v1.ConfigStatus
-	39, // 9: toolmesh.v1.ConfigStatus.applied_at:type_name -> google.protobuf.Timestamp
-	39, // 10: toolmesh.v1.ConfigStatus.last_reload_at:type_name -> google.protobuf.Timestamp
-	42, // 11: toolmesh.v1.ExecutorServiceCallToolRequest.arguments:type_name -> google.protobuf.Struct
-	43, // 12: toolmesh.v1.ExecutorServiceCallToolRequest.timeout:type_name -> google.protobuf.Duration
-	44, // 13: toolmesh.v1.ExecutorServiceCallToolResponse.content:type_name -> toolmesh.v1.Content
-	42, // 14: toolmesh.v1.ExecutorServiceCallToolResponse.structured_content:type_name -> google.protobuf.Struct
+	41, // 9: toolmesh.v1.ConfigStatus.applied_at:type_name -> google.protobuf.Timestamp
+	41, // 10: toolmesh.v1.ConfigStatus.last_reload_at:type_name -> google.protobuf.Timestamp
+	44, // 11: toolmesh.v1.ExecutorServiceCallToolRequest.arguments:type_name -> google.protobuf.Struct
+	45, // 12: toolmesh.v1.ExecutorServiceCallToolRequest.timeout:type_name -> google.protobuf.Duration
+	46, // 13: toolmesh.v1.ExecutorServiceCallToolResponse.content:type_name -> toolmesh.v1.Content
+	44, // 14: toolmesh.v1.ExecutorServiceCallToolResponse.structured_content:type_name -> google.protobuf.Struct
 	14, // 15: toolmesh.v1.ExecutorServiceCallToolStreamRequest.call:type_name -> toolmesh.v1.ExecutorServiceCallToolRequest
 	18, // 16: toolmesh.v1.ExecutorServiceCallToolStreamResponse.progress:type_name -> toolmesh.v1.CallProgress
 	15, // 17: toolmesh.v1.ExecutorServiceCallToolStreamResponse.result:type_name -> toolmesh.v1.ExecutorServiceCallToolResponse
 	1,  // 18: toolmesh.v1.WatchToolsResponse.type:type_name -> toolmesh.v1.WatchEventType
-	38, // 19: toolmesh.v1.WatchToolsResponse.upserted:type_name -> toolmesh.v1.Tool
-	45, // 20: toolmesh.v1.ExecutorServiceListPromptsResponse.prompts:type_name -> toolmesh.v1.Prompt
-	33, // 21: toolmesh.v1.ExecutorServiceListPromptsResponse.errors:type_name -> toolmesh.v1.ExecutorServiceListPromptsResponse.ErrorsEntry
-	34, // 22: toolmesh.v1.ExecutorServiceGetPromptRequest.arguments:type_name -> toolmesh.v1.ExecutorServiceGetPromptRequest.ArgumentsEntry
-	46, // 23: toolmesh.v1.ExecutorServiceGetPromptResponse.messages:type_name -> toolmesh.v1.PromptMessage
-	47, // 24: toolmesh.v1.ExecutorServiceListResourcesResponse.resources:type_name -> toolmesh.v1.Resource
-	35, // 25: toolmesh.v1.ExecutorServiceListResourcesResponse.errors:type_name -> toolmesh.v1.ExecutorServiceListResourcesResponse.ErrorsEntry
-	48, // 26: toolmesh.v1.ExecutorServiceListResourceTemplatesResponse.resource_templates:type_name -> toolmesh.v1.ResourceTemplate
-	36, // 27: toolmesh.v1.ExecutorServiceListResourceTemplatesResponse.errors:type_name -> toolmesh.v1.ExecutorServiceListResourceTemplatesResponse.ErrorsEntry
-	49, // 28: toolmesh.v1.ExecutorServiceReadResourceResponse.contents:type_name -> toolmesh.v1.ResourceContents
-	50, // 29: toolmesh.v1.WatchListChangedResponse.kind:type_name -> toolmesh.v1.ListKind
-	9,  // 30: toolmesh.v1.ExecutorService.ListTools:input_type -> toolmesh.v1.ExecutorServiceListToolsRequest
-	11, // 31: toolmesh.v1.ExecutorService.ListServers:input_type -> toolmesh.v1.ExecutorServiceListServersRequest
-	14, // 32: toolmesh.v1.ExecutorService.CallTool:input_type -> toolmesh.v1.ExecutorServiceCallToolRequest
-	16, // 33: toolmesh.v1.ExecutorService.CallToolStream:input_type -> toolmesh.v1.ExecutorServiceCallToolStreamRequest
-	19, // 34: toolmesh.v1.ExecutorService.WatchTools:input_type -> toolmesh.v1.WatchToolsRequest
-	2,  // 35: toolmesh.v1.ExecutorService.ListPendingTools:input_type -> toolmesh.v1.ExecutorServiceListPendingToolsRequest
-	4,  // 36: toolmesh.v1.ExecutorService.ApproveTool:input_type -> toolmesh.v1.ExecutorServiceApproveToolRequest
-	6,  // 37: toolmesh.v1.ExecutorService.WatchPinEvents:input_type -> toolmesh.v1.WatchPinEventsRequest
-	21, // 38: toolmesh.v1.ExecutorService.ListPrompts:input_type -> toolmesh.v1.ExecutorServiceListPromptsRequest
-	23, // 39: toolmesh.v1.ExecutorService.GetPrompt:input_type -> toolmesh.v1.ExecutorServiceGetPromptRequest
-	25, // 40: toolmesh.v1.ExecutorService.ListResources:input_type -> toolmesh.v1.ExecutorServiceListResourcesRequest
-	27, // 41: toolmesh.v1.ExecutorService.ListResourceTemplates:input_type -> toolmesh.v1.ExecutorServiceListResourceTemplatesRequest
-	29, // 42: toolmesh.v1.ExecutorService.ReadResource:input_type -> toolmesh.v1.ExecutorServiceReadResourceRequest
-	31, // 43: toolmesh.v1.ExecutorService.WatchListChanged:input_type -> toolmesh.v1.WatchListChangedRequest
-	10, // 44: toolmesh.v1.ExecutorService.ListTools:output_type -> toolmesh.v1.ExecutorServiceListToolsResponse
-	12, // 45: toolmesh.v1.ExecutorService.ListServers:output_type -> toolmesh.v1.ExecutorServiceListServersResponse
-	15, // 46: toolmesh.v1.ExecutorService.CallTool:output_type -> toolmesh.v1.ExecutorServiceCallToolResponse
-	17, // 47: toolmesh.v1.ExecutorService.CallToolStream:output_type -> toolmesh.v1.ExecutorServiceCallToolStreamResponse
-	20, // 48: toolmesh.v1.ExecutorService.WatchTools:output_type -> toolmesh.v1.WatchToolsResponse
-	3,  // 49: toolmesh.v1.ExecutorService.ListPendingTools:output_type -> toolmesh.v1.ExecutorServiceListPendingToolsResponse
-	5,  // 50: toolmesh.v1.ExecutorService.ApproveTool:output_type -> toolmesh.v1.ExecutorServiceApproveToolResponse
-	7,  // 51: toolmesh.v1.ExecutorService.WatchPinEvents:output_type -> toolmesh.v1.WatchPinEventsResponse
-	22, // 52: toolmesh.v1.ExecutorService.ListPrompts:output_type -> toolmesh.v1.ExecutorServiceListPromptsResponse
-	24, // 53: toolmesh.v1.ExecutorService.GetPrompt:output_type -> toolmesh.v1.ExecutorServiceGetPromptResponse
-	26, // 54: toolmesh.v1.ExecutorService.ListResources:output_type -> toolmesh.v1.ExecutorServiceListResourcesResponse
-	28, // 55: toolmesh.v1.ExecutorService.ListResourceTemplates:output_type -> toolmesh.v1.ExecutorServiceListResourceTemplatesResponse
-	30, // 56: toolmesh.v1.ExecutorService.ReadResource:output_type -> toolmesh.v1.ExecutorServiceReadResourceResponse
-	32, // 57: toolmesh.v1.ExecutorService.WatchListChanged:output_type -> toolmesh.v1.WatchListChangedResponse
-	44, // [44:58] is the sub-list for method output_type
-	30, // [30:44] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	40, // 19: toolmesh.v1.WatchToolsResponse.upserted:type_name -> toolmesh.v1.Tool
+	21, // 20: toolmesh.v1.WatchToolsResponse.rules:type_name -> toolmesh.v1.ServerRulesSet
+	34, // 21: toolmesh.v1.ServerRulesSet.servers:type_name -> toolmesh.v1.ServerRulesSet.ServersEntry
+	47, // 22: toolmesh.v1.ExecutorServiceListPromptsResponse.prompts:type_name -> toolmesh.v1.Prompt
+	35, // 23: toolmesh.v1.ExecutorServiceListPromptsResponse.errors:type_name -> toolmesh.v1.ExecutorServiceListPromptsResponse.ErrorsEntry
+	36, // 24: toolmesh.v1.ExecutorServiceGetPromptRequest.arguments:type_name -> toolmesh.v1.ExecutorServiceGetPromptRequest.ArgumentsEntry
+	48, // 25: toolmesh.v1.ExecutorServiceGetPromptResponse.messages:type_name -> toolmesh.v1.PromptMessage
+	49, // 26: toolmesh.v1.ExecutorServiceListResourcesResponse.resources:type_name -> toolmesh.v1.Resource
+	37, // 27: toolmesh.v1.ExecutorServiceListResourcesResponse.errors:type_name -> toolmesh.v1.ExecutorServiceListResourcesResponse.ErrorsEntry
+	50, // 28: toolmesh.v1.ExecutorServiceListResourceTemplatesResponse.resource_templates:type_name -> toolmesh.v1.ResourceTemplate
+	38, // 29: toolmesh.v1.ExecutorServiceListResourceTemplatesResponse.errors:type_name -> toolmesh.v1.ExecutorServiceListResourceTemplatesResponse.ErrorsEntry
+	51, // 30: toolmesh.v1.ExecutorServiceReadResourceResponse.contents:type_name -> toolmesh.v1.ResourceContents
+	52, // 31: toolmesh.v1.WatchListChangedResponse.kind:type_name -> toolmesh.v1.ListKind
+	53, // 32: toolmesh.v1.ServerRulesSet.ServersEntry.value:type_name -> toolmesh.v1.ServerRules
+	9,  // 33: toolmesh.v1.ExecutorService.ListTools:input_type -> toolmesh.v1.ExecutorServiceListToolsRequest
+	11, // 34: toolmesh.v1.ExecutorService.ListServers:input_type -> toolmesh.v1.ExecutorServiceListServersRequest
+	14, // 35: toolmesh.v1.ExecutorService.CallTool:input_type -> toolmesh.v1.ExecutorServiceCallToolRequest
+	16, // 36: toolmesh.v1.ExecutorService.CallToolStream:input_type -> toolmesh.v1.ExecutorServiceCallToolStreamRequest
+	19, // 37: toolmesh.v1.ExecutorService.WatchTools:input_type -> toolmesh.v1.WatchToolsRequest
+	2,  // 38: toolmesh.v1.ExecutorService.ListPendingTools:input_type -> toolmesh.v1.ExecutorServiceListPendingToolsRequest
+	4,  // 39: toolmesh.v1.ExecutorService.ApproveTool:input_type -> toolmesh.v1.ExecutorServiceApproveToolRequest
+	6,  // 40: toolmesh.v1.ExecutorService.WatchPinEvents:input_type -> toolmesh.v1.WatchPinEventsRequest
+	22, // 41: toolmesh.v1.ExecutorService.ListPrompts:input_type -> toolmesh.v1.ExecutorServiceListPromptsRequest
+	24, // 42: toolmesh.v1.ExecutorService.GetPrompt:input_type -> toolmesh.v1.ExecutorServiceGetPromptRequest
+	26, // 43: toolmesh.v1.ExecutorService.ListResources:input_type -> toolmesh.v1.ExecutorServiceListResourcesRequest
+	28, // 44: toolmesh.v1.ExecutorService.ListResourceTemplates:input_type -> toolmesh.v1.ExecutorServiceListResourceTemplatesRequest
+	30, // 45: toolmesh.v1.ExecutorService.ReadResource:input_type -> toolmesh.v1.ExecutorServiceReadResourceRequest
+	32, // 46: toolmesh.v1.ExecutorService.WatchListChanged:input_type -> toolmesh.v1.WatchListChangedRequest
+	10, // 47: toolmesh.v1.ExecutorService.ListTools:output_type -> toolmesh.v1.ExecutorServiceListToolsResponse
+	12, // 48: toolmesh.v1.ExecutorService.ListServers:output_type -> toolmesh.v1.ExecutorServiceListServersResponse
+	15, // 49: toolmesh.v1.ExecutorService.CallTool:output_type -> toolmesh.v1.ExecutorServiceCallToolResponse
+	17, // 50: toolmesh.v1.ExecutorService.CallToolStream:output_type -> toolmesh.v1.ExecutorServiceCallToolStreamResponse
+	20, // 51: toolmesh.v1.ExecutorService.WatchTools:output_type -> toolmesh.v1.WatchToolsResponse
+	3,  // 52: toolmesh.v1.ExecutorService.ListPendingTools:output_type -> toolmesh.v1.ExecutorServiceListPendingToolsResponse
+	5,  // 53: toolmesh.v1.ExecutorService.ApproveTool:output_type -> toolmesh.v1.ExecutorServiceApproveToolResponse
+	7,  // 54: toolmesh.v1.ExecutorService.WatchPinEvents:output_type -> toolmesh.v1.WatchPinEventsResponse
+	23, // 55: toolmesh.v1.ExecutorService.ListPrompts:output_type -> toolmesh.v1.ExecutorServiceListPromptsResponse
+	25, // 56: toolmesh.v1.ExecutorService.GetPrompt:output_type -> toolmesh.v1.ExecutorServiceGetPromptResponse
+	27, // 57: toolmesh.v1.ExecutorService.ListResources:output_type -> toolmesh.v1.ExecutorServiceListResourcesResponse
+	29, // 58: toolmesh.v1.ExecutorService.ListResourceTemplates:output_type -> toolmesh.v1.ExecutorServiceListResourceTemplatesResponse
+	31, // 59: toolmesh.v1.ExecutorService.ReadResource:output_type -> toolmesh.v1.ExecutorServiceReadResourceResponse
+	33, // 60: toolmesh.v1.ExecutorService.WatchListChanged:output_type -> toolmesh.v1.WatchListChangedResponse
+	47, // [47:61] is the sub-list for method output_type
+	33, // [33:47] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_toolmesh_v1_executor_proto_init() }
@@ -2170,7 +2239,7 @@ func file_toolmesh_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolmesh_v1_executor_proto_rawDesc), len(file_toolmesh_v1_executor_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

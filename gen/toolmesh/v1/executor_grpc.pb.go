@@ -53,7 +53,8 @@ type ExecutorServiceClient interface {
 	// slower than the server: the latest wins), then the result as the last message. Its errors
 	// are CallTool's, as the stream's status.
 	CallToolStream(ctx context.Context, in *ExecutorServiceCallToolStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecutorServiceCallToolStreamResponse], error)
-	// WatchTools sends the whole catalog first, then every change as it happens.
+	// WatchTools sends the whole catalog first, then every change as it happens; the servers'
+	// rules travel with it (WatchToolsResponse.rules), so a reload reaches the api.
 	WatchTools(ctx context.Context, in *WatchToolsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchToolsResponse], error)
 	// ListPendingTools lists the tool definitions waiting for approval (pinning warn or enforce):
 	// changed since their pin, or first seen with findings under enforce.
@@ -294,7 +295,8 @@ type ExecutorServiceServer interface {
 	// slower than the server: the latest wins), then the result as the last message. Its errors
 	// are CallTool's, as the stream's status.
 	CallToolStream(*ExecutorServiceCallToolStreamRequest, grpc.ServerStreamingServer[ExecutorServiceCallToolStreamResponse]) error
-	// WatchTools sends the whole catalog first, then every change as it happens.
+	// WatchTools sends the whole catalog first, then every change as it happens; the servers'
+	// rules travel with it (WatchToolsResponse.rules), so a reload reaches the api.
 	WatchTools(*WatchToolsRequest, grpc.ServerStreamingServer[WatchToolsResponse]) error
 	// ListPendingTools lists the tool definitions waiting for approval (pinning warn or enforce):
 	// changed since their pin, or first seen with findings under enforce.

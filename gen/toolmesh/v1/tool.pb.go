@@ -10,6 +10,7 @@ import (
 	_ "github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2/options"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -814,7 +815,13 @@ type Server struct {
 	// needs_sign_in: the server signs in with OAuth and has no usable tokens (nobody signed in, or
 	// they were revoked or refused); last_error says "needs sign-in: toolmesh login NAME". Such a
 	// server is down but never holds readiness: it waits for a person, not for time.
-	NeedsSignIn   bool `protobuf:"varint,13,opt,name=needs_sign_in,json=needsSignIn,proto3" json:"needs_sign_in,omitempty"`
+	NeedsSignIn bool `protobuf:"varint,13,opt,name=needs_sign_in,json=needsSignIn,proto3" json:"needs_sign_in,omitempty"`
+	// rules are the server's rules from its mcpServers entry, as the executor applies them. The
+	// api's policy decides by them too (what the model is offered, rate limits), so the executor's
+	// config is the one that holds them. The executor sets them on every server; an executor older
+	// than this field sends none, and the api then refuses calls as unavailable rather than decide
+	// without them. The api shows them only to a caller that may list every tool.
+	Rules         *ServerRules `protobuf:"bytes,14,opt,name=rules,proto3" json:"rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -940,6 +947,185 @@ func (x *Server) GetNeedsSignIn() bool {
 	return false
 }
 
+func (x *Server) GetRules() *ServerRules {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+// ServerRules are one MCP server's rules from its mcpServers entry (docs/operations/policy.md),
+// under the entry's names. Patterns are globs over names as the server lists them.
+type ServerRules struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// allowed_tools (allowedTools): when not empty, only tools whose names match one exist.
+	AllowedTools []string `protobuf:"bytes,1,rep,name=allowed_tools,json=allowedTools,proto3" json:"allowed_tools,omitempty"`
+	// excluded_tools (excludedTools): tools whose names match one do not exist; they win.
+	ExcludedTools []string `protobuf:"bytes,2,rep,name=excluded_tools,json=excludedTools,proto3" json:"excluded_tools,omitempty"`
+	// allow_destructive (allowDestructive): the model may be offered the server's tools that may
+	// be destructive.
+	AllowDestructive bool `protobuf:"varint,3,opt,name=allow_destructive,json=allowDestructive,proto3" json:"allow_destructive,omitempty"`
+	// rate_limit (rateLimit) bounds each caller's calls of each of the server's tools; unset: none.
+	RateLimit *RateLimit `protobuf:"bytes,4,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	// tool_rate_limits (tools.NAME.rateLimit), by tool name, win over rate_limit.
+	ToolRateLimits map[string]*RateLimit `protobuf:"bytes,5,rep,name=tool_rate_limits,json=toolRateLimits,proto3" json:"tool_rate_limits,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// allowed_prompts, excluded_prompts, allowed_resources and excluded_resources are
+	// allowed_tools and excluded_tools for the server's prompts (names) and resources (URIs and
+	// URI templates).
+	AllowedPrompts    []string `protobuf:"bytes,6,rep,name=allowed_prompts,json=allowedPrompts,proto3" json:"allowed_prompts,omitempty"`
+	ExcludedPrompts   []string `protobuf:"bytes,7,rep,name=excluded_prompts,json=excludedPrompts,proto3" json:"excluded_prompts,omitempty"`
+	AllowedResources  []string `protobuf:"bytes,8,rep,name=allowed_resources,json=allowedResources,proto3" json:"allowed_resources,omitempty"`
+	ExcludedResources []string `protobuf:"bytes,9,rep,name=excluded_resources,json=excludedResources,proto3" json:"excluded_resources,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ServerRules) Reset() {
+	*x = ServerRules{}
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerRules) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerRules) ProtoMessage() {}
+
+func (x *ServerRules) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerRules.ProtoReflect.Descriptor instead.
+func (*ServerRules) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ServerRules) GetAllowedTools() []string {
+	if x != nil {
+		return x.AllowedTools
+	}
+	return nil
+}
+
+func (x *ServerRules) GetExcludedTools() []string {
+	if x != nil {
+		return x.ExcludedTools
+	}
+	return nil
+}
+
+func (x *ServerRules) GetAllowDestructive() bool {
+	if x != nil {
+		return x.AllowDestructive
+	}
+	return false
+}
+
+func (x *ServerRules) GetRateLimit() *RateLimit {
+	if x != nil {
+		return x.RateLimit
+	}
+	return nil
+}
+
+func (x *ServerRules) GetToolRateLimits() map[string]*RateLimit {
+	if x != nil {
+		return x.ToolRateLimits
+	}
+	return nil
+}
+
+func (x *ServerRules) GetAllowedPrompts() []string {
+	if x != nil {
+		return x.AllowedPrompts
+	}
+	return nil
+}
+
+func (x *ServerRules) GetExcludedPrompts() []string {
+	if x != nil {
+		return x.ExcludedPrompts
+	}
+	return nil
+}
+
+func (x *ServerRules) GetAllowedResources() []string {
+	if x != nil {
+		return x.AllowedResources
+	}
+	return nil
+}
+
+func (x *ServerRules) GetExcludedResources() []string {
+	if x != nil {
+		return x.ExcludedResources
+	}
+	return nil
+}
+
+// RateLimit is {calls, per}: calls at once, refilled at calls per per, for each caller and tool.
+type RateLimit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Calls         uint32                 `protobuf:"varint,1,opt,name=calls,proto3" json:"calls,omitempty"`
+	Per           *durationpb.Duration   `protobuf:"bytes,2,opt,name=per,proto3" json:"per,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateLimit) Reset() {
+	*x = RateLimit{}
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimit) ProtoMessage() {}
+
+func (x *RateLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
+func (*RateLimit) Descriptor() ([]byte, []int) {
+	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RateLimit) GetCalls() uint32 {
+	if x != nil {
+		return x.Calls
+	}
+	return 0
+}
+
+func (x *RateLimit) GetPer() *durationpb.Duration {
+	if x != nil {
+		return x.Per
+	}
+	return nil
+}
+
 // RefusedTool is a tool a server listed that the executor refused.
 type RefusedTool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -953,7 +1139,7 @@ type RefusedTool struct {
 
 func (x *RefusedTool) Reset() {
 	*x = RefusedTool{}
-	mi := &file_toolmesh_v1_tool_proto_msgTypes[7]
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1151,7 @@ func (x *RefusedTool) String() string {
 func (*RefusedTool) ProtoMessage() {}
 
 func (x *RefusedTool) ProtoReflect() protoreflect.Message {
-	mi := &file_toolmesh_v1_tool_proto_msgTypes[7]
+	mi := &file_toolmesh_v1_tool_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1164,7 @@ func (x *RefusedTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefusedTool.ProtoReflect.Descriptor instead.
 func (*RefusedTool) Descriptor() ([]byte, []int) {
-	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{7}
+	return file_toolmesh_v1_tool_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RefusedTool) GetName() string {
@@ -999,7 +1185,7 @@ var File_toolmesh_v1_tool_proto protoreflect.FileDescriptor
 
 const file_toolmesh_v1_tool_proto_rawDesc = "" +
 	"\n" +
-	"\x16toolmesh/v1/tool.proto\x12\vtoolmesh.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xa7\x03\n" +
+	"\x16toolmesh/v1/tool.proto\x12\vtoolmesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xa7\x03\n" +
 	"\x04Tool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12\x12\n" +
@@ -1051,7 +1237,7 @@ const file_toolmesh_v1_tool_proto_rawDesc = "" +
 	"_mime_typeB\a\n" +
 	"\x05_dataB\x06\n" +
 	"\x04_uriB\a\n" +
-	"\x05_name\"\x92\x04\n" +
+	"\x05_name\"\xc2\x04\n" +
 	"\x06Server\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\ttransport\x18\x02 \x01(\x0e2\x16.toolmesh.v1.TransportR\ttransport\x12\x1a\n" +
@@ -1070,7 +1256,25 @@ const file_toolmesh_v1_tool_proto_rawDesc = "" +
 	"\rrefused_tools\x18\v \x03(\v2\x18.toolmesh.v1.RefusedToolR\frefusedTools\x12\x1f\n" +
 	"\vconfig_name\x18\f \x01(\tR\n" +
 	"configName\x12\"\n" +
-	"\rneeds_sign_in\x18\r \x01(\bR\vneedsSignIn\"9\n" +
+	"\rneeds_sign_in\x18\r \x01(\bR\vneedsSignIn\x12.\n" +
+	"\x05rules\x18\x0e \x01(\v2\x18.toolmesh.v1.ServerRulesR\x05rules\"\xa0\x04\n" +
+	"\vServerRules\x12#\n" +
+	"\rallowed_tools\x18\x01 \x03(\tR\fallowedTools\x12%\n" +
+	"\x0eexcluded_tools\x18\x02 \x03(\tR\rexcludedTools\x12+\n" +
+	"\x11allow_destructive\x18\x03 \x01(\bR\x10allowDestructive\x125\n" +
+	"\n" +
+	"rate_limit\x18\x04 \x01(\v2\x16.toolmesh.v1.RateLimitR\trateLimit\x12V\n" +
+	"\x10tool_rate_limits\x18\x05 \x03(\v2,.toolmesh.v1.ServerRules.ToolRateLimitsEntryR\x0etoolRateLimits\x12'\n" +
+	"\x0fallowed_prompts\x18\x06 \x03(\tR\x0eallowedPrompts\x12)\n" +
+	"\x10excluded_prompts\x18\a \x03(\tR\x0fexcludedPrompts\x12+\n" +
+	"\x11allowed_resources\x18\b \x03(\tR\x10allowedResources\x12-\n" +
+	"\x12excluded_resources\x18\t \x03(\tR\x11excludedResources\x1aY\n" +
+	"\x13ToolRateLimitsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.toolmesh.v1.RateLimitR\x05value:\x028\x01\"N\n" +
+	"\tRateLimit\x12\x14\n" +
+	"\x05calls\x18\x01 \x01(\rR\x05calls\x12+\n" +
+	"\x03per\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03per\"9\n" +
 	"\vRefusedTool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason*l\n" +
@@ -1112,7 +1316,7 @@ func file_toolmesh_v1_tool_proto_rawDescGZIP() []byte {
 }
 
 var file_toolmesh_v1_tool_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_toolmesh_v1_tool_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_toolmesh_v1_tool_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_toolmesh_v1_tool_proto_goTypes = []any{
 	(PinState)(0),                 // 0: toolmesh.v1.PinState
 	(FindingKind)(0),              // 1: toolmesh.v1.FindingKind
@@ -1125,31 +1329,40 @@ var file_toolmesh_v1_tool_proto_goTypes = []any{
 	(*ScoredTool)(nil),            // 8: toolmesh.v1.ScoredTool
 	(*Content)(nil),               // 9: toolmesh.v1.Content
 	(*Server)(nil),                // 10: toolmesh.v1.Server
-	(*RefusedTool)(nil),           // 11: toolmesh.v1.RefusedTool
-	(*structpb.Struct)(nil),       // 12: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*ServerRules)(nil),           // 11: toolmesh.v1.ServerRules
+	(*RateLimit)(nil),             // 12: toolmesh.v1.RateLimit
+	(*RefusedTool)(nil),           // 13: toolmesh.v1.RefusedTool
+	nil,                           // 14: toolmesh.v1.ServerRules.ToolRateLimitsEntry
+	(*structpb.Struct)(nil),       // 15: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
 }
 var file_toolmesh_v1_tool_proto_depIdxs = []int32{
-	12, // 0: toolmesh.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	12, // 1: toolmesh.v1.Tool.output_schema:type_name -> google.protobuf.Struct
+	15, // 0: toolmesh.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	15, // 1: toolmesh.v1.Tool.output_schema:type_name -> google.protobuf.Struct
 	7,  // 2: toolmesh.v1.Tool.annotations:type_name -> toolmesh.v1.ToolAnnotations
 	0,  // 3: toolmesh.v1.Tool.pin:type_name -> toolmesh.v1.PinState
 	5,  // 4: toolmesh.v1.Tool.findings:type_name -> toolmesh.v1.ToolFinding
 	1,  // 5: toolmesh.v1.ToolFinding.kind:type_name -> toolmesh.v1.FindingKind
 	4,  // 6: toolmesh.v1.PendingTool.tool:type_name -> toolmesh.v1.Tool
 	4,  // 7: toolmesh.v1.PendingTool.pinned:type_name -> toolmesh.v1.Tool
-	13, // 8: toolmesh.v1.PendingTool.since:type_name -> google.protobuf.Timestamp
-	13, // 9: toolmesh.v1.PendingTool.pinned_at:type_name -> google.protobuf.Timestamp
+	16, // 8: toolmesh.v1.PendingTool.since:type_name -> google.protobuf.Timestamp
+	16, // 9: toolmesh.v1.PendingTool.pinned_at:type_name -> google.protobuf.Timestamp
 	4,  // 10: toolmesh.v1.ScoredTool.tool:type_name -> toolmesh.v1.Tool
 	2,  // 11: toolmesh.v1.Server.transport:type_name -> toolmesh.v1.Transport
 	3,  // 12: toolmesh.v1.Server.state:type_name -> toolmesh.v1.ServerState
-	13, // 13: toolmesh.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
-	11, // 14: toolmesh.v1.Server.refused_tools:type_name -> toolmesh.v1.RefusedTool
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	16, // 13: toolmesh.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
+	13, // 14: toolmesh.v1.Server.refused_tools:type_name -> toolmesh.v1.RefusedTool
+	11, // 15: toolmesh.v1.Server.rules:type_name -> toolmesh.v1.ServerRules
+	12, // 16: toolmesh.v1.ServerRules.rate_limit:type_name -> toolmesh.v1.RateLimit
+	14, // 17: toolmesh.v1.ServerRules.tool_rate_limits:type_name -> toolmesh.v1.ServerRules.ToolRateLimitsEntry
+	17, // 18: toolmesh.v1.RateLimit.per:type_name -> google.protobuf.Duration
+	12, // 19: toolmesh.v1.ServerRules.ToolRateLimitsEntry.value:type_name -> toolmesh.v1.RateLimit
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_toolmesh_v1_tool_proto_init() }
@@ -1165,7 +1378,7 @@ func file_toolmesh_v1_tool_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolmesh_v1_tool_proto_rawDesc), len(file_toolmesh_v1_tool_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   8,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
