@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
@@ -58,18 +59,52 @@ type catalog struct {
 	mu       sync.RWMutex
 	tools    map[string]*tool
 	revision uint64
-	sorted   []*toolmeshv1.Tool // cache of all tools by id; nil when stale
-	subs     map[*subscriber]struct{}
+	// published is the servers' rules as ListServers and WatchTools carry them: the api's
+	// policy decides by them, so the executor's config is the one that holds them.
+	published *toolmeshv1.ServerRulesSet
+	sorted    []*toolmeshv1.Tool // cache of all tools by id; nil when stale
+	subs      map[*subscriber]struct{}
 
 	// changes fans the servers' prompts and resources list_changed out to WatchListChanged
 	// (prompts.go): the catalog of those is the servers' own, asked each time.
 	changes listChanges
 }
 
-func newCatalog(rules *policy.Policy) *catalog {
-	c := &catalog{tools: map[string]*tool{}, subs: map[*subscriber]struct{}{}}
+func newCatalog(rules *policy.Policy, published map[string]policy.ServerRules) *catalog {
+	c := &catalog{tools: map[string]*tool{}, subs: map[*subscriber]struct{}{}, published: policy.RulesSetProto(published)}
 	c.rules.Store(rules)
 	return c
+}
+
+// setRules makes rules (compiled from published) the servers' rules. When the published rules
+// changed, the revision grows by one and subscribers get a CHANGED event carrying them: before
+// the tools the new rules leave out are dropped (readmit), so the api refuses a newly excluded
+// tool no later than the catalog drops it.
+func (c *catalog) setRules(rules *policy.Policy, published map[string]policy.ServerRules) {
+	set := policy.RulesSetProto(published)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rules.Store(rules)
+	if proto.Equal(set, c.published) {
+		return
+	}
+	c.published = set
+	c.revision++
+	ev := &toolmeshv1.WatchToolsResponse{Type: toolmeshv1.WatchEventType_WATCH_EVENT_TYPE_CHANGED, Revision: c.revision, Rules: set}
+	for s := range c.subs {
+		s.offer(ev)
+	}
+}
+
+// serverRules is server's rules as published; an empty set for a server without rules, so that
+// every server ListServers names says the executor publishes rules.
+func (c *catalog) serverRules(server string) *toolmeshv1.ServerRules {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if r := c.published.GetServers()[server]; r != nil {
+		return r
+	}
+	return &toolmeshv1.ServerRules{}
 }
 
 // admits reports whether server's rules let its tool name into the catalog.
@@ -264,6 +299,7 @@ func (c *catalog) snapshotLocked() *toolmeshv1.WatchToolsResponse {
 		Type:     toolmeshv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT,
 		Upserted: c.sortedLocked(),
 		Revision: c.revision,
+		Rules:    c.published,
 	}
 }
 

@@ -19,7 +19,7 @@ func mustTool(t *testing.T, server, name, desc string) *tool {
 }
 
 func TestCatalogDiffAndRevision(t *testing.T) {
-	c := newCatalog(nil)
+	c := newCatalog(nil, nil)
 	sub, snap := c.subscribe()
 	defer c.unsubscribe(sub)
 	if snap.GetRevision() != 0 || len(snap.GetUpserted()) != 0 {
@@ -55,7 +55,7 @@ func TestCatalogDiffAndRevision(t *testing.T) {
 // TestWatchOverflow: a subscriber that does not read loses its backlog and
 // gets a fresh snapshot; publishing never blocks.
 func TestWatchOverflow(t *testing.T) {
-	c := newCatalog(nil)
+	c := newCatalog(nil, nil)
 	slow, _ := c.subscribe()
 	defer c.unsubscribe(slow)
 	for i := range watchBuffer * 3 {

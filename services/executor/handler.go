@@ -41,7 +41,9 @@ func (s *Service) ListServers(context.Context, *toolmeshv1.ExecutorServiceListSe
 	sessions := s.set.Load().list()
 	out := make([]*toolmeshv1.Server, 0, len(sessions))
 	for _, sess := range sessions {
-		out = append(out, withSignIn(sess.status(), sess.dial.auth))
+		st := withSignIn(sess.status(), sess.dial.auth)
+		st.Rules = s.cat.serverRules(sess.name)
+		out = append(out, st)
 	}
 	return &toolmeshv1.ExecutorServiceListServersResponse{Servers: out, Config: s.conf.status()}, nil
 }

@@ -65,7 +65,8 @@ func (s *Service) reconfigure(servers map[string]mcpconfig.Server) (Changes, err
 	if err := next.Validate(); err != nil {
 		return ch, fmt.Errorf("executor config: %w", err)
 	}
-	rules, err := policy.New(policy.Config{Servers: policy.RulesOf(servers)}, s.ins.meter)
+	published := policy.RulesOf(servers)
+	rules, err := policy.New(policy.Config{Servers: published}, s.ins.meter)
 	if err != nil {
 		return ch, fmt.Errorf("executor config: %w", err)
 	}
@@ -100,7 +101,7 @@ func (s *Service) reconfigure(servers map[string]mcpconfig.Server) (Changes, err
 
 	// The new set first, then retire the old sessions: a call that still finds an old
 	// session retired reads the set again and finds the new one.
-	s.cat.rules.Store(rules)
+	s.cat.setRules(rules, published)
 	s.set.Store(set)
 	retire := func(name string) {
 		sess := old.sessions[name]

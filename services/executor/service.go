@@ -81,14 +81,15 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 	}
 	cfg = cfg.withDefaults()
 	ins := newInstruments(tel)
-	rules, err := policy.New(policy.Config{Servers: policy.RulesOf(cfg.Servers)}, ins.meter)
+	published := policy.RulesOf(cfg.Servers)
+	rules, err := policy.New(policy.Config{Servers: published}, ins.meter)
 	if err != nil {
 		return nil, fmt.Errorf("executor config: %w", err)
 	}
 	s := &Service{
 		cfg:      cfg,
 		log:      logger,
-		cat:      newCatalog(rules),
+		cat:      newCatalog(rules, published),
 		stopped:  make(chan struct{}),
 		draining: make(chan struct{}),
 		tel:      tel,
