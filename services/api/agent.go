@@ -69,7 +69,8 @@ type agentHandler struct {
 	retriever retrieverClient // nil: no retriever configured
 	inference inferenceClient // nil: no inference configured
 	policy    *policy.Policy
-	guard     *auth.Guard // charges each tool call to the caller's rate limit
+	rules     *serverRules // the executor's rules, which the policy decides by
+	guard     *auth.Guard  // charges each tool call to the caller's rate limit
 	trail     *trail
 	turns     *turnMemory
 	models    modelCache
@@ -261,10 +262,16 @@ func (h *agentHandler) run(ctx context.Context, q query, send func(*toolmeshv1.Q
 		return nil, err
 	}
 	if q.direct {
+		h.rules.ensure(ctx) // the policy refuses the calls while it has no rules
 		return r.direct(ctx)
 	}
 	if d := h.policy.Ask(r.caller); d != nil {
 		return nil, h.policy.Record(ctx, d)
+	}
+	// Without the servers' rules every tool would be withheld from the model, which would then
+	// answer as if there were none: the question is refused instead, saying why.
+	if err := h.rules.ready(ctx, policy.Query); err != nil {
+		return nil, err
 	}
 	switch {
 	case h.inference == nil:

@@ -326,10 +326,10 @@ func TestAuditPinEvents(t *testing.T) {
 // rateLimit, whether it came as a tool call or in a direct query.
 func TestAuditRateLimited(t *testing.T) {
 	cfg := testConfig("", "")
-	cfg.Policy = policy.Config{Servers: map[string]policy.ServerRules{
+	exec := &recordingExecutor{text: "5", rules: map[string]policy.ServerRules{
 		"calc": {ToolRateLimits: map[string]*mcpconfig.RateLimit{"add": {Calls: 1, Per: time.Minute}}},
 	}}
-	a := startAudited(t, cfg, &recordingExecutor{text: "5"}, &searchingRetriever{}, &steeredModel{})
+	a := startAudited(t, cfg, exec, &searchingRetriever{}, &steeredModel{})
 	tools, agent := toolmeshv1.NewToolServiceClient(a.conn), toolmeshv1.NewAgentServiceClient(a.conn)
 	ctx := context.Background()
 	if _, err := tools.CallTool(ctx, &toolmeshv1.CallToolRequest{Server: "calc", Name: "add"}); err != nil {

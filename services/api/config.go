@@ -55,8 +55,9 @@ type Config struct {
 	// calls included); MaxStepCalls bounds those of one step the model asks for.
 	MaxToolCalls int
 	MaxStepCalls int
-	// Policy is who may list, search and call what (the config's `policy:` key and the
-	// mcpServers rules); it is YAML-only, set by the app.
+	// Policy is who may list, search and call what: the token scopes of the config's `policy:`
+	// key (YAML-only, set by the app). Its Servers are not read: the MCP servers' rules are the
+	// executor's, and come from it (rules.go).
 	Policy policy.Config
 	// Web is what the REST port allows browsers: extra host names and origins.
 	Web webguard.Config

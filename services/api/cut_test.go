@@ -20,7 +20,7 @@ const cutMarker = "[toolmesh: result cut: the tool answered more than 65536 byte
 // cutExecutor answers every call with a result the executor cut: 60 KiB of text, the marker
 // block, and the trailer that flags it.
 type cutExecutor struct {
-	toolmeshv1.UnimplementedExecutorServiceServer
+	executorBase
 }
 
 func (cutExecutor) CallTool(ctx context.Context, _ *toolmeshv1.ExecutorServiceCallToolRequest) (*toolmeshv1.ExecutorServiceCallToolResponse, error) {

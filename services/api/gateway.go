@@ -139,8 +139,9 @@ func (s *Service) forwardMetadata(r *http.Request) metadata.MD {
 	return metadata.Join(md, s.guard.ForwardedMetadata(r.Context(), r), s.trail.edgeMetadata(r.Context(), r))
 }
 
-// readyz is 200 when the api can serve: the executor answers with its catalog, the retriever's
-// index is in step with that catalog (when one is configured) and, with
+// readyz is 200 when the api can serve: the executor answers with its catalog and has given the
+// api its servers' rules, the retriever's index is in step with that catalog (when one is
+// configured) and, with
 // --api.ready-needs-inference, the model answers; otherwise 503 saying what is not ready and why.
 //
 // An MCP server that is down does not make the api unready: every replica reads the same
@@ -169,6 +170,12 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		ready = false
 		body["executor"] = redact.Text(err.Error())
+	}
+	if why := s.tools.policy.Pending(); why != "" {
+		// Without the servers' rules every call is refused: a replica that has not had them
+		// from the executor (or whose executor sends none) takes no traffic.
+		ready = false
+		body["rules"] = why
 	}
 	servers := list.GetServers()
 	if cs := list.GetConfig(); cs.GetLastReloadError() != "" {

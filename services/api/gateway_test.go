@@ -25,14 +25,37 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// executorBase is what this package's executor doubles embed: the executor's service with every
+// method unimplemented but ListServers, which answers as an executor without servers does. The
+// api asks it for the servers' rules before it decides anything about a tool.
+type executorBase struct {
+	toolmeshv1.UnimplementedExecutorServiceServer
+}
+
+func (executorBase) ListServers(context.Context, *toolmeshv1.ExecutorServiceListServersRequest) (*toolmeshv1.ExecutorServiceListServersResponse, error) {
+	return &toolmeshv1.ExecutorServiceListServersResponse{}, nil
+}
+
+// withRules is servers as the executor lists them: each with its rules, none when it has none.
+func withRules(servers []*toolmeshv1.Server) []*toolmeshv1.Server {
+	out := make([]*toolmeshv1.Server, len(servers))
+	for i, s := range servers {
+		out[i] = proto.Clone(s).(*toolmeshv1.Server)
+		if out[i].Rules == nil {
+			out[i].Rules = &toolmeshv1.ServerRules{}
+		}
+	}
+	return out
+}
+
 // fakeExecutor is a test double of the executor's gRPC service with canned answers.
 type fakeExecutor struct {
-	toolmeshv1.UnimplementedExecutorServiceServer
+	executorBase
 	servers []*toolmeshv1.Server
 }
 
 func (f *fakeExecutor) ListServers(context.Context, *toolmeshv1.ExecutorServiceListServersRequest) (*toolmeshv1.ExecutorServiceListServersResponse, error) {
-	return &toolmeshv1.ExecutorServiceListServersResponse{Servers: f.servers}, nil
+	return &toolmeshv1.ExecutorServiceListServersResponse{Servers: withRules(f.servers)}, nil
 }
 
 func (f *fakeExecutor) CallTool(_ context.Context, req *toolmeshv1.ExecutorServiceCallToolRequest) (*toolmeshv1.ExecutorServiceCallToolResponse, error) {

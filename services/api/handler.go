@@ -44,6 +44,7 @@ type toolHandler struct {
 	executor  executorClient
 	retriever retrieverClient // nil when no retriever is configured
 	policy    *policy.Policy
+	rules     *serverRules // the executor's rules, which the policy decides by
 	trail     *trail
 }
 
@@ -59,6 +60,9 @@ func (h *toolHandler) ListTools(ctx context.Context, req *toolmeshv1.ListToolsRe
 	c := caller(ctx, nil)
 	if d := h.policy.MayList(c); d != nil {
 		return nil, h.policy.Record(ctx, d)
+	}
+	if err := h.rules.ready(ctx, policy.List); err != nil {
+		return nil, err
 	}
 	if srv := req.GetServer(); srv != "" && !h.policy.ListsServer(c, srv) {
 		// A server the caller may not list reads as one that does not exist.
@@ -152,9 +156,16 @@ func (h *toolHandler) ListServers(ctx context.Context, _ *toolmeshv1.ListServers
 	if err != nil {
 		return nil, err
 	}
+	c := caller(ctx, nil)
 	if h.policy.Scoped() {
-		c := caller(ctx, nil)
 		servers = slices.DeleteFunc(slices.Clone(servers), func(s *toolmeshv1.Server) bool { return !h.policy.ListsServer(c, s.GetName()) })
+	}
+	if !h.policy.ListsAll(c) {
+		// The operator's patterns are for a caller that may see every tool: a narrower one
+		// would read which tools of its servers are hidden from it.
+		for _, s := range servers {
+			s.Rules = nil
+		}
 	}
 	return &toolmeshv1.ListServersResponse{Servers: servers}, nil
 }
@@ -173,6 +184,8 @@ func (h *toolHandler) listServers(ctx context.Context) (*toolmeshv1.ExecutorServ
 	if err != nil {
 		return nil, dependencyError(ctx, "executor", h.cfg.ExecutorAddr, err)
 	}
+	// An executor's answer carries its servers' rules: the policy's, until WatchTools delivers.
+	h.rules.servers(resp)
 	// A server's last error quotes its URL, with whatever credentials the user put in it; the
 	// console shows this field, and /readyz reports it.
 	for _, srv := range resp.GetServers() {
@@ -205,6 +218,7 @@ func (h *toolHandler) CallToolProgress(ctx context.Context, req *toolmeshv1.Call
 	var resp *toolmeshv1.ExecutorServiceCallToolResponse
 	audited := h.trail.begin(ctx, h.trail.seenOf(ctx), audit.OriginCall, id, req.GetArguments()).withJSON(req.GetArgumentsJson())
 	defer func() { audited.end(ctx, resp, resp.GetIsError(), err) }()
+	h.rules.ensure(ctx) // the policy refuses the call while it has no rules
 	c := caller(ctx, nil)
 	if d := h.policy.Call(c, id); d != nil {
 		return nil, h.policy.Record(ctx, d)
@@ -293,6 +307,9 @@ func (h *toolHandler) SearchTools(ctx context.Context, req *toolmeshv1.SearchToo
 	c := caller(ctx, nil)
 	if d := h.policy.MaySearch(c); d != nil {
 		return nil, h.policy.Record(ctx, d)
+	}
+	if err := h.rules.ready(ctx, policy.Search); err != nil {
+		return nil, err
 	}
 	if err := checkServerNames(ctx, h.executor, h.policy, h.cfg, c, "server", req.GetServer()); err != nil {
 		return nil, err

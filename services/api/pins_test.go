@@ -22,7 +22,7 @@ import (
 
 // pinExecutor is a test double of the executor with one definition waiting for approval.
 type pinExecutor struct {
-	toolmeshv1.UnimplementedExecutorServiceServer
+	executorBase
 	mu        sync.Mutex
 	approvals []*toolmeshv1.ExecutorServiceApproveToolRequest
 }

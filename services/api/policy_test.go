@@ -24,7 +24,9 @@ import (
 // recordingExecutor is a test double of the executor: every tool answers text, and the ids
 // called are recorded.
 type recordingExecutor struct {
-	toolmeshv1.UnimplementedExecutorServiceServer
+	executorBase
+	// rules are the servers' rules it publishes, by server.
+	rules map[string]policy.ServerRules
 	text  string
 	mu    sync.Mutex
 	calls []string

@@ -27,10 +27,9 @@ func TestToolRateLimit(t *testing.T) {
 	const tokenCI, tokenOps, tokenBot = "ci-token-0123456789abcdef", "ops-token-0123456789abcdef", "bot-token-0123456789abcdef"
 	cfg := testConfig("", "")
 	cfg.Tokens = "ci:" + tokenCI + ",ops:" + tokenOps + ",bot:" + tokenBot
-	cfg.Policy = policy.Config{Servers: map[string]policy.ServerRules{
+	exec := &recordingExecutor{text: "5", rules: map[string]policy.ServerRules{
 		"calc": {ToolRateLimits: map[string]*mcpconfig.RateLimit{"add": {Calls: 2, Per: time.Minute}}},
 	}}
-	exec := &recordingExecutor{text: "5"}
 	model := &steeredModel{steer: "calc.add"}
 	conn := startAgent(t, cfg, exec, &searchingRetriever{tools: []*toolmeshv1.Tool{readOnlyTool("calc.add")}}, model)
 	tools, agent := toolmeshv1.NewToolServiceClient(conn), toolmeshv1.NewAgentServiceClient(conn)

@@ -18,13 +18,13 @@ import (
 // statusExecutor is a test double of the executor that answers ListServers with canned
 // servers and configuration state.
 type statusExecutor struct {
-	toolmeshv1.UnimplementedExecutorServiceServer
+	executorBase
 	servers []*toolmeshv1.Server
 	config  *toolmeshv1.ConfigStatus
 }
 
 func (e *statusExecutor) ListServers(context.Context, *toolmeshv1.ExecutorServiceListServersRequest) (*toolmeshv1.ExecutorServiceListServersResponse, error) {
-	return &toolmeshv1.ExecutorServiceListServersResponse{Servers: e.servers, Config: e.config}, nil
+	return &toolmeshv1.ExecutorServiceListServersResponse{Servers: withRules(e.servers), Config: e.config}, nil
 }
 
 // readyBody is /readyz's body as a client reads it.

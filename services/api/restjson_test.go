@@ -19,7 +19,7 @@ import (
 // and structured content, as JSON text to a caller that sent JSON text and as a Struct to one
 // that did not, as the executor does.
 type echoExecutor struct {
-	toolmeshv1.UnimplementedExecutorServiceServer
+	executorBase
 	mu   sync.Mutex
 	last *toolmeshv1.ExecutorServiceCallToolRequest
 }

@@ -41,7 +41,7 @@ var doubleServers = []string{"calc", "db", "notes"}
 func (e *recordingExecutor) ListServers(context.Context, *toolmeshv1.ExecutorServiceListServersRequest) (*toolmeshv1.ExecutorServiceListServersResponse, error) {
 	out := &toolmeshv1.ExecutorServiceListServersResponse{}
 	for _, s := range doubleServers {
-		out.Servers = append(out.Servers, &toolmeshv1.Server{Name: s})
+		out.Servers = append(out.Servers, &toolmeshv1.Server{Name: s, Rules: policy.RulesProto(e.rules[s])})
 	}
 	return out, nil
 }

@@ -69,6 +69,9 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 	if err != nil {
 		return nil, err
 	}
+	// The servers' rules are the executor's: they come from it (rules.go), and until they do
+	// the policy refuses calls as unavailable.
+	cfg.Policy.Servers, cfg.Policy.Pending = nil, pendingRules(cfg)
 	pol, err := newPolicy(cfg.Policy, guard, tel)
 	if err != nil {
 		return nil, err
@@ -95,12 +98,14 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		}
 		exec = toolmeshv1.NewExecutorServiceClient(conn)
 	}
-	s.tools = &toolHandler{cfg: cfg, executor: exec, policy: pol, trail: s.trail}
+	rules := &serverRules{policy: pol, exec: exec, cfg: cfg, log: logger}
+	s.tools = &toolHandler{cfg: cfg, executor: exec, policy: pol, rules: rules, trail: s.trail}
 	s.prompts = &contextHandler{cfg: cfg, executor: exec, policy: pol}
 	mcfg := cfg.MCP
 	mcfg.RPCTimeout = cfg.RPCTimeout
 	mcfg.HostAllowed = web.HostAllowed // one Host rule for the whole REST port, /mcp included
-	s.mcp = mcpface.New(mcfg, s.tools, exec, pol, logger, tel)
+	// The face's WatchTools stream carries the executor's rules to the policy too.
+	s.mcp = mcpface.New(mcfg, s.tools, watchTap{exec, rules}, pol, logger, tel)
 	s.mcp.ServeContext(s.prompts, exec)
 	switch {
 	case cfg.LocalRetriever != nil:
@@ -114,7 +119,7 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 		s.tools.retriever = toolmeshv1.NewRetrieverServiceClient(conn)
 	}
 	s.agent = newAgentHandler(cfg, logger, tel, s.tools.executor)
-	s.agent.policy, s.agent.guard, s.agent.trail = pol, guard, s.trail
+	s.agent.policy, s.agent.rules, s.agent.guard, s.agent.trail = pol, rules, guard, s.trail
 	if s.tools.retriever != nil {
 		s.agent.retriever = s.tools.retriever
 	}
