@@ -24,7 +24,7 @@ test-quick:
 # reference (docs/operations/kubernetes.md) and rendered configs (deploy/helm/chartcheck/
 # testdata/served) from the chart (a test fails while any of them is stale).
 docs:
-	go test ./internal/app -run '^TestConfigReference$$' -count=1 -update
+	go test ./cmd/toolmesh/app -run '^TestConfigReference$$' -count=1 -update
 	cd deploy/helm/chartcheck && GOWORK=off go test -mod=readonly -run '^(TestValuesReference|TestServedConfig)$$' -count=1 . -update
 
 # chart packages the Helm chart into bin/toolmesh-VERSION.tgz, with Qdrant's chart (its

@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/toolmesh/toolmesh/internal/cli"
+	"github.com/toolmesh/toolmesh/cmd/toolmesh/cli"
 )
 
 // envRole makes the test binary act as one of the programs the suite runs,

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolmesh/toolmesh/internal/app"
+	"github.com/toolmesh/toolmesh/cmd/toolmesh/app"
 	"github.com/toolmesh/toolmesh/internal/policy"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/toolmesh/toolmesh/internal/app"
+	"github.com/toolmesh/toolmesh/cmd/toolmesh/app"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolmesh/toolmesh/internal/cli"
+	"github.com/toolmesh/toolmesh/cmd/toolmesh/cli"
 	"github.com/toolmesh/toolmesh/internal/model"
 	"github.com/toolmesh/toolmesh/internal/model/hubtest"
 )

@@ -12,7 +12,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 
-	"github.com/toolmesh/toolmesh/internal/app"
+	"github.com/toolmesh/toolmesh/cmd/toolmesh/app"
 )
 
 // loadProject loads compose files with the Compose specification's own loader, as

@@ -27,7 +27,7 @@ import (
 
 	"github.com/toolmesh/toolmesh/bench/internal/addscript"
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
-	"github.com/toolmesh/toolmesh/internal/app"
+	"github.com/toolmesh/toolmesh/cmd/toolmesh/app"
 	"github.com/toolmesh/toolmesh/internal/llamatest"
 )
 

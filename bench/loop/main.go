@@ -14,7 +14,7 @@
 //
 // Three ways to run the mesh, each with the MCP servers `toolmesh up` runs as its demo
 // (calculator, converter, sqlite):
-//   - inproc: every target in this process (internal/app, as `toolmesh up`): the api and the
+//   - inproc: every target in this process (cmd/toolmesh/app, as `toolmesh up`): the api and the
 //     retriever call the executor, retriever and inference in the process, without gRPC; the
 //     demo MCP servers over SSE on loopback;
 //   - inproc-grpc: the same with the executor's, retriever's and inference's addresses given

@@ -33,7 +33,7 @@ var benchmarks = []benchmark{
 	{name: "load", issue: "8 load", title: "Load and a rolling restart (issues 8, 17)",
 		builds: []string{"./bench/load", "./cmd/toolmesh"}, run: runLoad},
 	{name: "console", issue: "9 console", title: "Web console first load (issue 9)",
-		tests: []string{"./internal/app"}, run: runConsole},
+		tests: []string{"./cmd/toolmesh/app"}, run: runConsole},
 	{name: "security", issue: "16 security", title: "The cost of closed by default: policy, request checks, mutual TLS (issue 16)",
 		builds: []string{"./bench/loop", "./cmd/toolmesh"}, tests: []string{"./internal/policy", "./internal/webguard", "./internal/server"}, run: runSecurity},
 	{name: "mcpface", issue: "19 MCP face", title: "MCP face against a direct held session (issue 19)",
@@ -420,7 +420,7 @@ func runConsole(ctx context.Context, r *runner, s *section) {
 		"The web console's browser test in headless Chromium against every target in one process: five " +
 			"first loads of the servers page, each in a fresh browser context, measured by the browser's " +
 			"Performance API (bytes transferred over the navigation and every resource; the time until the " +
-			"servers table is drawn). The figures are read from the test's log lines (internal/app is not " +
+			"servers table is drawn). The figures are read from the test's log lines (cmd/toolmesh/app is not " +
 			"a bench program, so it has no -json). Targets: first load under 200 KB, servers on screen " +
 			"under 300 ms.",
 	}
@@ -431,10 +431,10 @@ func runConsole(ctx context.Context, r *runner, s *section) {
 		return
 	}
 	c := r.exec(ctx, spec{
-		shown: "go test", bin: r.testBinary("./internal/app"), dir: "internal/app", timeout: r.timeout(5 * time.Minute),
+		shown: "go test", bin: r.testBinary("./cmd/toolmesh/app"), dir: "cmd/toolmesh/app", timeout: r.timeout(5 * time.Minute),
 		env:      []string{"TOOLMESH_CHROMIUM=" + r.chromium},
 		args:     []string{"-test.run", "^TestConsole$/^servers", "-test.v", "-test.count", "1"},
-		shownArg: []string{"-count=1", "-run", "^TestConsole$/^servers", "-v", "./internal/app"},
+		shownArg: []string{"-count=1", "-run", "^TestConsole$/^servers", "-v", "./cmd/toolmesh/app"},
 	})
 	s.Cmds = append(s.Cmds, c)
 	figs, skip, err := parseConsole(c.Output)

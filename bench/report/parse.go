@@ -9,7 +9,7 @@ import (
 )
 
 // The two programs read here are Go test binaries outside bench/ (services/inference/gorilla's
-// BenchmarkStep, internal/app's browser test), so they get no -json flag; what is read is the
+// BenchmarkStep, cmd/toolmesh/app's browser test), so they get no -json flag; what is read is the
 // testing package's benchmark line format and the test's own log lines.
 
 var benchLine = regexp.MustCompile(`(?m)^BenchmarkStep/(cold|cached)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) B/op)?(?:\s+([\d.]+) allocs/op)?`)

@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/toolmesh/toolmesh/internal/cli"
+	"github.com/toolmesh/toolmesh/cmd/toolmesh/cli"
 )
 
 func main() {

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/toolmesh/toolmesh/internal/app"
+	"github.com/toolmesh/toolmesh/cmd/toolmesh/app"
 )
 
 // Start runs targets with the flags args (those of `toolmesh up`, the demo's included) and,

@@ -16,7 +16,7 @@ import (
 	"runtime/pprof"
 	"syscall"
 
-	"github.com/toolmesh/toolmesh/internal/cli"
+	"github.com/toolmesh/toolmesh/cmd/toolmesh/cli"
 )
 
 func main() {

@@ -136,7 +136,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	base := startEverythingMesh(t, dyn)
 
 	// The client is an ES module: it finds the SDK in the node_modules folder next to it.
-	script := nodeScript(t, filepath.Join("..", "..", "services", "api", "mcpface", "testdata", "tsclient", "client.mjs"), sdk[1])
+	script := nodeScript(t, filepath.Join("..", "..", "..", "services", "api", "mcpface", "testdata", "tsclient", "client.mjs"), sdk[1])
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, sdk[0], script, base+"/mcp")
@@ -447,7 +447,7 @@ var bfclTypes = strings.NewReplacer(`"type": "dict"`, `"type": "object"`, `"type
 // tools) as one MCP server and returns its URL and the pool's dev queries.
 func serveBFCL(t *testing.T) (string, []string) {
 	t.Helper()
-	dir := filepath.Join("..", "..", "testdata", "bfcl", "retrieval")
+	dir := filepath.Join("..", "..", "..", "testdata", "bfcl", "retrieval")
 	pool, err := os.ReadFile(filepath.Join(dir, "pool.jsonl"))
 	if err != nil {
 		t.Fatalf("the BFCL retrieval pool is part of the repository: %v", err)

@@ -21,7 +21,7 @@ func TestImportRules(t *testing.T) {
 		"internal/llamatest", "services/inference/chat/chattest",
 		"services/retriever/store/qdrant/qdranttest", "services/inference/gorilla/gbnf", "mcpservers/internal/mcptesting",
 	}
-	root := filepath.Join("..", "..")
+	root := filepath.Join("..", "..", "..")
 	checked := 0
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -13,15 +13,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolmesh/toolmesh/internal/app"
-	"github.com/toolmesh/toolmesh/internal/cli"
+	"github.com/toolmesh/toolmesh/cmd/toolmesh/app"
+	"github.com/toolmesh/toolmesh/cmd/toolmesh/cli"
 	"github.com/toolmesh/toolmesh/internal/secret"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/operations/config.md from the flags")
 
 // referencePath is the generated configuration reference, from this package's directory.
-var referencePath = filepath.Join("..", "..", "docs", "operations", "config.md")
+var referencePath = filepath.Join("..", "..", "..", "docs", "operations", "config.md")
 
 // TestConfigReference renders every flag of `toolmesh serve` and `toolmesh up` (name, type,
 // default, help) into docs/operations/config.md and fails when the file is stale; with
@@ -48,8 +48,8 @@ type row struct {
 	name, typ, def, usage string
 }
 
-// commandFlags registers a command's flags the way internal/cli does (app.Config's flags, and
-// for `up` the demo flags), and adds the flags only internal/cli defines, read from the
+// commandFlags registers a command's flags the way cmd/toolmesh/cli does (app.Config's flags, and
+// for `up` the demo flags), and adds the flags only cmd/toolmesh/cli defines, read from the
 // command's own -h output. It fails if the -h output and the rows disagree on the names.
 func commandFlags(t *testing.T, command string) map[string]row {
 	t.Helper()
@@ -135,7 +135,7 @@ func renderReference(t *testing.T) string {
 	var b strings.Builder
 	b.WriteString(`# Configuration reference
 
-<!-- Generated from the flags by internal/app/reference_test.go: run ` + "`make docs`" + ` after changing a flag. Do not edit. -->
+<!-- Generated from the flags by cmd/toolmesh/app/reference_test.go: run ` + "`make docs`" + ` after changing a flag. Do not edit. -->
 
 Every setting of ` + "`toolmesh serve`" + ` and ` + "`toolmesh up`" + ` is a flag. The same names are the keys of
 the YAML file given with ` + "`--config`" + `: a dot nests, so ` + "`--api.http-addr=0.0.0.0:7700`" + ` is

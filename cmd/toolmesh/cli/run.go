@@ -13,7 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/toolmesh/toolmesh/internal/app"
+	"github.com/toolmesh/toolmesh/cmd/toolmesh/app"
 	"github.com/toolmesh/toolmesh/internal/redact"
 )
 

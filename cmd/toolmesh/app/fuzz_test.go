@@ -17,7 +17,7 @@ func FuzzConfigLoad(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	for _, p := range append([]string{"testdata/toolmesh.yaml", "testdata/unknown-key.yaml", "../../deploy/toolmesh.yaml"}, files...) {
+	for _, p := range append([]string{"testdata/toolmesh.yaml", "testdata/unknown-key.yaml", "../../../deploy/toolmesh.yaml"}, files...) {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			f.Fatal(err)

@@ -73,7 +73,7 @@ type jsStep struct {
 // runJS runs the npm SDK runner with a plan of steps against base and returns a line per step.
 func runJS(t *testing.T, sdk []string, base, key string, steps ...any) []jsStep {
 	t.Helper()
-	script := nodeScript(t, filepath.Join("..", "..", "services", "api", "openaiface", "testdata", "jsclient", "client.mjs"), sdk[1])
+	script := nodeScript(t, filepath.Join("..", "..", "..", "services", "api", "openaiface", "testdata", "jsclient", "client.mjs"), sdk[1])
 	plan, err := json.Marshal(map[string]any{"base_url": base + "/v1", "api_key": key, "steps": steps})
 	if err != nil {
 		t.Fatal(err)
