@@ -96,15 +96,18 @@ func recordCall(t testing.TB, f *Face, version, tool string, args any) recordedR
 }
 
 // BenchmarkCall is the face's own work for one tools/call on /mcp: the request as an mcp-go
-// client sends it, handed to the face (mcp-go's server, the hooks, the span and metric, the
-// policy's filter, the handler) and answered, against a tools handler that answers at once.
-// Its ns/op on one goroutine is the face's CPU per call (issue 28: under 20 µs).
+// client sends it, handed to the face and answered, against a tools handler that answers at
+// once. "short" is the face's short path for tools/call (shortcall.go: its checks, the hooks'
+// span and metric, the policy's filter, the handler); "mcp-go" the same request through mcp-go's
+// streamable HTTP server, as every call went before it. Its ns/op on one goroutine is the face's
+// CPU per call (issue 28: under 20 µs).
 func BenchmarkCall(b *testing.B) {
-	h := newHarness(b, newExecutorDouble(testTool(b, "srv.echo")), harnessOptions{})
-	h.face.tools = cannedTools{resp: &toolmeshv1.CallToolResponse{
+	canned := cannedTools{resp: &toolmeshv1.CallToolResponse{
 		Content:               []*toolmeshv1.Content{{Type: "text", Text: proto.String("5")}},
 		StructuredContentJson: []byte(`{"sum":5}`),
 	}}
+	h := newHarness(b, newExecutorDouble(testTool(b, "srv.echo")), harnessOptions{})
+	h.face.tools = canned
 	// The face's own code alone: what its hooks and the tool's handler do for one call, with
 	// the request as mcp-go decoded it (arguments kept as text).
 	b.Run("own-code", func(b *testing.B) {
@@ -128,21 +131,32 @@ func BenchmarkCall(b *testing.B) {
 			}
 		}
 	})
-	for _, version := range []string{mcp.LATEST_PROTOCOL_VERSION, "2025-11-25"} {
-		rec := recordCall(b, h.face, version, "srv__echo", map[string]any{"a": 2, "b": 3})
-		b.Run(version, func(b *testing.B) {
-			b.ReportAllocs()
-			start := cpuTime()
-			defer func() { b.ReportMetric(float64((cpuTime()-start).Nanoseconds())/float64(b.N), "cpu-ns/op") }()
-			for b.Loop() {
-				r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1"+CatalogPath, bytes.NewReader(rec.body))
-				r.Header = rec.header
-				w := httptest.NewRecorder()
-				h.face.ServeHTTP(w, r)
-				if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"sum":5`) {
-					b.Fatalf("status %d: %s", w.Code, w.Body)
+	viaMCPGo := newHarness(b, newExecutorDouble(testTool(b, "srv.echo")), harnessOptions{cfg: Config{noShortPath: true}})
+	viaMCPGo.face.tools = canned
+	for _, path := range []struct {
+		name string
+		h    *harness
+	}{{"short", h}, {"mcp-go", viaMCPGo}} {
+		for _, version := range []string{mcp.LATEST_PROTOCOL_VERSION, "2025-11-25"} {
+			rec := recordCall(b, path.h.face, version, "srv__echo", map[string]any{"a": 2, "b": 3})
+			b.Run(path.name+"/"+version, func(b *testing.B) {
+				b.ReportAllocs()
+				before := path.h.face.shortCalls.Load()
+				start := cpuTime()
+				defer func() { b.ReportMetric(float64((cpuTime()-start).Nanoseconds())/float64(b.N), "cpu-ns/op") }()
+				for b.Loop() {
+					r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1"+CatalogPath, bytes.NewReader(rec.body))
+					r.Header = rec.header
+					w := httptest.NewRecorder()
+					path.h.face.ServeHTTP(w, r)
+					if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"sum":5`) {
+						b.Fatalf("status %d: %s", w.Code, w.Body)
+					}
 				}
-			}
-		})
+				if short := path.h.face.shortCalls.Load() > before; short != (path.name == "short") {
+					b.Fatalf("answered on the short path: %v", short)
+				}
+			})
+		}
 	}
 }

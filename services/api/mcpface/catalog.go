@@ -318,12 +318,26 @@ func (f *Face) visible(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	}
 	out := make([]mcp.Tool, 0, len(tools))
 	for _, t := range tools {
-		id := idOf(t)
-		if f.policy.List(c, id) == nil && f.policy.Call(c, id) == nil {
+		if f.mayListAndCall(c, t) {
 			out = append(out, t)
 		}
 	}
 	return out
+}
+
+// mayUse reports whether the caller in ctx may list and call t, as visible decides for a call
+// (mcp-go filters the one tool called).
+func (f *Face) mayUse(ctx context.Context, t mcp.Tool) bool {
+	if !f.policy.Scoped() {
+		return true
+	}
+	c := policy.Caller{Token: auth.Name(ctx)}
+	return f.policy.MayList(c) == nil && f.mayListAndCall(c, t)
+}
+
+func (f *Face) mayListAndCall(c policy.Caller, t mcp.Tool) bool {
+	id := idOf(t)
+	return f.policy.List(c, id) == nil && f.policy.Call(c, id) == nil
 }
 
 // idOf is the toolmesh id a tool of the views carries in its _meta.

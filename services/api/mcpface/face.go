@@ -94,6 +94,9 @@ type Config struct {
 	HostAllowed func(hostport string) bool
 
 	prefix string // of the flag names (RegisterFlags), for messages naming a limit
+	// noShortPath leaves every tools/call to mcp-go's server (shortcall.go), for the tests
+	// that compare the short path's answers with mcp-go's.
+	noShortPath bool
 }
 
 // Defaults and bounds of Config.
@@ -194,6 +197,9 @@ type Face struct {
 	ctxSet   map[*view][sha256.Size]byte // fingerprint of what each view was given last
 	// ctxFiltered: the views filter prompts and resources by token (contextFilters).
 	ctxFiltered atomic.Bool
+
+	// shortCalls counts the calls the short path answered (shortcall.go).
+	shortCalls atomic.Uint64
 }
 
 // New builds the face; nothing is served until its handler is mounted and nothing is listed

@@ -139,7 +139,7 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.awaitCatalog(r.Context())
 	switch {
 	case p == CatalogPath:
-		f.catalog.serve(w, r)
+		f.serve(f.catalog, w, r)
 	case p == SearchPath:
 		f.search.http.ServeHTTP(w, r)
 	case strings.HasPrefix(p, ServersPath):
@@ -148,7 +148,7 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, status, codes.NotFound, msg)
 			return
 		}
-		v.serve(w, r)
+		f.serve(v, w, r)
 	case p == SSEPath:
 		f.serveSSE(w, r)
 	case p == SSEMessagePath:
@@ -159,40 +159,52 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// serve hands r to the view's lister if it is a tools/list (see view), else to the view's
-// own server.
-func (v *view) serve(w http.ResponseWriter, r *http.Request) {
-	if v.lister != nil && r.Method == http.MethodPost && listsTools(r) {
+// serve hands r to the view's lister if it is a tools/list (see view), answers it on the short
+// path if it is a plain tools/call (shortcall.go), else hands it to the view's own server.
+func (f *Face) serve(v *view, w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.Body == nil || v.kind == viewSearch {
+		v.http.ServeHTTP(w, r)
+		return
+	}
+	// One of protocol 2026-07-28 names its method in the Mcp-Method header (mcp-go refuses it if
+	// its body says otherwise): a tools/list needs no look at its body.
+	if v.lister != nil && r.Header.Get(mcp.HeaderMethod) == string(mcp.MethodToolsList) {
 		v.lister.ServeHTTP(w, r)
 		return
 	}
-	v.http.ServeHTTP(w, r)
-}
-
-// listsTools reports whether r is a tools/list request. One of protocol 2026-07-28 names its
-// method in the Mcp-Method header (mcp-go refuses it if its body says otherwise); an older one
-// has its body read, and put back for mcp-go, which reads it whole in any case.
-func listsTools(r *http.Request) bool {
-	if m := r.Header.Get(mcp.HeaderMethod); m != "" {
-		return m == string(mcp.MethodToolsList)
-	}
-	if r.Body == nil {
-		return false
-	}
+	// The body is read here and put back for mcp-go, which reads it whole in any case.
 	b, err := io.ReadAll(r.Body)
 	if err != nil {
 		// mcp-go answers the error as it would have.
 		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), errReader{err}))
-		return false
+		v.http.ServeHTTP(w, r)
+		return
+	}
+	if f.shortCall(v, w, r, b) {
+		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(b))
-	if !bytes.Contains(b, []byte(`"tools/list"`)) {
+	if v.lister != nil && listsTools(r.Header, b) {
+		v.lister.ServeHTTP(w, r)
+		return
+	}
+	v.cancelled(r, b)
+	v.http.ServeHTTP(w, r)
+}
+
+// listsTools reports whether a request with header and body is a tools/list request. One of
+// protocol 2026-07-28 names its method in the Mcp-Method header; an older one, in its body.
+func listsTools(header http.Header, body []byte) bool {
+	if m := header.Get(mcp.HeaderMethod); m != "" {
+		return m == string(mcp.MethodToolsList)
+	}
+	if !bytes.Contains(body, []byte(`"tools/list"`)) {
 		return false
 	}
 	var m struct {
 		Method string `json:"method"`
 	}
-	return json.Unmarshal(b, &m) == nil && m.Method == string(mcp.MethodToolsList)
+	return json.Unmarshal(body, &m) == nil && m.Method == string(mcp.MethodToolsList)
 }
 
 type errReader struct{ err error }

@@ -86,9 +86,27 @@ func (ins *instruments) begin(ctx context.Context, view string, id any, method m
 	if _, ok := ins.inflight.Load(ctx); ok {
 		return
 	}
-	name, tool := string(method), ""
+	tool := ""
 	if r, ok := message.(*mcp.CallToolRequest); ok {
 		tool = r.Params.Name
+	}
+	session := ""
+	if s := server.ClientSessionFromContext(ctx); s != nil {
+		session = s.SessionID()
+	}
+	version := server.RequestProtocolVersion(ctx)
+	if p := peerOf(ctx); version == "" && p != nil {
+		version = p.protocol
+	}
+	ins.start(ctx, view, id, method, tool, session, version)
+}
+
+// start opens the span of a request and keeps it until end: what begin reads from mcp-go's
+// context, the short path for tools/call (shortcall.go) gives from the request it read.
+// session is the 2025-era session id ("" for none), version the request's protocol version.
+func (ins *instruments) start(ctx context.Context, view string, id any, method mcp.MCPMethod, tool, session, version string) {
+	name := string(method)
+	if method == mcp.MethodToolsCall {
 		name += " " + tool
 	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
@@ -109,12 +127,8 @@ func (ins *instruments) begin(ctx context.Context, view string, id any, method m
 	if rid := jsonrpcid.String(id); rid != "" {
 		span.SetAttributes(semconv.JSONRPCRequestIDKey.String(rid))
 	}
-	if s := server.ClientSessionFromContext(ctx); s != nil && s.SessionID() != "" {
-		span.SetAttributes(semconv.McpSessionIDKey.String(s.SessionID()))
-	}
-	version := server.RequestProtocolVersion(ctx)
-	if version == "" && p != nil {
-		version = p.protocol
+	if session != "" {
+		span.SetAttributes(semconv.McpSessionIDKey.String(session))
 	}
 	if version != "" {
 		span.SetAttributes(semconv.McpProtocolVersionKey.String(version))

@@ -40,6 +40,16 @@ type view struct {
 	lister *server.StreamableHTTPServer // nil for the search view
 	listed atomic.Pointer[[]mcp.Tool]   // the tools set last, sorted by name; nil before
 
+	// What the short path for tools/call (shortcall.go) needs: the tools set last by name, the
+	// serverInfo mcp-go puts in a 2026-07-28 result, when mcp-go last saw each 2025-era
+	// session, and the cancel of each 2025-era call the short path runs (for the client's
+	// notifications/cancelled).
+	calls      atomic.Pointer[map[string]callTarget]
+	impl       mcp.Implementation
+	serverMeta resultMeta // impl as a result's _meta
+	seen       *sessionClock
+	cancels    sync.Map // inflightKey → context.CancelFunc
+
 	mu        sync.Mutex
 	published [sha256.Size]byte // fingerprint of the tools last set; zero before
 }
@@ -51,7 +61,7 @@ const searchInstructions = "toolmesh serves the tools of many MCP servers, too m
 	"ones a task needs with search_tools (it returns their definitions), then call one with call_tool."
 
 func (f *Face) newView(kind viewKind, srv string) *view {
-	v := &view{kind: kind, server: srv}
+	v := &view{kind: kind, server: srv, seen: newSessionClock(2*maxSessions, f.cfg.SessionIdle/4)}
 	name, instr := "toolmesh", instructions
 	switch kind {
 	case viewCatalog:
@@ -62,10 +72,13 @@ func (f *Face) newView(kind viewKind, srv string) *view {
 		v.path, name = ServersPath+srv, "toolmesh-"+srv
 		instr = fmt.Sprintf("The tools of the MCP server %s, through toolmesh.", srv)
 	}
+	v.impl = mcp.Implementation{Name: name, Version: f.cfg.Version}
+	v.serverMeta = resultMeta{ServerInfo: v.impl}
 	reg := newRegistry(maxSessions)
 	hooks := &server.Hooks{}
 	f.ins.install(hooks, v.path)
 	reg.hooks(hooks)
+	v.seen.hooks(hooks)
 	opts := []server.ServerOption{
 		server.WithToolCapabilities(kind != viewSearch),
 		server.WithPaginationLimit(f.cfg.PageSize),
@@ -162,5 +175,7 @@ func (v *view) set(ids []string, def func(id string) (server.ServerTool, bool), 
 	}
 	slices.SortFunc(listed, func(a, b mcp.Tool) int { return cmp.Compare(a.Name, b.Name) })
 	v.listed.Store(&listed)
+	calls := callTargets(tools)
+	v.calls.Store(&calls)
 	v.mcp.SetTools(tools...)
 }
