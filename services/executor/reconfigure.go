@@ -51,6 +51,16 @@ func (s *Service) Reconfigure(servers map[string]mcpconfig.Server) (Changes, err
 	return ch, nil
 }
 
+// ReloadServers is Reconfigure for a reload of the configuration (the composition root's
+// reloader), saying in the log when no server changed.
+func (s *Service) ReloadServers(servers map[string]mcpconfig.Server) error {
+	ch, err := s.Reconfigure(servers)
+	if err == nil && ch.empty() {
+		s.log.Info("mcp server config read again: no server changed", "servers", ch.Kept)
+	}
+	return err
+}
+
 // RefuseConfig records a reload that failed before it reached the executor (the files did
 // not read or parse): the servers in use are kept, and err is reported as Reconfigure's are.
 func (s *Service) RefuseConfig(err error) {

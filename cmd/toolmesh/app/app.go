@@ -52,6 +52,11 @@ var (
 	_ service = (*retriever.Service)(nil)
 	_ service = (*inference.Service)(nil)
 	_ service = (*api.Service)(nil)
+	// Found by type assertion like drainer and readiness: asserted here, so that a method
+	// renamed in a service fails the build instead of silently ending its reloads.
+	_ reconfigurable  = (*executor.Service)(nil)
+	_ refusalReporter = (*executor.Service)(nil)
+	_ reconfigurable  = (*api.Service)(nil)
 )
 
 // target is one deployable unit: `serve --target=NAME`.
@@ -98,10 +103,9 @@ type App struct {
 	// force is closed by ForceStop: drains end at once.
 	force     chan struct{}
 	forceOnce sync.Once
-	// exec and api are the services of this process that a reload of the MCP server
-	// configuration reconfigures; nil when their target runs elsewhere.
-	exec *executor.Service
-	api  *api.Service
+	// reconfig are the services of this process that a reload of the MCP server
+	// configuration reconfigures (reconfigurable), in the order they started.
+	reconfig []reloadTarget
 	// reloader is set by Run when there is a config file to read again.
 	reloader *reloader
 }
@@ -287,8 +291,10 @@ func (a *App) Run(ctx context.Context, started func()) error {
 		}
 		all = append(all, r)
 	}
-	if (a.exec != nil || a.api != nil) && (a.cfg.ConfigFile != "" || a.cfg.MCPConfig != "") {
-		a.reloader = newReloader(a.cfg, maps.Clone(a.book.mcpServers), a.exec, a.api, a.logger)
+	if len(a.reconfig) > 0 && (a.cfg.ConfigFile != "" || a.cfg.MCPConfig != "") {
+		// Without an executor here (the api alone) the rules are all that is used.
+		rulesOnly := !slices.Contains(a.cfg.Targets, "executor")
+		a.reloader = newReloader(a.cfg, maps.Clone(a.book.mcpServers), a.reconfig, rulesOnly, a.logger)
 		rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
 		go func() {
@@ -354,7 +360,16 @@ func (a *App) startGRPC(env targetEnv, addr string, svc service, opts ...grpc.Se
 	svc.Register(g.Server)
 	g.ServeRegistered()
 	a.book.grpc[env.name] = g.Addr()
+	a.reloads(env.name, svc)
 	return g, nil
+}
+
+// reloads adds svc to the services a reload of the MCP server configuration reconfigures,
+// when it is one.
+func (a *App) reloads(name string, svc service) {
+	if r, ok := svc.(reconfigurable); ok {
+		a.reconfig = append(a.reconfig, reloadTarget{name: name, svc: r})
+	}
 }
 
 // serveGRPC is an internal target (targets' internal port) that is one service: on a gRPC
@@ -396,6 +411,7 @@ func (a *App) serveLocal(env targetEnv, svc service) []runner {
 	l.ForceOn(a.force)
 	svc.Register(l)
 	a.book.local[env.name] = l
+	a.reloads(env.name, svc)
 	a.endpoint(env.name+" gRPC", l.Addr()+"; only this process calls it")
 	return []runner{afterDrain(svc, l.Run)}
 }
@@ -492,7 +508,6 @@ func initExecutor(a *App, env targetEnv) ([]runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.exec = svc
 	runners, err := a.serveGRPC(env, cfg.GRPCAddr, svc, env.tel.GRPCServerOptions()...)
 	if err != nil {
 		return nil, err
@@ -574,7 +589,6 @@ func initAPI(a *App, env targetEnv) ([]runner, error) {
 		return nil, err
 	}
 	hs.ForceOn(a.force)
-	a.api = svc
 	a.endpoint("REST", "http://"+hs.Addr())
 	a.endpoint("console", "http://"+hs.Addr()+"/ui/")
 	// Apps that speak OpenAI take this as their base URL (docs/app.md).

@@ -15,7 +15,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolmesh/toolmesh/internal/policy"
-	"github.com/toolmesh/toolmesh/services/executor"
 )
 
 func TestMain(m *testing.M) {
@@ -241,14 +240,14 @@ func TestReloadRulesWithoutSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name    string
-		exec    *executor.Service
-		wantErr bool
+		name      string
+		rulesOnly bool
+		wantErr   bool
 	}{
-		{"api alone", nil, false},
-		{"with the executor", &executor.Service{}, true},
+		{"api alone", true, false},
+		{"with the executor", false, true},
 	} {
-		r := &reloader{mcpConfig: mcp, exec: tc.exec}
+		r := &reloader{mcpConfig: mcp, rulesOnly: tc.rulesOnly}
 		snap, err := r.read()
 		if err != nil {
 			t.Fatal(err)

@@ -17,10 +17,7 @@ import (
 
 	"github.com/toolmesh/toolmesh/internal/filewatch"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
-	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/redact"
-	"github.com/toolmesh/toolmesh/services/api"
-	"github.com/toolmesh/toolmesh/services/executor"
 )
 
 // reloadDelay is how long a reload waits after the first change it sees in a config file's
@@ -36,18 +33,39 @@ const settleDelay = 250 * time.Millisecond
 // written, and the reload is tried again.
 var errUnsettled = errors.New("the config files changed while being read: they are still being written")
 
+// reconfigurable is a service that takes the MCP server configuration again when it is
+// reloaded: the executor its servers, the api its policy's rules. It takes them whole or
+// refuses them whole, keeping the ones in use.
+type reconfigurable interface {
+	ReloadServers(servers map[string]mcpconfig.Server) error
+}
+
+// refusalReporter is a reconfigurable service that reports a reload refused before it was asked
+// (the files did not read or parse) as it reports its own refusals (the executor: ListServers,
+// /readyz, the reload metrics).
+type refusalReporter interface{ RefuseConfig(err error) }
+
+// reloadTarget is a reconfigurable service of this process and its target's name.
+type reloadTarget struct {
+	name string
+	svc  reconfigurable
+}
+
 // reloader reads the MCP server configuration again (the mcpServers of --config and the
-// --mcp-config file) on SIGHUP and when a file of it changes, and hands it to the executor
-// and the api of this process. It watches the files through filewatch (their directories, not
-// the files: Kubernetes swaps a mounted ConfigMap through a ..data symlink).
+// --mcp-config file) on SIGHUP and when a file of it changes, and hands it to the
+// reconfigurable services of this process. It watches the files through filewatch (their
+// directories, not the files: Kubernetes swaps a mounted ConfigMap through a ..data symlink).
 type reloader struct {
 	configFile, mcpConfig string
 	// extra are the servers that come from no file (the demo's, in `up`): every reload keeps them.
 	extra map[string]mcpconfig.Server
-	exec  *executor.Service // nil when the executor runs in another process
-	api   *api.Service      // nil when the api runs in another process
-	log   *slog.Logger
-	delay time.Duration
+	// targets take the servers in dependency order (the executor before the api).
+	targets []reloadTarget
+	// rulesOnly reads the servers without their secrets: no executor runs here, so the rules
+	// are all that is used (as Load does when the secrets are not set).
+	rulesOnly bool
+	log       *slog.Logger
+	delay     time.Duration
 	// settle waits between the two reads of a reload (settleDelay).
 	settle func()
 
@@ -58,8 +76,8 @@ type reloader struct {
 	rest map[string]any
 }
 
-func newReloader(cfg Config, extra map[string]mcpconfig.Server, exec *executor.Service, apiSvc *api.Service, log *slog.Logger) *reloader {
-	r := &reloader{configFile: cfg.ConfigFile, mcpConfig: cfg.MCPConfig, extra: extra, exec: exec, api: apiSvc,
+func newReloader(cfg Config, extra map[string]mcpconfig.Server, targets []reloadTarget, rulesOnly bool, log *slog.Logger) *reloader {
+	r := &reloader{configFile: cfg.ConfigFile, mcpConfig: cfg.MCPConfig, extra: extra, targets: targets, rulesOnly: rulesOnly,
 		log: log.With("component", "config reload"), delay: reloadDelay, settle: func() { time.Sleep(settleDelay) }}
 	if snap, err := r.read(); err == nil {
 		r.last = snap.sum()
@@ -135,9 +153,7 @@ func (r *reloader) parse(snap snapshot) (map[string]mcpconfig.Server, map[string
 		}
 		rest = f.doc
 	}
-	// Without an executor here (the api alone) the rules are all that is used: read them
-	// without the servers' secrets, as Load does when they are not set.
-	servers, err := c.mcpServers(snap.mcp, r.exec == nil)
+	servers, err := c.mcpServers(snap.mcp, r.rulesOnly)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -149,7 +165,8 @@ func (r *reloader) parse(snap snapshot) (map[string]mcpconfig.Server, map[string
 // reload reads the configuration again and applies it when it changed since the last reload
 // (always, when force is set: SIGHUP). A configuration that does not read, parse or validate
 // is refused: the servers in use are kept, and the error is logged and reported by the
-// executor (ListServers, /readyz, toolmesh.config.reloads{result="error"}).
+// services that report refusals (the executor: ListServers, /readyz,
+// toolmesh.config.reloads{result="error"}).
 func (r *reloader) reload(force bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -171,30 +188,26 @@ func (r *reloader) reload(force bool) error {
 	if err == nil {
 		servers, rest, err = r.parse(snap)
 	}
-	if err == nil && r.api != nil && r.exec == nil {
-		// Without an executor here, check the rules as the executor would before applying them.
-		_, err = policy.New(policy.Config{Servers: policy.RulesOf(servers)}, nil)
-	}
-	if err == nil && r.exec != nil {
-		var ch executor.Changes
-		ch, err = r.exec.Reconfigure(servers)
-		if err == nil && len(ch.Added)+len(ch.Removed)+len(ch.Changed) == 0 {
-			r.log.Info("mcp server config read again: no server changed", "servers", ch.Kept)
-		}
-	} else if err != nil && r.exec != nil {
+	if err != nil {
 		// The refusal is reported by /readyz and ListServers: without what the error quotes,
 		// which is the file's content when the file is not what it should be (a symlink to
 		// another file). The log below has it whole.
-		r.exec.RefuseConfig(errors.New(redact.Quotes(err.Error())))
-	}
-	if err != nil {
+		for _, t := range r.targets {
+			if rep, ok := t.svc.(refusalReporter); ok {
+				rep.RefuseConfig(errors.New(redact.Quotes(err.Error())))
+			}
+		}
 		r.log.Error("mcp server config refused; the servers in use are kept", "err", err)
 		return err
 	}
-	if r.api != nil {
-		if err := r.api.SetServerRules(policy.RulesOf(servers)); err != nil {
-			// Checked above, so not expected; the executor has the new servers regardless.
-			r.log.Error("api policy: the mcpServers rules were not replaced", "err", err)
+	for i, t := range r.targets {
+		if err := t.svc.ReloadServers(servers); err != nil {
+			if i == 0 {
+				r.log.Error("mcp server config refused; the servers in use are kept", "by", t.name, "err", err)
+				return err
+			}
+			// Not expected: each checks the same rules, and the first applied them.
+			r.log.Error("mcp server config refused by a service after the first applied it", "service", t.name, "applied_by", r.targets[0].name, "err", err)
 		}
 	}
 	if r.configFile != "" && !reflect.DeepEqual(rest, r.rest) {

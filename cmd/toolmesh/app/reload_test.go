@@ -351,13 +351,6 @@ func TestReloaderYAML(t *testing.T) {
 	save("executor: {call-timeout: 30s}\nmcpServers:\n" + a)
 	// demo stands for `up`'s demo servers, which no file declares: every reload keeps them.
 	demo := map[string]mcpconfig.Server{"demo": {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://127.0.0.1:2/mcp"}}
-	exec, err := executor.New(executor.Config{Servers: map[string]mcpconfig.Server{
-		"a":    {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://127.0.0.1:1/mcp"},
-		"demo": demo["demo"],
-	}}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var logs strings.Builder
 	var logMu sync.Mutex
 	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
@@ -365,7 +358,14 @@ func TestReloaderYAML(t *testing.T) {
 		defer logMu.Unlock()
 		return logs.Write(p)
 	}), nil))
-	r := newReloader(Config{ConfigFile: path}, demo, exec, nil, log)
+	exec, err := executor.New(executor.Config{Servers: map[string]mcpconfig.Server{
+		"a":    {Transport: mcpconfig.TransportStreamableHTTP, URL: "http://127.0.0.1:1/mcp"},
+		"demo": demo["demo"],
+	}}, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newReloader(Config{ConfigFile: path}, demo, []reloadTarget{{"executor", exec}}, false, log)
 	state := func() string {
 		resp, err := exec.ListServers(context.Background(), &toolmeshv1.ExecutorServiceListServersRequest{})
 		if err != nil {
@@ -436,7 +436,7 @@ func TestReloaderHalfWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newReloader(Config{ConfigFile: path}, nil, exec, nil, slog.New(slog.DiscardHandler))
+	r := newReloader(Config{ConfigFile: path}, nil, []reloadTarget{{"executor", exec}}, false, slog.New(slog.DiscardHandler))
 	r.settle = func() {}
 	state := func() (uint64, string) {
 		resp, err := exec.ListServers(context.Background(), &toolmeshv1.ExecutorServiceListServersRequest{})
@@ -514,5 +514,61 @@ func TestReloaderHalfWritten(t *testing.T) {
 	}
 	if _, msg := state(); msg == "" || strings.Contains(msg, "TOPSECRET") || strings.Contains(msg, "root:x") {
 		t.Errorf("the reported reason %q quotes the file, or says nothing", msg)
+	}
+}
+
+// reconfigurableDouble is a double of a reconfigurable service that records what it is given
+// and refuses when told to.
+type reconfigurableDouble struct {
+	refuse   error
+	reloads  int
+	refusals []string
+}
+
+func (d *reconfigurableDouble) ReloadServers(map[string]mcpconfig.Server) error {
+	if d.refuse != nil {
+		return d.refuse
+	}
+	d.reloads++
+	return nil
+}
+
+// reporterDouble is a reconfigurableDouble that reports refusals, as the executor does.
+type reporterDouble struct{ reconfigurableDouble }
+
+func (d *reporterDouble) RefuseConfig(err error) { d.refusals = append(d.refusals, err.Error()) }
+
+// TestReloadTargets: a reload reaches the reconfigurable services in their order; the first
+// one's refusal keeps the others from applying it; a file that does not parse is refused
+// before any service is asked, and reported by those that report refusals.
+func TestReloadTargets(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolmesh.yaml")
+	write := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("mcpServers:\n  a: {url: http://127.0.0.1:1/mcp}\n")
+	first, second := &reporterDouble{}, &reconfigurableDouble{}
+	r := newReloader(Config{ConfigFile: path}, nil, []reloadTarget{{"executor", first}, {"api", second}}, false, slog.New(slog.DiscardHandler))
+	r.settle = func() {}
+
+	if err := r.reload(true); err != nil || first.reloads != 1 || second.reloads != 1 {
+		t.Errorf("reload = %v; reloads %d, %d; want both services given the servers", err, first.reloads, second.reloads)
+	}
+
+	first.refuse = errors.New("executor config: a: url: required")
+	if err := r.reload(true); err == nil || second.reloads != 1 {
+		t.Errorf("the first service refusing: reload = %v, the second reloaded %d times; want an error and the second left as it was", err, second.reloads)
+	}
+	first.refuse = nil
+
+	write("mcpServers:\n  a: {url: http://127.0.0.1:1/mcp\n")
+	if err := r.reload(true); err == nil || first.reloads != 1 || second.reloads != 1 {
+		t.Errorf("a file that does not parse: reload = %v; reloads %d, %d; want an error and no service asked", err, first.reloads, second.reloads)
+	}
+	if len(first.refusals) != 1 || !strings.Contains(first.refusals[0], "toolmesh.yaml") {
+		t.Errorf("refusals reported %q, want the parse error, once", first.refusals)
 	}
 }
