@@ -436,8 +436,11 @@ func FuzzShortCall(f *testing.F) {
 					r.Header.Set(k, v)
 				}
 			}
+			// Bounded: a request mcp-go holds open (subscriptions/listen) ends with its context.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
 			w := httptest.NewRecorder()
-			h.face.ServeHTTP(w, r)
+			h.face.ServeHTTP(w, r.WithContext(ctx))
 			return w
 		}
 		before := on.face.shortCalls.Load()
