@@ -456,3 +456,72 @@ func FuzzShortCall(f *testing.F) {
 		}
 	})
 }
+
+// TestShortCallCancel: a 2025-era session's notifications/cancelled cancels its call on the
+// short path, as mcp-go cancels the calls it runs; a 2026-07-28 call is not cancelled by
+// another client's notifications/cancelled naming its request id (mcp-go's are: it keys them by
+// the id alone).
+func TestShortCallCancel(t *testing.T) {
+	sf := newShortFace(t, true)
+	block := func() chan struct{} {
+		sf.h.tools.mu.Lock()
+		defer sf.h.tools.mu.Unlock()
+		sf.h.tools.block, sf.h.tools.canceled, sf.h.tools.calls = make(chan struct{}), make(chan struct{}), nil
+		return sf.h.tools.canceled
+	}
+	callAsync := func(h http.Header, body string) chan answer {
+		done := make(chan answer, 1)
+		go func() { done <- sf.send(t, CatalogPath, wideToken, h, body) }()
+		deadline := time.Now().Add(5 * time.Second)
+		for req, _ := sf.h.tools.lastCall(); req == nil; req, _ = sf.h.tools.lastCall() {
+			if time.Now().After(deadline) {
+				t.Fatal("the call never reached the tools handler")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return done
+	}
+	notify := func(h http.Header, requestID string) {
+		h.Set("Mcp-Method", "notifications/cancelled")
+		h.Del("Mcp-Name")
+		meta := ""
+		if h.Get("Mcp-Protocol-Version") == mcp.LATEST_PROTOCOL_VERSION {
+			meta = `,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
+		}
+		body := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + requestID + meta + `}}`
+		if a := sf.send(t, CatalogPath, narrowToken, h, body); a.Status != http.StatusAccepted {
+			t.Errorf("notifications/cancelled: %d %v", a.Status, a.Body)
+		}
+	}
+
+	t.Run("2025-11-25", func(t *testing.T) {
+		canceled := block()
+		session := sf.initialize(t, CatalogPath, "2025-11-25")
+		done := callAsync(legacyRequest("2025-11-25", session, "srv__echo", `{}`))
+		h, _ := legacyRequest("2025-11-25", session, "", "")
+		notify(h, "3")
+		select {
+		case <-canceled:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the session's notifications/cancelled did not cancel its call")
+		}
+		<-done
+	})
+	t.Run("2026-07-28", func(t *testing.T) {
+		canceled := block()
+		done := callAsync(modernRequest("7", "srv__echo", `{}`, ""))
+		h, _ := modernRequest("7", "", "", "")
+		notify(h, "7") // another client, the narrow token's
+		select {
+		case <-canceled:
+			t.Fatal("another client's notifications/cancelled cancelled the call")
+		case <-time.After(300 * time.Millisecond):
+		}
+		sf.h.tools.mu.Lock()
+		close(sf.h.tools.block)
+		sf.h.tools.mu.Unlock()
+		if a := <-done; a.Status != http.StatusOK {
+			t.Errorf("the call: %d %v", a.Status, a.Body)
+		}
+	})
+}
