@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
-	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 	"github.com/toolmesh/toolmesh/internal/toolid/toolname"
 )
@@ -47,7 +47,7 @@ const roleList = "system, developer, user, assistant or tool"
 // Messages checks each of msgs on its own (Message) and their number and total size.
 func Messages(msgs []*toolmeshv1.Message) error {
 	if len(msgs) > MaxMessages {
-		return invalid.Field("messages", fmt.Sprintf("has %d messages, more than the %d allowed", len(msgs), MaxMessages))
+		return errreason.InvalidField("messages", fmt.Sprintf("has %d messages, more than the %d allowed", len(msgs), MaxMessages))
 	}
 	total := 0
 	for i, m := range msgs {
@@ -56,7 +56,7 @@ func Messages(msgs []*toolmeshv1.Message) error {
 			return err
 		}
 		if total += n; total > MaxHistoryBytes {
-			return invalid.Field("messages", fmt.Sprintf("hold more than the %d bytes allowed in one request", MaxHistoryBytes))
+			return errreason.InvalidField("messages", fmt.Sprintf("hold more than the %d bytes allowed in one request", MaxHistoryBytes))
 		}
 	}
 	return nil
@@ -66,40 +66,40 @@ func Messages(msgs []*toolmeshv1.Message) error {
 func Message(i int, m *toolmeshv1.Message) (int, error) {
 	field := func(f string) string { return fmt.Sprintf("messages[%d].%s", i, f) }
 	if m == nil {
-		return 0, invalid.Field(fmt.Sprintf("messages[%d]", i), "is null")
+		return 0, errreason.InvalidField(fmt.Sprintf("messages[%d]", i), "is null")
 	}
 	switch r := m.GetRole(); r {
 	case RoleSystem, RoleDeveloper, RoleUser, RoleAssistant, RoleTool:
 	case "":
-		return 0, invalid.Field(field("role"), "is required: "+roleList)
+		return 0, errreason.InvalidField(field("role"), "is required: "+roleList)
 	default:
-		return 0, invalid.Field(field("role"), fmt.Sprintf("%q is not a role: %s", Cut(r, 32), roleList))
+		return 0, errreason.InvalidField(field("role"), fmt.Sprintf("%q is not a role: %s", Cut(r, 32), roleList))
 	}
 	content := m.GetContent()
 	switch {
 	case len(content) > MaxMessageBytes:
-		return 0, invalid.Field(field("content"), fmt.Sprintf("is %d bytes, more than the %d allowed", len(content), MaxMessageBytes))
+		return 0, errreason.InvalidField(field("content"), fmt.Sprintf("is %d bytes, more than the %d allowed", len(content), MaxMessageBytes))
 	case !utf8.ValidString(content):
-		return 0, invalid.Field(field("content"), "is not valid UTF-8")
+		return 0, errreason.InvalidField(field("content"), "is not valid UTF-8")
 	case m.GetRole() != RoleAssistant && len(m.GetToolCalls()) > 0:
-		return 0, invalid.Field(field("tool_calls"), "are only for an assistant message")
+		return 0, errreason.InvalidField(field("tool_calls"), "are only for an assistant message")
 	case m.GetRole() != RoleTool && m.GetToolCallId() != "":
-		return 0, invalid.Field(field("tool_call_id"), "is only for a tool message")
+		return 0, errreason.InvalidField(field("tool_call_id"), "is only for a tool message")
 	case len(m.GetToolCalls()) > MaxFunctionCalls:
-		return 0, invalid.Field(field("tool_calls"), fmt.Sprintf("has %d calls, more than the %d allowed", len(m.GetToolCalls()), MaxFunctionCalls))
+		return 0, errreason.InvalidField(field("tool_calls"), fmt.Sprintf("has %d calls, more than the %d allowed", len(m.GetToolCalls()), MaxFunctionCalls))
 	}
 	switch m.GetRole() {
 	case RoleSystem, RoleDeveloper, RoleUser:
 		if strings.TrimSpace(content) == "" {
-			return 0, invalid.Field(field("content"), "is required for a "+m.GetRole()+" message")
+			return 0, errreason.InvalidField(field("content"), "is required for a "+m.GetRole()+" message")
 		}
 	case RoleAssistant:
 		if strings.TrimSpace(content) == "" && len(m.GetToolCalls()) == 0 {
-			return 0, invalid.Field(field("content"), "is required for an assistant message without tool_calls")
+			return 0, errreason.InvalidField(field("content"), "is required for an assistant message without tool_calls")
 		}
 	case RoleTool:
 		if m.GetToolCallId() == "" {
-			return 0, invalid.Field(field("tool_call_id"), "is required for a tool message: it names the call whose result this is")
+			return 0, errreason.InvalidField(field("tool_call_id"), "is required for a tool message: it names the call whose result this is")
 		}
 	}
 	size := len(content) + len(m.GetToolCallId())
@@ -108,13 +108,13 @@ func Message(i int, m *toolmeshv1.Message) (int, error) {
 		f := func(s string) string { return field(fmt.Sprintf("tool_calls[%d].%s", k, s)) }
 		switch id := call.GetId(); {
 		case id == "":
-			return 0, invalid.Field(f("id"), "is required: the tool message with the call's result names it")
+			return 0, errreason.InvalidField(f("id"), "is required: the tool message with the call's result names it")
 		case len(id) > MaxCallIDBytes || !utf8.ValidString(id):
-			return 0, invalid.Field(f("id"), fmt.Sprintf("must be valid UTF-8 of at most %d bytes", MaxCallIDBytes))
+			return 0, errreason.InvalidField(f("id"), fmt.Sprintf("must be valid UTF-8 of at most %d bytes", MaxCallIDBytes))
 		case ids[id]:
-			return 0, invalid.Field(f("id"), fmt.Sprintf("%q is used twice in one message", id))
+			return 0, errreason.InvalidField(f("id"), fmt.Sprintf("%q is used twice in one message", id))
 		case !toolname.Valid(call.GetToolId()):
-			return 0, invalid.Field(f("tool_id"), "must be a function name matching "+toolname.Rule)
+			return 0, errreason.InvalidField(f("tool_id"), "must be a function name matching "+toolname.Rule)
 		}
 		ids[call.GetId()] = true
 		size += len(call.GetId()) + len(call.GetToolId()) + structSize(call.GetArguments())
@@ -126,24 +126,24 @@ func Message(i int, m *toolmeshv1.Message) (int, error) {
 // is a mesh tool's id), bounded descriptions and object schemas.
 func Functions(fns []*toolmeshv1.Function) error {
 	if len(fns) > MaxFunctions {
-		return invalid.Field("functions", fmt.Sprintf("has %d functions, more than the %d allowed", len(fns), MaxFunctions))
+		return errreason.InvalidField("functions", fmt.Sprintf("has %d functions, more than the %d allowed", len(fns), MaxFunctions))
 	}
 	seen := make(map[string]bool, len(fns))
 	for i, f := range fns {
 		field := func(s string) string { return fmt.Sprintf("functions[%d].%s", i, s) }
 		switch {
 		case f == nil:
-			return invalid.Field(fmt.Sprintf("functions[%d]", i), "is null")
+			return errreason.InvalidField(fmt.Sprintf("functions[%d]", i), "is null")
 		case !toolname.Valid(f.GetName()):
-			return invalid.Field(field("name"), "must match "+toolname.Rule)
+			return errreason.InvalidField(field("name"), "must match "+toolname.Rule)
 		case seen[f.GetName()]:
-			return invalid.Field(field("name"), fmt.Sprintf("%q is given twice", f.GetName()))
+			return errreason.InvalidField(field("name"), fmt.Sprintf("%q is given twice", f.GetName()))
 		case !utf8.ValidString(f.GetDescription()) || len(f.GetDescription()) > toolid.MaxQueryBytes:
-			return invalid.Field(field("description"), fmt.Sprintf("must be valid UTF-8 of at most %d bytes", toolid.MaxQueryBytes))
+			return errreason.InvalidField(field("description"), fmt.Sprintf("must be valid UTF-8 of at most %d bytes", toolid.MaxQueryBytes))
 		}
 		seen[f.GetName()] = true
 		if t, ok := f.GetParameters().GetFields()["type"]; ok && t.GetStringValue() != "object" {
-			return invalid.Field(field("parameters"), `must be a JSON Schema of an object ("type": "object")`)
+			return errreason.InvalidField(field("parameters"), `must be a JSON Schema of an object ("type": "object")`)
 		}
 	}
 	return nil
@@ -155,17 +155,17 @@ func Generation(g *toolmeshv1.GenerationOptions) error {
 	case g == nil:
 		return nil
 	case g.GetMaxTokens() < 0 || g.GetMaxTokens() > MaxAnswerTokens:
-		return invalid.Field("generation.max_tokens", fmt.Sprintf("must be between 1 and %d (0: no bound)", MaxAnswerTokens))
+		return errreason.InvalidField("generation.max_tokens", fmt.Sprintf("must be between 1 and %d (0: no bound)", MaxAnswerTokens))
 	case g.Temperature != nil && !(g.GetTemperature() >= 0 && g.GetTemperature() <= 2):
-		return invalid.Field("generation.temperature", "must be between 0 and 2")
+		return errreason.InvalidField("generation.temperature", "must be between 0 and 2")
 	case g.TopP != nil && !(g.GetTopP() >= 0 && g.GetTopP() <= 1):
-		return invalid.Field("generation.top_p", "must be between 0 and 1")
+		return errreason.InvalidField("generation.top_p", "must be between 0 and 1")
 	case len(g.GetStop()) > MaxStops:
-		return invalid.Field("generation.stop", fmt.Sprintf("has %d sequences, more than the %d allowed", len(g.GetStop()), MaxStops))
+		return errreason.InvalidField("generation.stop", fmt.Sprintf("has %d sequences, more than the %d allowed", len(g.GetStop()), MaxStops))
 	}
 	for i, s := range g.GetStop() {
 		if s == "" || len(s) > MaxStopBytes || !utf8.ValidString(s) {
-			return invalid.Field(fmt.Sprintf("generation.stop[%d]", i), fmt.Sprintf("must be non-empty valid UTF-8 of at most %d bytes", MaxStopBytes))
+			return errreason.InvalidField(fmt.Sprintf("generation.stop[%d]", i), fmt.Sprintf("must be non-empty valid UTF-8 of at most %d bytes", MaxStopBytes))
 		}
 	}
 	return nil

@@ -10,7 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
-	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // fieldOf is the field an INVALID_ARGUMENT names.
 func fieldOf(t *testing.T, err error) string {
 	t.Helper()
-	f, ok := invalid.FieldOf(err)
+	f, ok := errreason.FieldOf(err)
 	if !ok {
 		t.Fatalf("%v names no field", err)
 	}

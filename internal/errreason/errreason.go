@@ -1,6 +1,8 @@
-// Package errreason marks a gRPC status with why a toolmesh service failed: a
-// google.rpc.ErrorInfo in the "toolmesh" domain. Callers sort errors by code and reason, never
-// by the wording of a message, which neither grpc-go nor our services promise to keep.
+// Package errreason marks a gRPC status with why a toolmesh service failed, in the details a
+// caller reads instead of the message: a google.rpc.ErrorInfo in the "toolmesh" domain (Error,
+// Of), and for bad input a google.rpc.BadRequest naming the field (InvalidField, FieldOf).
+// Callers sort errors by code, reason and field, never by the wording of a message, which
+// neither grpc-go nor our services promise to keep.
 package errreason
 
 import (

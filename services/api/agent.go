@@ -30,7 +30,6 @@ import (
 	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/chatcheck"
 	"github.com/toolmesh/toolmesh/internal/errreason"
-	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/internal/toolid"
@@ -143,21 +142,21 @@ func (h *agentHandler) check(req queryParams) (query, error) {
 	qf := conv.questionField
 	switch q := conv.question; {
 	case strings.TrimSpace(q) == "":
-		return query{}, invalid.Field(qf, "is required")
+		return query{}, errreason.InvalidField(qf, "is required")
 	case len(q) > toolid.MaxQueryBytes:
-		return query{}, invalid.Field(qf, fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), toolid.MaxQueryBytes))
+		return query{}, errreason.InvalidField(qf, fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), toolid.MaxQueryBytes))
 	case !utf8.ValidString(q):
-		return query{}, invalid.Field(qf, "is not valid UTF-8")
+		return query{}, errreason.InvalidField(qf, "is not valid UTF-8")
 	case k < 0 || k > toolid.MaxK:
-		return query{}, invalid.Field("k", fmt.Sprintf("must be between 1 and %d", toolid.MaxK))
+		return query{}, errreason.InvalidField("k", fmt.Sprintf("must be between 1 and %d", toolid.MaxK))
 	case maxIterations < 0 || maxIterations > maxMaxIterations:
-		return query{}, invalid.Field("max_iterations", fmt.Sprintf("must be between 1 and %d", maxMaxIterations))
+		return query{}, errreason.InvalidField("max_iterations", fmt.Sprintf("must be between 1 and %d", maxMaxIterations))
 	case timeoutSeconds < 0 || timeoutSeconds > maxTimeoutSeconds:
-		return query{}, invalid.Field("timeout_seconds", fmt.Sprintf("must be between 1 and %d", maxTimeoutSeconds))
+		return query{}, errreason.InvalidField("timeout_seconds", fmt.Sprintf("must be between 1 and %d", maxTimeoutSeconds))
 	}
 	for i, s := range req.GetServers() {
 		if !toolid.ValidServer(s) {
-			return query{}, invalid.Field(fmt.Sprintf("servers[%d]", i), "must match "+toolid.ServerRule)
+			return query{}, errreason.InvalidField(fmt.Sprintf("servers[%d]", i), "must match "+toolid.ServerRule)
 		}
 	}
 	if err := chatcheck.Functions(req.GetFunctions()); err != nil {
@@ -167,7 +166,7 @@ func (h *agentHandler) check(req queryParams) (query, error) {
 		return query{}, err
 	}
 	if m := req.GetModel(); len(m) > 256 || !utf8.ValidString(m) {
-		return query{}, invalid.Field("model", "must be valid UTF-8 of at most 256 bytes")
+		return query{}, errreason.InvalidField("model", "must be valid UTF-8 of at most 256 bytes")
 	}
 	q := query{text: conv.question, k: k, maxIterations: int(maxIterations), servers: req.GetServers(), timeout: h.cfg.QueryTimeout,
 		conv: conv, functions: req.GetFunctions(), generation: req.GetGeneration(), model: req.GetModel()}
@@ -180,14 +179,14 @@ func (h *agentHandler) check(req queryParams) (query, error) {
 		q.choice = tc.GetMode()
 	case toolmeshv1.ToolChoiceMode_TOOL_CHOICE_MODE_FUNCTION:
 		if !slices.ContainsFunc(q.functions, func(f *toolmeshv1.Function) bool { return f.GetName() == tc.GetFunction() }) {
-			return query{}, invalid.Field("tool_choice.function", fmt.Sprintf("%q is none of the request's functions", truncateUTF8(tc.GetFunction(), 64)))
+			return query{}, errreason.InvalidField("tool_choice.function", fmt.Sprintf("%q is none of the request's functions", truncateUTF8(tc.GetFunction(), 64)))
 		}
 		q.choice, q.choiceFn = tc.GetMode(), tc.GetFunction()
 	default:
-		return query{}, invalid.Field("tool_choice.mode", fmt.Sprintf("%d is not a tool choice mode", tc.GetMode()))
+		return query{}, errreason.InvalidField("tool_choice.mode", fmt.Sprintf("%d is not a tool choice mode", tc.GetMode()))
 	}
 	if tc := req.GetToolChoice(); tc.GetFunction() != "" && q.choice != toolmeshv1.ToolChoiceMode_TOOL_CHOICE_MODE_FUNCTION {
-		return query{}, invalid.Field("tool_choice.function", "is only for mode TOOL_CHOICE_MODE_FUNCTION")
+		return query{}, errreason.InvalidField("tool_choice.function", "is only for mode TOOL_CHOICE_MODE_FUNCTION")
 	}
 	if q.k == 0 {
 		q.k = toolid.DefaultK
@@ -634,16 +633,16 @@ func (r *runner) admit(ctx context.Context, step *toolmeshv1.Step, calls []*tool
 func (r *runner) direct(ctx context.Context) (*toolmeshv1.QueryResponse, error) {
 	parsed, err := parseDirect(r.q.text)
 	if err != nil {
-		return nil, invalid.Field("query", "direct call: "+err.Error())
+		return nil, errreason.InvalidField("query", "direct call: "+err.Error())
 	}
 	if limit := r.h.cfg.MaxToolCalls; len(parsed) > limit {
-		return nil, invalid.Field("query", fmt.Sprintf("direct call: %d calls, but a query makes at most %d (api.max-tool-calls)", len(parsed), limit))
+		return nil, errreason.InvalidField("query", fmt.Sprintf("direct call: %d calls, but a query makes at most %d (api.max-tool-calls)", len(parsed), limit))
 	}
 	calls := make([]*toolmeshv1.ToolCallRecord, len(parsed))
 	for i, c := range parsed {
 		args, err := structpb.NewStruct(c.Arguments)
 		if err != nil {
-			return nil, invalid.Field("query", fmt.Sprintf("arguments of %s: %v", c.ToolID, err))
+			return nil, errreason.InvalidField("query", fmt.Sprintf("arguments of %s: %v", c.ToolID, err))
 		}
 		calls[i] = &toolmeshv1.ToolCallRecord{Tool: c.ToolID, Arguments: args}
 	}

@@ -8,7 +8,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/chatcheck"
-	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 )
 
 // conversation is a checked request's dialogue: the question of this turn, the turns before
@@ -44,16 +44,16 @@ func splitConversation(query string, messages []*toolmeshv1.Message) (conversati
 		if n := len(messages); n > 0 && messages[n-1].GetRole() == chatcheck.RoleTool {
 			// The model has not yet seen the results it asked for: a new question would start
 			// a turn on top of an unfinished one.
-			return c, invalid.Field("query", "must be empty when messages end with the results of function calls: the turn goes on with them")
+			return c, errreason.InvalidField("query", "must be empty when messages end with the results of function calls: the turn goes on with them")
 		}
 		c.question, c.questionField, c.earlier = query, "query", messages
 		return c, nil
 	}
 	if last < 0 {
 		if len(messages) == 0 {
-			return c, invalid.Field("query", "is required")
+			return c, errreason.InvalidField("query", "is required")
 		}
-		return c, invalid.Field("messages", "needs a user message (the question)")
+		return c, errreason.InvalidField("messages", "needs a user message (the question)")
 	}
 	c.question, c.questionField, c.earlier = messages[last].GetContent(), fmt.Sprintf("messages[%d].content", last), messages[:last]
 	after := messages[last+1:]
@@ -61,7 +61,7 @@ func splitConversation(query string, messages []*toolmeshv1.Message) (conversati
 		m := after[j]
 		i := last + 1 + j
 		if m.GetRole() != chatcheck.RoleAssistant || len(m.GetToolCalls()) == 0 {
-			return c, invalid.Field(fmt.Sprintf("messages[%d].role", i), fmt.Sprintf(
+			return c, errreason.InvalidField(fmt.Sprintf("messages[%d].role", i), fmt.Sprintf(
 				"a %s message after the last user message: a conversation ends with the user's message, or with an assistant's function calls and the tool messages of their results", describeRole(m)))
 		}
 		results := map[string]string{}
@@ -97,10 +97,10 @@ func checkToolMessages(messages []*toolmeshv1.Message) error {
 			id := m.GetToolCallId()
 			if !open[id] {
 				if openAt < 0 {
-					return invalid.Field(fmt.Sprintf("messages[%d].tool_call_id", i), fmt.Sprintf(
+					return errreason.InvalidField(fmt.Sprintf("messages[%d].tool_call_id", i), fmt.Sprintf(
 						"%q answers no call: a tool message follows the assistant message whose tool_calls name it", chatcheck.Cut(id, chatcheck.MaxCallIDBytes)))
 				}
-				return invalid.Field(fmt.Sprintf("messages[%d].tool_call_id", i), fmt.Sprintf(
+				return errreason.InvalidField(fmt.Sprintf("messages[%d].tool_call_id", i), fmt.Sprintf(
 					"%q is not a call of messages[%d] still waiting for its result", chatcheck.Cut(id, chatcheck.MaxCallIDBytes), openAt))
 			}
 			delete(open, id)
@@ -128,6 +128,6 @@ func unanswered(at int, open map[string]bool) error {
 	for _, c := range slices.Sorted(maps.Keys(open)) {
 		ids = append(ids, fmt.Sprintf("%q", c))
 	}
-	return invalid.Field(fmt.Sprintf("messages[%d].tool_calls", at), fmt.Sprintf(
+	return errreason.InvalidField(fmt.Sprintf("messages[%d].tool_calls", at), fmt.Sprintf(
 		"an assistant message with tool_calls must be followed by a tool message for each call; none answers %s", strings.Join(ids, ", ")))
 }

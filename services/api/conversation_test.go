@@ -9,7 +9,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/chatcheck"
-	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 )
 
 func msg(role, content string) *toolmeshv1.Message {
@@ -32,7 +32,7 @@ func result(id, content string) *toolmeshv1.Message {
 // fieldOf is the field an INVALID_ARGUMENT names.
 func fieldOf(t *testing.T, err error) string {
 	t.Helper()
-	f, ok := invalid.FieldOf(err)
+	f, ok := errreason.FieldOf(err)
 	if !ok {
 		t.Fatalf("%v names no field", err)
 	}

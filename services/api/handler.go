@@ -17,7 +17,6 @@ import (
 	"github.com/toolmesh/toolmesh/internal/auth"
 	"github.com/toolmesh/toolmesh/internal/closest"
 	"github.com/toolmesh/toolmesh/internal/errreason"
-	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/redact"
 	"github.com/toolmesh/toolmesh/internal/server"
@@ -55,7 +54,7 @@ func caller(ctx context.Context, servers []string) policy.Caller {
 
 func (h *toolHandler) ListTools(ctx context.Context, req *toolmeshv1.ListToolsRequest) (*toolmeshv1.ListToolsResponse, error) {
 	if req.GetServer() != "" && !toolid.ValidServer(req.GetServer()) {
-		return nil, invalid.Field("server", "must match "+toolid.ServerRule)
+		return nil, errreason.InvalidField("server", "must match "+toolid.ServerRule)
 	}
 	c := caller(ctx, nil)
 	if d := h.policy.MayList(c); d != nil {
@@ -105,7 +104,7 @@ func checkServerNames(ctx context.Context, ex executorClient, p *policy.Policy, 
 	}
 	for i, s := range servers {
 		if !toolid.ValidServer(s) {
-			return invalid.Field(fmt.Sprintf("%s[%d]", field, i), "must match "+toolid.ServerRule)
+			return errreason.InvalidField(fmt.Sprintf("%s[%d]", field, i), "must match "+toolid.ServerRule)
 		}
 	}
 	known, err := knownServers(ctx, ex, p, cfg, c)
@@ -114,7 +113,7 @@ func checkServerNames(ctx context.Context, ex executorClient, p *policy.Policy, 
 	}
 	for i, s := range servers {
 		if !slices.Contains(known, s) {
-			return invalid.Field(fmt.Sprintf("%s[%d]", field, i), unknownServer(s, known))
+			return errreason.InvalidField(fmt.Sprintf("%s[%d]", field, i), unknownServer(s, known))
 		}
 	}
 	return nil
@@ -206,13 +205,13 @@ func (h *toolHandler) CallTool(ctx context.Context, req *toolmeshv1.CallToolRequ
 // come, when progress is set (the MCP face does, for a client that asked for them).
 func (h *toolHandler) CallToolProgress(ctx context.Context, req *toolmeshv1.CallToolRequest, progress func(*toolmeshv1.CallProgress)) (_ *toolmeshv1.CallToolResponse, err error) {
 	if req.GetServer() == "" {
-		return nil, invalid.Field("server", "is required")
+		return nil, errreason.InvalidField("server", "is required")
 	}
 	if !toolid.ValidServer(req.GetServer()) {
-		return nil, invalid.Field("server", "must match "+toolid.ServerRule)
+		return nil, errreason.InvalidField("server", "must match "+toolid.ServerRule)
 	}
 	if req.GetName() == "" {
-		return nil, invalid.Field("name", "is required")
+		return nil, errreason.InvalidField("name", "is required")
 	}
 	id := toolid.Join(req.GetServer(), req.GetName())
 	var resp *toolmeshv1.ExecutorServiceCallToolResponse
@@ -295,11 +294,11 @@ const resultCutKey = "toolmesh-result-cut"
 func (h *toolHandler) SearchTools(ctx context.Context, req *toolmeshv1.SearchToolsRequest) (*toolmeshv1.SearchToolsResponse, error) {
 	switch {
 	case req.GetQ() == "":
-		return nil, invalid.Field("q", "is required")
+		return nil, errreason.InvalidField("q", "is required")
 	case len(req.GetQ()) > toolid.MaxQueryBytes:
-		return nil, invalid.Field("q", fmt.Sprintf("is %d bytes, more than the %d allowed", len(req.GetQ()), toolid.MaxQueryBytes))
+		return nil, errreason.InvalidField("q", fmt.Sprintf("is %d bytes, more than the %d allowed", len(req.GetQ()), toolid.MaxQueryBytes))
 	case req.GetK() < 0 || req.GetK() > toolid.MaxK:
-		return nil, invalid.Field("k", fmt.Sprintf("must be between 1 and %d", toolid.MaxK))
+		return nil, errreason.InvalidField("k", fmt.Sprintf("must be between 1 and %d", toolid.MaxK))
 	}
 	if h.retriever == nil {
 		return nil, status.Error(codes.Unavailable, "tool search needs a retriever: none is configured (set --api.retriever-addr)")

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
-	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/toolid/toolname"
 )
 
@@ -103,7 +103,7 @@ func (r *runner) checkClashes(ctx context.Context) error {
 	}
 	for i, f := range r.q.functions {
 		if id, ok := names[f.GetName()]; ok {
-			return invalid.Field(fmt.Sprintf("functions[%d].name", i), fmt.Sprintf(
+			return errreason.InvalidField(fmt.Sprintf("functions[%d].name", i), fmt.Sprintf(
 				"%q is the name of the mesh's tool %s, which the model is offered too: rename the function", f.GetName(), id))
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
-	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
@@ -30,7 +30,7 @@ func (h *toolHandler) pins() (pinClient, error) {
 // (policy.Admin): they show what a server now tells the model, before anyone approves it.
 func (h *toolHandler) ListPendingTools(ctx context.Context, req *toolmeshv1.ListPendingToolsRequest) (*toolmeshv1.ListPendingToolsResponse, error) {
 	if req.GetServer() != "" && !toolid.ValidServer(req.GetServer()) {
-		return nil, invalid.Field("server", "must match "+toolid.ServerRule)
+		return nil, errreason.InvalidField("server", "must match "+toolid.ServerRule)
 	}
 	if d := h.policy.Admin(caller(ctx, nil)); d != nil {
 		return nil, h.policy.Record(ctx, d)
@@ -53,11 +53,11 @@ func (h *toolHandler) ListPendingTools(ctx context.Context, req *toolmeshv1.List
 func (h *toolHandler) ApproveTool(ctx context.Context, req *toolmeshv1.ApproveToolRequest) (*toolmeshv1.ApproveToolResponse, error) {
 	switch {
 	case req.GetServer() == "":
-		return nil, invalid.Field("server", "is required")
+		return nil, errreason.InvalidField("server", "is required")
 	case !toolid.ValidServer(req.GetServer()):
-		return nil, invalid.Field("server", "must match "+toolid.ServerRule)
+		return nil, errreason.InvalidField("server", "must match "+toolid.ServerRule)
 	case req.GetName() == "":
-		return nil, invalid.Field("name", "is required")
+		return nil, errreason.InvalidField("name", "is required")
 	}
 	c := caller(ctx, nil)
 	if d := h.policy.Admin(c); d != nil {

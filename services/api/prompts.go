@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
-	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
@@ -50,11 +50,11 @@ type contextHandler struct {
 func (h *contextHandler) scope(ctx context.Context, c policy.Caller, a policy.Action, server string, required bool) error {
 	switch {
 	case server == "" && required:
-		return invalid.Field("server", "is required")
+		return errreason.InvalidField("server", "is required")
 	case server == "":
 		return nil
 	case !toolid.ValidServer(server):
-		return invalid.Field("server", "must match "+toolid.ServerRule)
+		return errreason.InvalidField("server", "must match "+toolid.ServerRule)
 	}
 	d := h.policy.ServerContext(c, a, server)
 	if d == nil {
@@ -123,14 +123,14 @@ func (h *contextHandler) GetPrompt(ctx context.Context, req *toolmeshv1.GetPromp
 		return nil, err
 	}
 	if req.GetName() == "" {
-		return nil, invalid.Field("name", "is required")
+		return nil, errreason.InvalidField("name", "is required")
 	}
 	if n := len(req.GetArguments()); n > maxPromptArguments {
-		return nil, invalid.Field("arguments", fmt.Sprintf("has %d arguments, more than the %d allowed", n, maxPromptArguments))
+		return nil, errreason.InvalidField("arguments", fmt.Sprintf("has %d arguments, more than the %d allowed", n, maxPromptArguments))
 	}
 	for k, v := range req.GetArguments() {
 		if len(k)+len(v) > maxPromptArgumentBytes {
-			return nil, invalid.Field("arguments."+k, fmt.Sprintf("is more than %d bytes", maxPromptArgumentBytes))
+			return nil, errreason.InvalidField("arguments."+k, fmt.Sprintf("is more than %d bytes", maxPromptArgumentBytes))
 		}
 	}
 	gctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
@@ -171,9 +171,9 @@ func (h *contextHandler) ReadResource(ctx context.Context, req *toolmeshv1.ReadR
 	}
 	switch uri := req.GetUri(); {
 	case uri == "":
-		return nil, invalid.Field("uri", "is required: the resource's URI as its server lists it")
+		return nil, errreason.InvalidField("uri", "is required: the resource's URI as its server lists it")
 	case len(uri) > maxResourceURIBytes:
-		return nil, invalid.Field("uri", fmt.Sprintf("is %d bytes, more than the %d allowed", len(uri), maxResourceURIBytes))
+		return nil, errreason.InvalidField("uri", fmt.Sprintf("is %d bytes, more than the %d allowed", len(uri), maxResourceURIBytes))
 	}
 	rctx, cancel := context.WithTimeout(ctx, h.cfg.RPCTimeout)
 	defer cancel()

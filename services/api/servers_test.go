@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
-	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/policy"
 )
 
@@ -121,7 +121,7 @@ func TestUnknownServers(t *testing.T) {
 		if got := status.Code(tc.err); got != tc.code || !strings.Contains(msg, tc.msg) {
 			t.Errorf("%s: %v; want %s with %q", tc.name, tc.err, tc.code, tc.msg)
 		}
-		if f, _ := invalid.FieldOf(tc.err); f != tc.field {
+		if f, _ := errreason.FieldOf(tc.err); f != tc.field {
 			t.Errorf("%s: field %q, want %q", tc.name, f, tc.field)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/chatcheck"
-	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/services/inference/chat"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
@@ -24,7 +24,7 @@ import (
 func (s *Service) ComposeAnswer(req *toolmeshv1.ComposeAnswerRequest, stream grpc.ServerStreamingServer[toolmeshv1.ComposeAnswerResponse]) error {
 	ctx := stream.Context()
 	if req.GetMaxTokens() < 0 {
-		return invalid.Field("max_tokens", "must not be negative")
+		return errreason.InvalidField("max_tokens", "must not be negative")
 	}
 	if err := cmp.Or(checkQuery(req.GetQuery()), chatcheck.Messages(req.GetMessages()), chatcheck.Generation(req.GetGeneration())); err != nil {
 		return err

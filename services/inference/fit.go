@@ -10,7 +10,6 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/errreason"
-	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
 )
 
@@ -59,7 +58,7 @@ func (s *Service) fit(ctx context.Context, p promptParts, nCtx int) (*fitted, er
 		// The prompt does not depend on the grammar's limits: the grammar is sized afterwards.
 		cat, err := s.catalogs.build(f.offered, 0, false)
 		if err != nil {
-			return false, invalid.Field("tools", err.Error())
+			return false, errreason.InvalidField("tools", err.Error())
 		}
 		f.prompt = cat.ConversationPrompt(f.conv, p.query, p.history)
 		if f.tokens, err = s.llm.CountTokens(ctx, f.prompt); err != nil {

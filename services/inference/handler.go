@@ -13,7 +13,6 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/chatcheck"
 	"github.com/toolmesh/toolmesh/internal/errreason"
-	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/services/inference/chat"
 	"github.com/toolmesh/toolmesh/services/inference/gorilla"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
@@ -29,14 +28,14 @@ func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest)
 	}
 	switch {
 	case len(req.GetTools()) > s.cfg.MaxTools:
-		return nil, invalid.Field("tools", fmt.Sprintf("has %d tools, more than the %d allowed", len(req.GetTools()), s.cfg.MaxTools))
+		return nil, errreason.InvalidField("tools", fmt.Sprintf("has %d tools, more than the %d allowed", len(req.GetTools()), s.cfg.MaxTools))
 	case req.GetMaxTokens() < 0:
-		return nil, invalid.Field("max_tokens", "must not be negative")
+		return nil, errreason.InvalidField("max_tokens", "must not be negative")
 	}
 	tools := make([]*toolmeshv1.Tool, 0, len(req.GetTools()))
 	for i, st := range req.GetTools() {
 		if st.GetTool().GetId() == "" {
-			return nil, invalid.Field(fmt.Sprintf("tools[%d].tool.id", i), "is required")
+			return nil, errreason.InvalidField(fmt.Sprintf("tools[%d].tool.id", i), "is required")
 		}
 		tools = append(tools, st.GetTool())
 	}
@@ -44,7 +43,7 @@ func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest)
 		return nil, err
 	}
 	if req.GetRequireCall() && len(tools)+len(req.GetFunctions()) == 0 {
-		return nil, invalid.Field("require_call", "asks for a call, but no tool or function is offered")
+		return nil, errreason.InvalidField("require_call", "asks for a call, but no tool or function is offered")
 	}
 	if s.chat != nil {
 		return s.generateChat(ctx, req, tools)
@@ -91,7 +90,7 @@ func (s *Service) Generate(ctx context.Context, req *toolmeshv1.GenerateRequest)
 		return nil, status.Errorf(codes.ResourceExhausted, "a call is required, but no call of the offered tools fits max_tokens %d", nPredict)
 	}
 	if err != nil {
-		return nil, invalid.Field("tools", err.Error())
+		return nil, errreason.InvalidField("tools", err.Error())
 	}
 	if maxBytes > 0 {
 		if u := cat.Uncallable(); len(u) > 0 {

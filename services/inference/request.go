@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
-	"github.com/toolmesh/toolmesh/internal/invalid"
+	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
@@ -17,11 +17,11 @@ import (
 func checkQuery(q string) error {
 	switch {
 	case q == "":
-		return invalid.Field("query", "is required")
+		return errreason.InvalidField("query", "is required")
 	case len(q) > toolid.MaxQueryBytes:
-		return invalid.Field("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), toolid.MaxQueryBytes))
+		return errreason.InvalidField("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), toolid.MaxQueryBytes))
 	case !utf8.ValidString(q):
-		return invalid.Field("query", "is not valid UTF-8")
+		return errreason.InvalidField("query", "is not valid UTF-8")
 	}
 	return nil
 }

@@ -15,7 +15,6 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/errreason"
-	"github.com/toolmesh/toolmesh/internal/invalid"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 	"github.com/toolmesh/toolmesh/services/retriever/index"
 	"github.com/toolmesh/toolmesh/services/retriever/store"
@@ -26,17 +25,17 @@ func (s *Service) SearchTools(ctx context.Context, req *toolmeshv1.RetrieverServ
 	q := req.GetQuery()
 	switch {
 	case q == "":
-		return nil, invalid.Field("query", "is required")
+		return nil, errreason.InvalidField("query", "is required")
 	case len(q) > toolid.MaxQueryBytes:
-		return nil, invalid.Field("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), toolid.MaxQueryBytes))
+		return nil, errreason.InvalidField("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), toolid.MaxQueryBytes))
 	case !utf8.ValidString(q):
-		return nil, invalid.Field("query", "is not valid UTF-8")
+		return nil, errreason.InvalidField("query", "is not valid UTF-8")
 	case req.GetK() < 0 || req.GetK() > toolid.MaxK:
-		return nil, invalid.Field("k", fmt.Sprintf("is %d; it must be between 1 and %d", req.GetK(), toolid.MaxK))
+		return nil, errreason.InvalidField("k", fmt.Sprintf("is %d; it must be between 1 and %d", req.GetK(), toolid.MaxK))
 	}
 	for i, srv := range req.GetServers() {
 		if !toolid.ValidServer(srv) {
-			return nil, invalid.Field(fmt.Sprintf("servers[%d]", i), fmt.Sprintf("%q must match %s", srv, toolid.ServerRule))
+			return nil, errreason.InvalidField(fmt.Sprintf("servers[%d]", i), fmt.Sprintf("%q must match %s", srv, toolid.ServerRule))
 		}
 	}
 	k := int(req.GetK())
@@ -68,7 +67,7 @@ func (s *Service) SearchTools(ctx context.Context, req *toolmeshv1.RetrieverServ
 	s.searches.Record(ctx, time.Since(start).Seconds())
 	if errors.Is(err, index.ErrEmptyQuery) {
 		span.SetAttributes(attribute.Int("toolmesh.retrieval.results", 0))
-		return nil, invalid.Field("query", "has no searchable words (only stop words, numbers or punctuation)")
+		return nil, errreason.InvalidField("query", "has no searchable words (only stop words, numbers or punctuation)")
 	}
 	if errors.Is(err, store.ErrLost) {
 		s.lost(fmt.Errorf("search: %w", err))

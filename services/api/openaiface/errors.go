@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/toolmesh/toolmesh/internal/errreason"
-	"github.com/toolmesh/toolmesh/internal/invalid"
 )
 
 // apiError is OpenAI's error object. The SDKs raise their error classes by the HTTP status
@@ -142,7 +141,7 @@ func fromStatus(w http.ResponseWriter, err error, header metadata.MD) (int, apiE
 // native field name replaced by it.
 func fieldOf(st *status.Status) (string, string) {
 	msg := st.Message()
-	f, ok := invalid.FieldOf(st.Err())
+	f, ok := errreason.FieldOf(st.Err())
 	if !ok {
 		return "", msg
 	}

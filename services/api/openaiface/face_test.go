@@ -24,7 +24,6 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/errreason"
-	"github.com/toolmesh/toolmesh/internal/invalid"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -370,10 +369,10 @@ func TestChatErrorStatus(t *testing.T) {
 		code, kind string
 		retry      string
 	}{
-		{"bad field", invalid.Field("functions[0].name", `"calculator__add" is the name of the mesh's tool calculator.add`), nil,
+		{"bad field", errreason.InvalidField("functions[0].name", `"calculator__add" is the name of the mesh's tool calculator.add`), nil,
 			400, "tools[0].function.name", "", "invalid_request_error", ""},
-		{"bad message", invalid.Field("messages[2].tool_call_id", "answers no call"), nil, 400, "messages[2].tool_call_id", "", "invalid_request_error", ""},
-		{"bad generation", invalid.Field("generation.max_tokens", "too many"), nil, 400, "max_tokens", "", "invalid_request_error", ""},
+		{"bad message", errreason.InvalidField("messages[2].tool_call_id", "answers no call"), nil, 400, "messages[2].tool_call_id", "", "invalid_request_error", ""},
+		{"bad generation", errreason.InvalidField("generation.max_tokens", "too many"), nil, 400, "max_tokens", "", "invalid_request_error", ""},
 		{"unauthenticated", status.Error(codes.Unauthenticated, "missing bearer token"), nil, 401, "", "invalid_api_key", "invalid_request_error", ""},
 		{"scope", status.Error(codes.PermissionDenied, "token may not ask"), nil, 403, "", "permission_denied", "invalid_request_error", ""},
 		{"unknown model", status.Error(codes.NotFound, `the model "gpt-4o" does not exist`), nil, 404, "model", "model_not_found", "invalid_request_error", ""},
@@ -383,7 +382,7 @@ func TestChatErrorStatus(t *testing.T) {
 		{"timeout", status.Error(codes.DeadlineExceeded, "deadline"), nil, 504, "", "", "timeout", ""},
 		{"internal", status.Error(codes.Internal, "bug"), nil, 500, "", "", "server_error", ""},
 		{"a bound no retry helps", status.Error(codes.ResourceExhausted, "a call is required, but no call fits max_tokens"), nil, 400, "", "", "invalid_request_error", ""},
-		{"nothing to call", invalid.Field("require_call", "nothing to call"), nil, 400, "tool_choice", "", "invalid_request_error", ""},
+		{"nothing to call", errreason.InvalidField("require_call", "nothing to call"), nil, 400, "tool_choice", "", "invalid_request_error", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

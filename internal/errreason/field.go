@@ -1,6 +1,4 @@
-// Package invalid builds the INVALID_ARGUMENT status every service returns for bad input:
-// a message that names the field, and a google.rpc.BadRequest detail for clients that read it.
-package invalid
+package errreason
 
 import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -8,8 +6,9 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Field is INVALID_ARGUMENT with the message "FIELD: WHY".
-func Field(field, why string) error {
+// InvalidField is the INVALID_ARGUMENT status every service returns for bad input: the message
+// "FIELD: WHY", and a google.rpc.BadRequest detail naming the field for clients that read it.
+func InvalidField(field, why string) error {
 	st := status.New(codes.InvalidArgument, field+": "+why)
 	if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: why}}}); err == nil {
 		return d.Err()
@@ -17,7 +16,7 @@ func Field(field, why string) error {
 	return st.Err()
 }
 
-// FieldOf is the field an error made by Field names, and whether it names one.
+// FieldOf is the field an error made by InvalidField names, and whether it names one.
 func FieldOf(err error) (string, bool) {
 	st, ok := status.FromError(err)
 	if !ok || st.Code() != codes.InvalidArgument {
