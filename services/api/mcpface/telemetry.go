@@ -101,6 +101,9 @@ func (ins *instruments) begin(ctx context.Context, view string, id any, method m
 	ins.start(ctx, view, id, method, tool, session, version)
 }
 
+// serverSpan is how every request's span starts, made once: it is on every request's path.
+var serverSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+
 // start opens the span of a request and keeps it until end: what begin reads from mcp-go's
 // context, the short path for tools/call (shortcall.go) gives from the request it read.
 // session is the 2025-era session id ("" for none), version the request's protocol version.
@@ -109,10 +112,10 @@ func (ins *instruments) start(ctx context.Context, view string, id any, method m
 	if method == mcp.MethodToolsCall {
 		name += " " + tool
 	}
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+	opts := serverSpan
 	p := peerOf(ctx)
 	if p != nil && p.httpSpan.IsValid() && !p.httpSpan.Equal(trace.SpanContextFromContext(ctx)) {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: p.httpSpan}))
+		opts = []trace.SpanStartOption{serverSpan[0], trace.WithLinks(trace.Link{SpanContext: p.httpSpan})}
 	}
 	_, span := ins.tracer.Start(ctx, name, opts...)
 	ins.inflight.Store(ctx, &request{span: span, method: string(method), view: view, start: time.Now()})
