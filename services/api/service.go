@@ -16,7 +16,6 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/audit"
 	"github.com/toolmesh/toolmesh/internal/auth"
-	"github.com/toolmesh/toolmesh/internal/mcpconfig"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
@@ -141,13 +140,6 @@ func New(cfg Config, logger *slog.Logger, tel *telemetry.Service) (*Service, err
 // Audit is the api's audit trail, for events of other parts of the process to join it (a pin
 // approved or a tool quarantined: Recorder.Event). It is nil-safe and safe for concurrent use.
 func (s *Service) Audit() *audit.Recorder { return s.audit }
-
-// ReloadServers replaces the mcpServers rules the policy decides by (allowedTools,
-// excludedTools, allowDestructive) with those of a reloaded MCP server configuration; the
-// token scopes stay. On error nothing changes.
-func (s *Service) ReloadServers(servers map[string]mcpconfig.Server) error {
-	return s.tools.policy.SetServers(policy.RulesOf(servers))
-}
 
 // newPolicy compiles the policy and checks that the tokens its scopes name exist: a scope for
 // a misspelt name would leave the real token with the default (or nothing) and no hint why.

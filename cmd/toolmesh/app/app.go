@@ -54,9 +54,9 @@ var (
 	_ service = (*api.Service)(nil)
 	// Found by type assertion like drainer and readiness: asserted here, so that a method
 	// renamed in a service fails the build instead of silently ending its reloads.
+	// The api is not one: it has the servers' rules from the executor (services/api/rules.go).
 	_ reconfigurable  = (*executor.Service)(nil)
 	_ refusalReporter = (*executor.Service)(nil)
-	_ reconfigurable  = (*api.Service)(nil)
 )
 
 // target is one deployable unit: `serve --target=NAME`.
@@ -292,9 +292,7 @@ func (a *App) Run(ctx context.Context, started func()) error {
 		all = append(all, r)
 	}
 	if len(a.reconfig) > 0 && (a.cfg.ConfigFile != "" || a.cfg.MCPConfig != "") {
-		// Without an executor here (the api alone) the rules are all that is used.
-		rulesOnly := !slices.Contains(a.cfg.Targets, "executor")
-		a.reloader = newReloader(a.cfg, maps.Clone(a.book.mcpServers), a.reconfig, rulesOnly, a.logger)
+		a.reloader = newReloader(a.cfg, maps.Clone(a.book.mcpServers), a.reconfig, a.logger)
 		rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
 		go func() {
@@ -568,6 +566,12 @@ func initAPI(a *App, env targetEnv) ([]runner, error) {
 	cfg.LocalExecutor = localclient.Executor(a.localClient("executor", env.tel))
 	cfg.LocalRetriever = localclient.Retriever(a.localClient("retriever", env.tel))
 	cfg.LocalInference = localclient.Inference(a.localClient("inference", env.tel))
+	if !slices.Contains(a.cfg.Targets, "executor") && (a.cfg.MCPConfig != "" || len(a.cfg.servers) > 0) {
+		// Until issue 30 the api read the servers' rules from its own copy of the config; a
+		// deployment that still gives it one starts, and is told where the rules are now.
+		env.logger.Warn("--mcp-config and mcpServers are not read by the api: the MCP servers' rules come from the executor, so the executor's config is the one that counts",
+			"mcp_config", a.cfg.MCPConfig)
+	}
 	svc, err := api.New(cfg, env.logger, env.tel)
 	if err != nil {
 		return nil, err

@@ -69,7 +69,7 @@ type DemoConfig struct {
 // "executor.call-timeout" is `executor: {call-timeout: 30s}`.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ConfigFile, "config", "", "YAML config file; its keys are these flags' names (nested maps join with dots) plus mcpServers and policy")
-	fs.StringVar(&c.MCPConfig, "mcp-config", "", "an mcp.json file with an mcpServers (or VS Code servers) map")
+	fs.StringVar(&c.MCPConfig, "mcp-config", "", "an mcp.json file with an mcpServers (or VS Code servers) map: the executor's MCP servers (the api reads none: it has their rules from the executor)")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 10*time.Second, "how long a stop waits for in-flight requests before cutting them off")
 	fs.TextVar(&c.LogLevel, "log.level", slog.LevelInfo, "log level: debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log.format", "text", "log format: text or json")
@@ -125,23 +125,20 @@ func (c *Config) Load(fs *flag.FlagSet, args []string) error {
 		}
 	}
 	servers, err := c.mcpServers(mcpData, false)
-	rules := servers
 	if err != nil {
-		// In microservices mode the api's pod has none of the executor's secrets, which
-		// ${VAR}s in headers, env or url name: the rules read without them, and only the
-		// executor refuses to start (Validate).
-		var rerr error
-		if rules, rerr = c.mcpServers(mcpData, true); rerr != nil {
+		// A process without the executor (the api's pod in microservices mode) has none of the
+		// executor's secrets, which ${VAR}s in headers, env or url name, and reads none of the
+		// servers: a file that reads without them loads, and only the executor refuses to
+		// start (Validate).
+		if _, rerr := c.mcpServers(mcpData, true); rerr != nil {
 			return err
 		}
 		c.serversErr = err
 	}
+	// Only the executor reads the servers: the api's policy has their rules from it.
 	c.Executor.Servers = servers
 	secret.Read(c.Secrets(), os.LookupEnv)
 	c.modelEnv()
-	// The api decides by the same servers' rules as the executor (what the model is offered,
-	// by allowDestructive, only the api decides): in microservices mode give both the same config.
-	c.API.Policy.Servers = policy.RulesOf(rules)
 	return nil
 }
 

@@ -92,7 +92,7 @@ func TestReloadSyntaxErrors(t *testing.T) {
 		}
 		t.Run(tc.name, func(t *testing.T) {
 			config, mcp := tc.paths()
-			r := newReloader(Config{ConfigFile: config, MCPConfig: mcp}, nil, nil, true, slog.New(slog.DiscardHandler))
+			r := newReloader(Config{ConfigFile: config, MCPConfig: mcp}, nil, nil, slog.New(slog.DiscardHandler))
 			r.settle = func() {}
 			checkSyntaxErr(t, "reload", r.reload(true), tc.wantErrs)
 		})

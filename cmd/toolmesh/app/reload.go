@@ -34,8 +34,8 @@ const settleDelay = 250 * time.Millisecond
 var errUnsettled = errors.New("the config files changed while being read: they are still being written")
 
 // reconfigurable is a service that takes the MCP server configuration again when it is
-// reloaded: the executor its servers, the api its policy's rules. It takes them whole or
-// refuses them whole, keeping the ones in use.
+// reloaded: the executor its servers (the api follows their rules from the executor). It takes
+// them whole or refuses them whole, keeping the ones in use.
 type reconfigurable interface {
 	ReloadServers(servers map[string]mcpconfig.Server) error
 }
@@ -59,13 +59,10 @@ type reloader struct {
 	configFile, mcpConfig string
 	// extra are the servers that come from no file (the demo's, in `up`): every reload keeps them.
 	extra map[string]mcpconfig.Server
-	// targets take the servers in dependency order (the executor before the api).
+	// targets take the servers in dependency order.
 	targets []reloadTarget
-	// rulesOnly reads the servers without their secrets: no executor runs here, so the rules
-	// are all that is used (as Load does when the secrets are not set).
-	rulesOnly bool
-	log       *slog.Logger
-	delay     time.Duration
+	log     *slog.Logger
+	delay   time.Duration
 	// settle waits between the two reads of a reload (settleDelay).
 	settle func()
 
@@ -76,8 +73,8 @@ type reloader struct {
 	rest map[string]any
 }
 
-func newReloader(cfg Config, extra map[string]mcpconfig.Server, targets []reloadTarget, rulesOnly bool, log *slog.Logger) *reloader {
-	r := &reloader{configFile: cfg.ConfigFile, mcpConfig: cfg.MCPConfig, extra: extra, targets: targets, rulesOnly: rulesOnly,
+func newReloader(cfg Config, extra map[string]mcpconfig.Server, targets []reloadTarget, log *slog.Logger) *reloader {
+	r := &reloader{configFile: cfg.ConfigFile, mcpConfig: cfg.MCPConfig, extra: extra, targets: targets,
 		log: log.With("component", "config reload"), delay: reloadDelay, settle: func() { time.Sleep(settleDelay) }}
 	if snap, err := r.read(); err == nil {
 		r.last = snap.sum()
@@ -153,7 +150,7 @@ func (r *reloader) parse(snap snapshot) (map[string]mcpconfig.Server, map[string
 		}
 		rest = f.doc
 	}
-	servers, err := c.mcpServers(snap.mcp, r.rulesOnly)
+	servers, err := c.mcpServers(snap.mcp, false)
 	if err != nil {
 		return nil, nil, err
 	}

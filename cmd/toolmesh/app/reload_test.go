@@ -365,7 +365,7 @@ func TestReloaderYAML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newReloader(Config{ConfigFile: path}, demo, []reloadTarget{{"executor", exec}}, false, log)
+	r := newReloader(Config{ConfigFile: path}, demo, []reloadTarget{{"executor", exec}}, log)
 	state := func() string {
 		resp, err := exec.ListServers(context.Background(), &toolmeshv1.ExecutorServiceListServersRequest{})
 		if err != nil {
@@ -436,7 +436,7 @@ func TestReloaderHalfWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newReloader(Config{ConfigFile: path}, nil, []reloadTarget{{"executor", exec}}, false, slog.New(slog.DiscardHandler))
+	r := newReloader(Config{ConfigFile: path}, nil, []reloadTarget{{"executor", exec}}, slog.New(slog.DiscardHandler))
 	r.settle = func() {}
 	state := func() (uint64, string) {
 		resp, err := exec.ListServers(context.Background(), &toolmeshv1.ExecutorServiceListServersRequest{})
@@ -551,7 +551,7 @@ func TestReloadTargets(t *testing.T) {
 	}
 	write("mcpServers:\n  a: {url: http://127.0.0.1:1/mcp}\n")
 	first, second := &reporterDouble{}, &reconfigurableDouble{}
-	r := newReloader(Config{ConfigFile: path}, nil, []reloadTarget{{"executor", first}, {"api", second}}, false, slog.New(slog.DiscardHandler))
+	r := newReloader(Config{ConfigFile: path}, nil, []reloadTarget{{"executor", first}, {"api", second}}, slog.New(slog.DiscardHandler))
 	r.settle = func() {}
 
 	if err := r.reload(true); err != nil || first.reloads != 1 || second.reloads != 1 {
