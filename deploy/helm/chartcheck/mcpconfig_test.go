@@ -5,32 +5,37 @@ import (
 	"testing"
 )
 
-// TestAPIGetsMCPConfig: the api decides what the model may be offered and called by the MCP
-// servers' rules (allowedTools, excludedTools, and allowDestructive, by which only the api
-// decides what the model is offered), so its container reads the same mcp.json as the executor's: --mcp-config names
-// a file mounted from the same ConfigMap key. Without it a server's allowDestructive: true in
-// the values would reach the executor only, and the api would go on refusing those tools.
-func TestAPIGetsMCPConfig(t *testing.T) {
+// TestAPIWithoutMCPConfig: the executor owns the MCP servers' rules (allowedTools,
+// excludedTools, allowDestructive, rateLimit) and publishes them with its catalog; the api
+// decides by what it publishes. So only the executor reads mcp.json: the api is given no
+// --mcp-config, mounts no mcp.json and none of the servers' secrets, and the values' rules are
+// in the file the executor reads.
+func TestAPIWithoutMCPConfig(t *testing.T) {
 	for _, name := range cases {
 		t.Run(name, func(t *testing.T) {
 			r := render(t, valuesFile(t, name))
-			exeKey, exeData := mcpConfigOf(t, r, "executor")
-			apiKey, apiData := mcpConfigOf(t, r, "api")
-			if apiKey != exeKey || apiData != exeData {
-				t.Errorf("api reads %s, executor reads %s: want the same MCP server config", apiKey, exeKey)
+			mcpConfigOf(t, r, "executor")
+			api := container(t, r.deployments["api"], "api")
+			for _, a := range api.Args {
+				if strings.HasPrefix(a, "--mcp-config") {
+					t.Errorf("the api is given %s; the servers' rules come from the executor", a)
+				}
+			}
+			for path, f := range configMapFiles(t, r, "api") {
+				if strings.HasSuffix(f.key, "/mcp.json") {
+					t.Errorf("the api mounts %s at %s; it reads no MCP server config", f.key, path)
+				}
 			}
 			if name != "options" {
 				return
 			}
-			// The values' rules are in the file both read.
+			// The values' rules are in the file the executor reads.
 			gh := r.mcpServers(t)["github"]
 			if gh["allowDestructive"] != true {
 				t.Errorf("mcpServers.github = %v, want allowDestructive: true from the values", gh)
 			}
-			// The api is given none of the executor's secrets to read the rules.
-			api := container(t, r.deployments["api"], "api")
 			if envVar(api, "GITHUB_TOKEN") != nil {
-				t.Error("the api gets GITHUB_TOKEN: it reads only the rules and needs none of the servers' secrets")
+				t.Error("the api gets GITHUB_TOKEN: it needs none of the servers' secrets")
 			}
 		})
 	}

@@ -1,8 +1,8 @@
 {{/* The Deployment of one toolmesh target (`toolmesh serve --target=NAME`): (list $ "api").
 The four targets differ only in ports, probes, secrets and (the executor) MCP server sidecars.
-The executor and the api read the same mcp.json: the executor connects to its servers, the api
-enforces their rules (allowedTools, excludedTools, allowDestructive) and reads only those, so it
-needs none of the servers' secrets (executor.env). */}}
+The executor alone reads mcp.json: it connects to the servers and publishes their rules
+(allowedTools, excludedTools, allowDestructive, rateLimit) with its catalog, which the api
+decides by, so the api mounts neither the file nor the servers' secrets (executor.env). */}}
 {{- define "toolmesh.deployment" -}}
 {{- $ := index . 0 }}
 {{- $component := index . 1 }}
@@ -35,7 +35,7 @@ spec:
         {{- include "toolmesh.selectorLabels" (list $ $component) | nindent 8 }}
       annotations:
         {{- if $.Values.rolloutOnConfigChange }}
-        {{- /* No checksum of mcp.json: the executor and the api reload it when the mounted ConfigMap changes. */}}
+        {{- /* No checksum of mcp.json: the executor reloads it when the mounted ConfigMap changes (and the api follows its rules). */}}
         checksum/config: {{ include "toolmesh.config" $ | sha256sum }}
         {{- end }}
         {{- if $.Values.metrics.enabled }}
@@ -68,7 +68,7 @@ spec:
             - serve
             - --target={{ $component }}
             - --config={{ include "toolmesh.configDir" $ }}/toolmesh.yaml
-            {{- if or (eq $component "executor") (eq $component "api") }}
+            {{- if eq $component "executor" }}
             - --mcp-config={{ include "toolmesh.configDir" $ }}/mcp.json
             {{- end }}
             {{- if eq $component "executor" }}
@@ -166,7 +166,7 @@ spec:
             items:
               - key: toolmesh.yaml
                 path: toolmesh.yaml
-              {{- if or (eq $component "executor") (eq $component "api") }}
+              {{- if eq $component "executor" }}
               - key: mcp.json
                 path: mcp.json
               {{- end }}
