@@ -13,7 +13,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/errreason"
-	"github.com/toolmesh/toolmesh/internal/toolid"
+	"github.com/toolmesh/toolmesh/internal/searchbounds"
 	"github.com/toolmesh/toolmesh/internal/toolid/toolname"
 )
 
@@ -138,8 +138,8 @@ func Functions(fns []*toolmeshv1.Function) error {
 			return errreason.InvalidField(field("name"), "must match "+toolname.Rule)
 		case seen[f.GetName()]:
 			return errreason.InvalidField(field("name"), fmt.Sprintf("%q is given twice", f.GetName()))
-		case !utf8.ValidString(f.GetDescription()) || len(f.GetDescription()) > toolid.MaxQueryBytes:
-			return errreason.InvalidField(field("description"), fmt.Sprintf("must be valid UTF-8 of at most %d bytes", toolid.MaxQueryBytes))
+		case !utf8.ValidString(f.GetDescription()) || len(f.GetDescription()) > searchbounds.MaxQueryBytes:
+			return errreason.InvalidField(field("description"), fmt.Sprintf("must be valid UTF-8 of at most %d bytes", searchbounds.MaxQueryBytes))
 		}
 		seen[f.GetName()] = true
 		if t, ok := f.GetParameters().GetFields()["type"]; ok && t.GetStringValue() != "object" {

@@ -1,24 +1,14 @@
-// Package toolid is the one vocabulary every hop shares for naming tools and bounding
-// questions: a tool's id is SERVER.TOOL, where the server name matches [a-z0-9_-]+ (so it holds
-// no dot) and the first dot splits the two; a search returns DefaultK tools unless asked for
-// between 1 and MaxK; a question or search text is at most MaxQueryBytes. Its subpackage
-// toolname maps ids to the names model APIs and MCP clients accept.
+// Package toolid is the one vocabulary every hop shares for naming tools: a tool's id is
+// SERVER.TOOL, where the server name matches [a-z0-9_-]+ (so it holds no dot) and the first dot
+// splits the two. Its subpackage toolname maps ids to the names model APIs and MCP clients
+// accept. (How many tools a search returns and how long its text may be are
+// internal/searchbounds'.)
 package toolid
 
 import "strings"
 
 // ServerRule is the server-name rule as error messages state it.
 const ServerRule = "[a-z0-9_-]+"
-
-const (
-	// DefaultK is how many tools a search returns when k is 0.
-	DefaultK = 4
-	// MaxK is the most tools one search may return.
-	MaxK = 50
-	// MaxQueryBytes bounds a question (the agent loop, inference) and a search text (REST,
-	// the retriever) alike, so whatever one hop accepts the next one does too.
-	MaxQueryBytes = 8 << 10
-)
 
 // ValidServer reports whether name is a valid server name.
 func ValidServer(name string) bool {

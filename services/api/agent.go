@@ -31,6 +31,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/chatcheck"
 	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/policy"
+	"github.com/toolmesh/toolmesh/internal/searchbounds"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
@@ -143,12 +144,12 @@ func (h *agentHandler) check(req queryParams) (query, error) {
 	switch q := conv.question; {
 	case strings.TrimSpace(q) == "":
 		return query{}, errreason.InvalidField(qf, "is required")
-	case len(q) > toolid.MaxQueryBytes:
-		return query{}, errreason.InvalidField(qf, fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), toolid.MaxQueryBytes))
+	case len(q) > searchbounds.MaxQueryBytes:
+		return query{}, errreason.InvalidField(qf, fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), searchbounds.MaxQueryBytes))
 	case !utf8.ValidString(q):
 		return query{}, errreason.InvalidField(qf, "is not valid UTF-8")
-	case k < 0 || k > toolid.MaxK:
-		return query{}, errreason.InvalidField("k", fmt.Sprintf("must be between 1 and %d", toolid.MaxK))
+	case k < 0 || k > searchbounds.MaxK:
+		return query{}, errreason.InvalidField("k", fmt.Sprintf("must be between 1 and %d", searchbounds.MaxK))
 	case maxIterations < 0 || maxIterations > maxMaxIterations:
 		return query{}, errreason.InvalidField("max_iterations", fmt.Sprintf("must be between 1 and %d", maxMaxIterations))
 	case timeoutSeconds < 0 || timeoutSeconds > maxTimeoutSeconds:
@@ -189,7 +190,7 @@ func (h *agentHandler) check(req queryParams) (query, error) {
 		return query{}, errreason.InvalidField("tool_choice.function", "is only for mode TOOL_CHOICE_MODE_FUNCTION")
 	}
 	if q.k == 0 {
-		q.k = toolid.DefaultK
+		q.k = searchbounds.DefaultK
 	}
 	if q.maxIterations == 0 {
 		q.maxIterations = defaultMaxIterations
@@ -373,10 +374,10 @@ func (r *runner) step(ctx context.Context, n int, modelAnswer *string) (*toolmes
 	if r.searches(n) {
 		k := r.q.k
 		found, err = r.retrieve(ctx, k)
-		if err == nil && len(found) == int(k) && len(r.offer(ctx, found, false)) < int(k) && k < toolid.MaxK {
+		if err == nil && len(found) == int(k) && len(r.offer(ctx, found, false)) < int(k) && k < searchbounds.MaxK {
 			// The policy withholds some of the k from the model: search for twice as many so the
 			// rest of the k take their place.
-			k = min(2*k, toolid.MaxK)
+			k = min(2*k, searchbounds.MaxK)
 			found, err = r.retrieve(ctx, k)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/redact"
+	"github.com/toolmesh/toolmesh/internal/searchbounds"
 	"github.com/toolmesh/toolmesh/internal/server"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
@@ -295,10 +296,10 @@ func (h *toolHandler) SearchTools(ctx context.Context, req *toolmeshv1.SearchToo
 	switch {
 	case req.GetQ() == "":
 		return nil, errreason.InvalidField("q", "is required")
-	case len(req.GetQ()) > toolid.MaxQueryBytes:
-		return nil, errreason.InvalidField("q", fmt.Sprintf("is %d bytes, more than the %d allowed", len(req.GetQ()), toolid.MaxQueryBytes))
-	case req.GetK() < 0 || req.GetK() > toolid.MaxK:
-		return nil, errreason.InvalidField("k", fmt.Sprintf("must be between 1 and %d", toolid.MaxK))
+	case len(req.GetQ()) > searchbounds.MaxQueryBytes:
+		return nil, errreason.InvalidField("q", fmt.Sprintf("is %d bytes, more than the %d allowed", len(req.GetQ()), searchbounds.MaxQueryBytes))
+	case req.GetK() < 0 || req.GetK() > searchbounds.MaxK:
+		return nil, errreason.InvalidField("k", fmt.Sprintf("must be between 1 and %d", searchbounds.MaxK))
 	}
 	if h.retriever == nil {
 		return nil, status.Error(codes.Unavailable, "tool search needs a retriever: none is configured (set --api.retriever-addr)")
@@ -315,7 +316,7 @@ func (h *toolHandler) SearchTools(ctx context.Context, req *toolmeshv1.SearchToo
 	}
 	k := req.GetK()
 	if k == 0 {
-		k = toolid.DefaultK
+		k = searchbounds.DefaultK
 	}
 	servers, ok := h.policy.Within(c, policy.Search, req.GetServer())
 	if !ok {

@@ -10,7 +10,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/errreason"
-	"github.com/toolmesh/toolmesh/internal/toolid"
+	"github.com/toolmesh/toolmesh/internal/searchbounds"
 )
 
 // checkQuery checks the question both RPCs take.
@@ -18,8 +18,8 @@ func checkQuery(q string) error {
 	switch {
 	case q == "":
 		return errreason.InvalidField("query", "is required")
-	case len(q) > toolid.MaxQueryBytes:
-		return errreason.InvalidField("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), toolid.MaxQueryBytes))
+	case len(q) > searchbounds.MaxQueryBytes:
+		return errreason.InvalidField("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), searchbounds.MaxQueryBytes))
 	case !utf8.ValidString(q):
 		return errreason.InvalidField("query", "is not valid UTF-8")
 	}

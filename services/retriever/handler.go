@@ -15,6 +15,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/errreason"
+	"github.com/toolmesh/toolmesh/internal/searchbounds"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 	"github.com/toolmesh/toolmesh/services/retriever/index"
 	"github.com/toolmesh/toolmesh/services/retriever/store"
@@ -26,12 +27,12 @@ func (s *Service) SearchTools(ctx context.Context, req *toolmeshv1.RetrieverServ
 	switch {
 	case q == "":
 		return nil, errreason.InvalidField("query", "is required")
-	case len(q) > toolid.MaxQueryBytes:
-		return nil, errreason.InvalidField("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), toolid.MaxQueryBytes))
+	case len(q) > searchbounds.MaxQueryBytes:
+		return nil, errreason.InvalidField("query", fmt.Sprintf("is %d bytes, more than the %d allowed", len(q), searchbounds.MaxQueryBytes))
 	case !utf8.ValidString(q):
 		return nil, errreason.InvalidField("query", "is not valid UTF-8")
-	case req.GetK() < 0 || req.GetK() > toolid.MaxK:
-		return nil, errreason.InvalidField("k", fmt.Sprintf("is %d; it must be between 1 and %d", req.GetK(), toolid.MaxK))
+	case req.GetK() < 0 || req.GetK() > searchbounds.MaxK:
+		return nil, errreason.InvalidField("k", fmt.Sprintf("is %d; it must be between 1 and %d", req.GetK(), searchbounds.MaxK))
 	}
 	for i, srv := range req.GetServers() {
 		if !toolid.ValidServer(srv) {
@@ -40,7 +41,7 @@ func (s *Service) SearchTools(ctx context.Context, req *toolmeshv1.RetrieverServ
 	}
 	k := int(req.GetK())
 	if k == 0 {
-		k = toolid.DefaultK
+		k = searchbounds.DefaultK
 	}
 	s.mu.Lock()
 	building, indexed, lastErr := !s.synced && !s.kept, len(s.known), s.lastErr

@@ -19,7 +19,7 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
-	"github.com/toolmesh/toolmesh/internal/toolid"
+	"github.com/toolmesh/toolmesh/internal/searchbounds"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -247,7 +247,7 @@ func TestSearchValidation(t *testing.T) {
 	}{
 		{"ok", &toolmeshv1.RetrieverServiceSearchToolsRequest{Query: "please add"}, codes.OK, ""},
 		{"empty query", &toolmeshv1.RetrieverServiceSearchToolsRequest{}, codes.InvalidArgument, "query"},
-		{"oversized query", &toolmeshv1.RetrieverServiceSearchToolsRequest{Query: strings.Repeat("x", toolid.MaxQueryBytes+1)}, codes.InvalidArgument, "query"},
+		{"oversized query", &toolmeshv1.RetrieverServiceSearchToolsRequest{Query: strings.Repeat("x", searchbounds.MaxQueryBytes+1)}, codes.InvalidArgument, "query"},
 		{"invalid UTF-8", &toolmeshv1.RetrieverServiceSearchToolsRequest{Query: "a\xffb"}, codes.InvalidArgument, "query"},
 		{"k too big", &toolmeshv1.RetrieverServiceSearchToolsRequest{Query: "add", K: 51}, codes.InvalidArgument, "k"},
 		{"k negative", &toolmeshv1.RetrieverServiceSearchToolsRequest{Query: "add", K: -1}, codes.InvalidArgument, "k"},

@@ -16,7 +16,7 @@ import (
 	"github.com/toolmesh/toolmesh/internal/llamatest"
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
-	"github.com/toolmesh/toolmesh/internal/toolid"
+	"github.com/toolmesh/toolmesh/internal/searchbounds"
 )
 
 // script answers the llama-server double for one question: calls is how many calls the
@@ -535,7 +535,7 @@ func TestQueryLimitsAndFailures(t *testing.T) {
 
 // TestQueryLongQuestion: the longest question the api takes is searched for and answered. The
 // retriever once took half as much as the api, so such a question failed at the search; now every
-// hop applies toolid.MaxQueryBytes. (The double tokenizes a byte a token: its context is raised so
+// hop applies searchbounds.MaxQueryBytes. (The double tokenizes a byte a token: its context is raised so
 // the question fits, as it would in Gorilla's 4096 tokens at about four bytes a token.)
 func TestQueryLongQuestion(t *testing.T) {
 	d := llamatest.NewDouble(t, llamatest.DoubleOptions{CtxSize: 16384})
@@ -546,10 +546,10 @@ func TestQueryLongQuestion(t *testing.T) {
 		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0",
 		"--drain-timeout=2s", "--llm-url=" + d.URL,
 	}, "demo", "executor", "retriever", "inference", "api")
-	question, _ := json.Marshal(strings.Repeat("add two numbers ", toolid.MaxQueryBytes/16))
+	question, _ := json.Marshal(strings.Repeat("add two numbers ", searchbounds.MaxQueryBytes/16))
 	got := query(t, base, `{"query":`+string(question)+`}`)
 	if got.StopReason != "STOP_REASON_ANSWERED" || len(got.Steps) == 0 || len(got.Steps[0].Retrieved) == 0 {
-		t.Errorf("a %d-byte question: stop %s, error %q, %d steps; want it answered with tools retrieved", toolid.MaxQueryBytes, got.StopReason, got.Error, len(got.Steps))
+		t.Errorf("a %d-byte question: stop %s, error %q, %d steps; want it answered with tools retrieved", searchbounds.MaxQueryBytes, got.StopReason, got.Error, len(got.Steps))
 	}
 }
 

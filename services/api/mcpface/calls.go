@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/searchbounds"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
@@ -193,7 +194,7 @@ var (
 	searchSchema = json.RawMessage(fmt.Sprintf(`{"type":"object","properties":{`+
 		`"query":{"type":"string","minLength":1,"maxLength":%d,"description":"What a tool should do, in a few words or the user's own request, e.g. \"convert 3 miles to kilometres\"."},`+
 		`"k":{"type":"integer","minimum":1,"maximum":%d,"description":"How many tools to return, best first (default %d)."}},`+
-		`"required":["query"],"additionalProperties":false}`, toolid.MaxQueryBytes, toolid.MaxK, toolid.DefaultK))
+		`"required":["query"],"additionalProperties":false}`, searchbounds.MaxQueryBytes, searchbounds.MaxK, searchbounds.DefaultK))
 	callSchema = json.RawMessage(`{"type":"object","properties":{` +
 		`"tool":{"type":"string","description":"The tool to call: its name or id as search_tools returned it (SERVER__TOOL or SERVER.TOOL)."},` +
 		`"arguments":{"type":"object","description":"The tool's arguments, as its inputSchema describes them."}},` +
@@ -229,12 +230,12 @@ func (f *Face) handleSearch(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	switch v := args["k"].(type) {
 	case nil:
 	case float64:
-		if v != math.Trunc(v) || v < 1 || v > toolid.MaxK {
-			return mcp.NewToolResultError(fmt.Sprintf("k: must be a whole number between 1 and %d", toolid.MaxK)), nil
+		if v != math.Trunc(v) || v < 1 || v > searchbounds.MaxK {
+			return mcp.NewToolResultError(fmt.Sprintf("k: must be a whole number between 1 and %d", searchbounds.MaxK)), nil
 		}
 		k = int(v)
 	default:
-		return mcp.NewToolResultError(fmt.Sprintf("k: must be a whole number between 1 and %d", toolid.MaxK)), nil
+		return mcp.NewToolResultError(fmt.Sprintf("k: must be a whole number between 1 and %d", searchbounds.MaxK)), nil
 	}
 	resp, err := f.tools.SearchTools(ctx, &toolmeshv1.SearchToolsRequest{Q: q, K: int32(k)})
 	if err != nil {
