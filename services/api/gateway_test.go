@@ -176,13 +176,20 @@ func TestGatewayErrors(t *testing.T) {
 	}
 }
 
-func TestGatewayExecutorDown(t *testing.T) {
+// silentAddr is a loopback address nothing listens on (a moment ago something did).
+func silentAddr(t *testing.T) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := lis.Addr().String()
-	lis.Close() // nothing listens here now
+	lis.Close()
+	return addr
+}
+
+func TestGatewayExecutorDown(t *testing.T) {
+	addr := silentAddr(t)
 	ts := newGateway(t, addr)
 	resp, err := http.Post(ts.URL+"/v1/tools/calc/add:call", "application/json", strings.NewReader(`{}`))
 	if err != nil {

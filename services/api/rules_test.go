@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -124,21 +123,12 @@ func (e *oldExecutor) CallTool(context.Context, *toolmeshv1.ExecutorServiceCallT
 // says it is not ready: before the executor answers, and while the executor answers without
 // rules (one older than them), which would otherwise let through what a rule refuses.
 func TestServerRulesUnknown(t *testing.T) {
-	silent := func(t *testing.T) string { // an address nothing answers on
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		return addr
-	}
 	for _, tc := range []struct {
 		name string
 		exec func(t *testing.T) (string, *oldExecutor)
 		why  string
 	}{
-		{"the executor has not answered", func(t *testing.T) (string, *oldExecutor) { return silent(t), nil },
+		{"the executor has not answered", func(t *testing.T) (string, *oldExecutor) { return silentAddr(t), nil },
 			"the api has not had the MCP servers' rules from the executor at "},
 		{"the executor sends no rules", func(t *testing.T) (string, *oldExecutor) {
 			e := &oldExecutor{}
