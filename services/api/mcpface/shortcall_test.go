@@ -18,7 +18,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,7 +26,6 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/policy"
-	"github.com/toolmesh/toolmesh/internal/telemetry"
 )
 
 const (
@@ -47,20 +45,13 @@ type shortFace struct {
 // the narrow token may not see; short false leaves every call to mcp-go's server.
 func newShortFace(t *testing.T, short bool) *shortFace {
 	t.Helper()
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	metrics := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(metrics))
-	t.Cleanup(func() {
-		_ = tp.Shutdown(context.Background())
-		_ = mp.Shutdown(context.Background())
-	})
+	tel, spans, metrics := testTelemetry(t)
 	hdr := testTool(t, "srv.hdr")
 	hdr.InputSchema, _ = structpb.NewStruct(map[string]any{"type": "object", "properties": map[string]any{
 		"region": map[string]any{"type": "string", "x-mcp-header": "Region"}}})
 	h := newHarness(t, newExecutorDouble(testTool(t, "srv.echo"), hdr, testTool(t, "two.z")), harnessOptions{
 		cfg:    Config{noShortPath: !short},
-		tel:    telemetry.NewForTest("api", tp, mp, telemetry.PayloadPolicy{}),
+		tel:    tel,
 		tokens: "narrow:" + narrowToken + ",wide:" + wideToken,
 		policy: policy.Config{Tokens: map[string]policy.Scope{"narrow": {Call: []string{"srv"}}, "wide": {Call: []string{"*"}}}},
 	})

@@ -20,15 +20,8 @@ import (
 // traceparent in params._meta makes it part of the client's trace, and the call it makes to
 // the tools handler is its child.
 func TestSpans(t *testing.T) {
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	metrics := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(metrics))
-	t.Cleanup(func() {
-		_ = tp.Shutdown(context.Background())
-		_ = mp.Shutdown(context.Background())
-	})
-	h := newHarness(t, newExecutorDouble(testTool(t, "srv.echo")), harnessOptions{tel: telemetry.NewForTest("api", tp, mp, telemetry.PayloadPolicy{})})
+	tel, spans, metrics := testTelemetry(t)
+	h := newHarness(t, newExecutorDouble(testTool(t, "srv.echo")), harnessOptions{tel: tel})
 	for _, v := range versions {
 		t.Run(v, func(t *testing.T) {
 			spans.Reset()
@@ -91,4 +84,18 @@ func TestSpans(t *testing.T) {
 	if !found {
 		t.Error("no mcp.server.operation.duration")
 	}
+}
+
+// testTelemetry is the api's telemetry with its spans kept in memory and its metrics read by
+// hand.
+func testTelemetry(t testing.TB) (*telemetry.Service, *tracetest.InMemoryExporter, *sdkmetric.ManualReader) {
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	metrics := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(metrics))
+	t.Cleanup(func() {
+		_ = tp.Shutdown(context.Background())
+		_ = mp.Shutdown(context.Background())
+	})
+	return telemetry.NewForTest("api", tp, mp, telemetry.PayloadPolicy{}), spans, metrics
 }
