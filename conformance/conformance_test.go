@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
 	"github.com/toolmesh/toolmesh/mcpservers"
 )
 
@@ -381,7 +381,7 @@ func startMesh(t *testing.T) string {
 		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
 		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0")
 	// A model pulled on this machine must not make this `up` start one.
-	cmd.Env = append(os.Environ(), envRole+"=toolmesh", model.EnvDir+"="+t.TempDir())
+	cmd.Env = append(os.Environ(), envRole+"=toolmesh", modelfetch.EnvDir+"="+t.TempDir())
 	w := &urlWatcher{found: make(chan string, 1), pattern: restLine}
 	cmd.Stdout = w
 	cmd.Stderr = w

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/toolmesh/toolmesh/cmd/toolmesh/cli"
-	"github.com/toolmesh/toolmesh/internal/model"
-	"github.com/toolmesh/toolmesh/internal/model/hubtest"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
+	"github.com/toolmesh/toolmesh/internal/modelfetch/hubtest"
 )
 
 // TestComposeModelInit: each model server's GGUF is put in the models volume by a one-shot
@@ -40,8 +40,8 @@ func TestComposeModelInit(t *testing.T) {
 			if dep, ok := server.DependsOn[pair.init]; !ok || dep.Condition != "service_completed_successfully" {
 				t.Errorf("%s does not wait for %s to finish: %+v", pair.server, pair.init, dep)
 			}
-			if _, ok := init.Environment[model.EnvToken]; !ok {
-				t.Errorf("%s does not pass %s on (gated repositories need it)", pair.init, model.EnvToken)
+			if _, ok := init.Environment[modelfetch.EnvToken]; !ok {
+				t.Errorf("%s does not pass %s on (gated repositories need it)", pair.init, modelfetch.EnvToken)
 			}
 			loads, _ := flagValue(server.Command, "m")
 			runModelPull(t, cmd, "/models", loads, pair.server)
@@ -55,7 +55,7 @@ func TestComposeModelInit(t *testing.T) {
 // bytes against the SHA-256 the hub states, and writes the file server loads as `loads`.
 func runModelPull(t *testing.T, cmd []string, mount, loads, server string) {
 	t.Helper()
-	k, ok := model.Lookup(cmd[2])
+	k, ok := modelfetch.Lookup(cmd[2])
 	if !ok || !k.Ref().Pinned() {
 		t.Fatalf("`toolmesh %s` pulls %q: want a registry name pinned to a commit (got %+v)", strings.Join(cmd, " "), cmd[2], k)
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/goleak"
 
-	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
 )
 
 // TestUpBlackBox builds the binary, runs `toolmesh up` on free ports and checks what a user
@@ -190,9 +190,9 @@ func startUp(t *testing.T, bin string, extra ...string) (*upProcess, string) {
 		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
 		"--demo.calculator-addr=127.0.0.1:0", "--demo.converter-addr=127.0.0.1:0", "--demo.sqlite-addr=127.0.0.1:0"}, extra...)
 	up := exec.Command(bin, args...)
-	if os.Getenv(model.EnvDir) == "" {
+	if os.Getenv(modelfetch.EnvDir) == "" {
 		// A model pulled on this machine must not turn a test's `up` into one that starts it.
-		up.Env = append(os.Environ(), model.EnvDir+"="+t.TempDir())
+		up.Env = append(os.Environ(), modelfetch.EnvDir+"="+t.TempDir())
 	}
 	stdout, err := up.StdoutPipe()
 	if err != nil {

@@ -17,8 +17,8 @@ import (
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
 	"github.com/toolmesh/toolmesh/internal/llamatest"
-	"github.com/toolmesh/toolmesh/internal/model"
-	"github.com/toolmesh/toolmesh/internal/model/hubtest"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
+	"github.com/toolmesh/toolmesh/internal/modelfetch/hubtest"
 )
 
 // childPIDs lists the processes whose parent is ppid (Linux /proc).
@@ -114,7 +114,7 @@ func TestUpRunsTheModel(t *testing.T) {
 	hub := hubtest.NewFromEnv(t)
 	hub.File("acme/tiny-gguf", commit, "tiny.gguf", tiny, true)
 	models := t.TempDir()
-	t.Setenv(model.EnvDir, models)
+	t.Setenv(modelfetch.EnvDir, models)
 	t.Setenv("PATH", filepath.Dir(server)+string(os.PathListSeparator)+os.Getenv("PATH"))
 
 	bin := buildBinary(t)
@@ -126,7 +126,7 @@ func TestUpRunsTheModel(t *testing.T) {
 		}
 		return ""
 	})
-	cached := model.Cache{Dir: models}.FilePath("acme/tiny-gguf", commit, "tiny.gguf")
+	cached := modelfetch.Cache{Dir: models}.FilePath("acme/tiny-gguf", commit, "tiny.gguf")
 	if got, err := os.ReadFile(cached); err != nil || !bytes.Equal(got, tiny) {
 		t.Fatalf("the model was not pulled into %s: %v", cached, err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
 )
 
 // runBin runs the binary and returns its exit code and combined output.
@@ -181,7 +181,7 @@ func TestPortInUse(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append(tc.args, "--"+tc.flag+"="+held)
 			cmd := exec.Command(bin, args...)
-			cmd.Env = append(cmd.Environ(), model.EnvDir+"="+t.TempDir())
+			cmd.Env = append(cmd.Environ(), modelfetch.EnvDir+"="+t.TempDir())
 			done := make(chan struct{})
 			var out []byte
 			go func() { out, err = cmd.CombinedOutput(); close(done) }()

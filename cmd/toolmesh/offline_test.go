@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
-	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
 )
 
 // TestModelPullOffline: `toolmesh model pull` with a hub that cannot be reached ends at once
@@ -32,8 +32,8 @@ func TestModelPullOffline(t *testing.T) {
 	l.Close()
 
 	bin := buildBinary(t)
-	cmd := exec.Command(bin, "model", "pull", model.Default)
-	cmd.Env = append(os.Environ(), model.EnvEndpoint+"=http://"+closed, model.EnvDir+"="+t.TempDir())
+	cmd := exec.Command(bin, "model", "pull", modelfetch.Default)
+	cmd.Env = append(os.Environ(), modelfetch.EnvEndpoint+"=http://"+closed, modelfetch.EnvDir+"="+t.TempDir())
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	began := time.Now()
@@ -44,9 +44,9 @@ func TestModelPullOffline(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 	last := lines[len(lines)-1]
-	want := "toolmesh model pull: " + model.Default + ": cannot reach the hub at " + closed + ": connection refused; check the network"
-	if !strings.HasPrefix(last, want) || !strings.Contains(last, model.EnvEndpoint) {
-		t.Errorf("last line %q; want it to start %q and name %s", last, want, model.EnvEndpoint)
+	want := "toolmesh model pull: " + modelfetch.Default + ": cannot reach the hub at " + closed + ": connection refused; check the network"
+	if !strings.HasPrefix(last, want) || !strings.Contains(last, modelfetch.EnvEndpoint) {
+		t.Errorf("last line %q; want it to start %q and name %s", last, want, modelfetch.EnvEndpoint)
 	}
 	for _, raw := range []string{"HEAD", "dial tcp", "/resolve/", `"`} {
 		if strings.Contains(last, raw) {

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
 )
 
 // Flags are the settings of a llama-server that a service runs itself, bound to its flags.
@@ -18,12 +18,12 @@ type Flags struct {
 	// GPULayers is -ngl: auto, a number, or "" for llama-server's default.
 	GPULayers string
 	// ModelsDir is the model cache. The flag's empty default is filled by the composition
-	// root (model.DefaultDir: $TOOLMESH_MODELS_DIR, else the user's cache folder), which reads
+	// root (modelfetch.DefaultDir: $TOOLMESH_MODELS_DIR, else the user's cache folder), which reads
 	// the environment once; here it is required.
 	ModelsDir string
 	// Hub is where models are pulled from and with what token (HF_ENDPOINT, HF_TOKEN), read
 	// from the environment by the composition root, never here.
-	Hub model.Hub
+	Hub modelfetch.Hub
 }
 
 // RegisterFlags binds the flags prefix+"server-bin", prefix+"gpu-layers" and
@@ -31,7 +31,7 @@ type Flags struct {
 func (f *Flags) RegisterFlags(fs *flag.FlagSet, prefix, gpuLayers string) {
 	fs.StringVar(&f.Bin, prefix+"server-bin", "", "llama-server executable toolmesh runs for the model (default: llama-server on PATH)")
 	fs.StringVar(&f.GPULayers, prefix+"gpu-layers", gpuLayers, "llama-server -ngl: auto (every layer when llama-server lists a GPU), a number, or empty for llama-server's default")
-	fs.StringVar(&f.ModelsDir, prefix+"models-dir", "", "model cache folder (default: $"+model.EnvDir+", else the user's cache folder + toolmesh/models)")
+	fs.StringVar(&f.ModelsDir, prefix+"models-dir", "", "model cache folder (default: $"+modelfetch.EnvDir+", else the user's cache folder + toolmesh/models)")
 }
 
 // Validate checks the values; prefix names the flags in errors.
@@ -47,17 +47,17 @@ func (f Flags) Validate(prefix string) error {
 }
 
 // Cache is the model cache the flags name.
-func (f Flags) Cache() (model.Cache, error) {
+func (f Flags) Cache() (modelfetch.Cache, error) {
 	if f.ModelsDir == "" {
-		return model.Cache{}, fmt.Errorf("no models folder (set %s)", model.EnvDir)
+		return modelfetch.Cache{}, fmt.Errorf("no models folder (set %s)", modelfetch.EnvDir)
 	}
-	return model.Cache{Dir: f.ModelsDir}, nil
+	return modelfetch.Cache{Dir: f.ModelsDir}, nil
 }
 
 // FromCache is the ModelFunc of ref: a local file as it is, a verified file of the cache at
 // once, anything else pulled from hub with its progress reported and logged. Failures a retry will not fix (a checksum or revision mismatch, no access, a
 // missing local file) are Permanent.
-func FromCache(ref model.Ref, c model.Cache, hub model.Hub, logger *slog.Logger) ModelFunc {
+func FromCache(ref modelfetch.Ref, c modelfetch.Cache, hub modelfetch.Hub, logger *slog.Logger) ModelFunc {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -74,16 +74,16 @@ func FromCache(ref model.Ref, c model.Cache, hub model.Hub, logger *slog.Logger)
 				logger.Info("pulling the model; it is verified before llama-server starts", "model", ref.String(), "hub", f.Hub(), "into", c.Dir)
 			}
 		}
-		logged := model.LogProgress(logger, 10*time.Second)
-		f.Progress = func(p model.Progress) {
+		logged := modelfetch.LogProgress(logger, 10*time.Second)
+		f.Progress = func(p modelfetch.Progress) {
 			report("downloading " + p.String())
 			logged(p)
 		}
-		path, err := model.Ensure(ctx, f, c, ref)
+		path, err := modelfetch.Ensure(ctx, f, c, ref)
 		switch {
 		case err == nil:
 			return path, nil
-		case ref.Local(), model.Permanent(err):
+		case ref.Local(), modelfetch.Permanent(err):
 			return "", Permanent(err)
 		}
 		return "", err

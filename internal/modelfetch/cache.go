@@ -1,4 +1,4 @@
-package model
+package modelfetch
 
 import (
 	"crypto/sha256"

@@ -1,6 +1,6 @@
 //go:build linux || darwin || freebsd
 
-package model
+package modelfetch
 
 import "syscall"
 

@@ -1,4 +1,4 @@
-package model_test
+package modelfetch_test
 
 import (
 	"bytes"
@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolmesh/toolmesh/internal/model"
-	"github.com/toolmesh/toolmesh/internal/model/hubtest"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
+	"github.com/toolmesh/toolmesh/internal/modelfetch/hubtest"
 )
 
 const (
@@ -35,18 +35,18 @@ func randomBytes(n int) []byte {
 }
 
 // setup starts a hub double holding one LFS file and returns a fetcher for it.
-func setup(t *testing.T) (*hubtest.Hub, *model.Fetcher, model.Cache, []byte, string) {
+func setup(t *testing.T) (*hubtest.Hub, *modelfetch.Fetcher, modelfetch.Cache, []byte, string) {
 	t.Helper()
 	hub := hubtest.New(t)
 	data := randomBytes(300_000)
 	sum := hub.File(repoID, commit, file, data, true)
-	f := &model.Fetcher{Endpoint: hub.URL, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond}
-	return hub, f, model.Cache{Dir: t.TempDir()}, data, sum
+	f := &modelfetch.Fetcher{Endpoint: hub.URL, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond}
+	return hub, f, modelfetch.Cache{Dir: t.TempDir()}, data, sum
 }
 
-func ref(t *testing.T, s string) model.Ref {
+func ref(t *testing.T, s string) modelfetch.Ref {
 	t.Helper()
-	r, err := model.ParseRef(s)
+	r, err := modelfetch.ParseRef(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func count(reqs []hubtest.Request, host, method string) int {
 }
 
 // leftovers lists what is in the file's folder besides the file and its manifest.
-func leftovers(t *testing.T, c model.Cache) []string {
+func leftovers(t *testing.T, c modelfetch.Cache) []string {
 	t.Helper()
 	var out []string
 	_ = filepath.WalkDir(c.Dir, func(p string, d os.DirEntry, err error) error {
@@ -103,7 +103,7 @@ func TestPullFresh(t *testing.T) {
 	if _, err := f.Pull(context.Background(), c, ref(t, pinned())); err != nil {
 		t.Fatal(err)
 	}
-	p, err := model.Ensure(context.Background(), f, c, ref(t, pinned()))
+	p, err := modelfetch.Ensure(context.Background(), f, c, ref(t, pinned()))
 	if err != nil || p != e.Path {
 		t.Fatalf("Ensure = %q, %v; want %s", p, err, e.Path)
 	}
@@ -168,7 +168,7 @@ func TestPullRefusesCorruptBytes(t *testing.T) {
 	hub, f, c, _, sum := setup(t)
 	hub.Corrupt(1)
 	_, err := f.Pull(context.Background(), c, ref(t, pinned()))
-	if !errors.Is(err, model.ErrIntegrity) || !strings.Contains(err.Error(), "want "+sum) || !strings.Contains(err.Error(), "removed") {
+	if !errors.Is(err, modelfetch.ErrIntegrity) || !strings.Contains(err.Error(), "want "+sum) || !strings.Contains(err.Error(), "removed") {
 		t.Fatalf("Pull of corrupted bytes: %v; want ErrIntegrity naming sha256 %s and saying the download was removed", err, sum)
 	}
 	if left := leftovers(t, c); len(left) != 0 {
@@ -183,7 +183,7 @@ func TestPullRefusesWrongRevision(t *testing.T) {
 	t.Run("revision the hub does not have", func(t *testing.T) {
 		_, f, c, _, _ := setup(t)
 		_, err := f.Pull(context.Background(), c, ref(t, "hf://"+repoID+"/"+file+"@"+commit2))
-		if !errors.Is(err, model.ErrNotFound) || !strings.Contains(err.Error(), "revision "+commit2) {
+		if !errors.Is(err, modelfetch.ErrNotFound) || !strings.Contains(err.Error(), "revision "+commit2) {
 			t.Errorf("Pull of an unknown commit: %v; want ErrNotFound naming the revision", err)
 		}
 	})
@@ -191,7 +191,7 @@ func TestPullRefusesWrongRevision(t *testing.T) {
 		hub, f, c, _, _ := setup(t)
 		hub.ClaimCommit(commit2)
 		_, err := f.Pull(context.Background(), c, ref(t, pinned()))
-		if !errors.Is(err, model.ErrRevision) || !strings.Contains(err.Error(), commit2) {
+		if !errors.Is(err, modelfetch.ErrRevision) || !strings.Contains(err.Error(), commit2) {
 			t.Errorf("Pull when the hub claims %s: %v; want ErrRevision", commit2, err)
 		}
 		if n := count(hub.Requests(), "cdn", "GET"); n != 0 {
@@ -205,7 +205,7 @@ func TestPullRefusesWrongRevision(t *testing.T) {
 		hub, f, c, _, sum := setup(t)
 		wrong := strings.Repeat("ab", 32)
 		_, err := f.Pull(context.Background(), c, ref(t, pinned()+"#sha256:"+wrong))
-		if !errors.Is(err, model.ErrIntegrity) || !strings.Contains(err.Error(), sum) || !strings.Contains(err.Error(), wrong) {
+		if !errors.Is(err, modelfetch.ErrIntegrity) || !strings.Contains(err.Error(), sum) || !strings.Contains(err.Error(), wrong) {
 			t.Errorf("Pull with a pinned sha256 the hub contradicts: %v", err)
 		}
 		if n := count(hub.Requests(), "cdn", "GET"); n != 0 {
@@ -218,7 +218,7 @@ func TestTokenGoesToTheHubOnly(t *testing.T) {
 	hub, f, c, _, _ := setup(t)
 	hub.Gate(repoID, "hf_secret")
 	_, err := f.Pull(context.Background(), c, ref(t, pinned()))
-	if !errors.Is(err, model.ErrAccess) || !strings.Contains(err.Error(), "HF_TOKEN") {
+	if !errors.Is(err, modelfetch.ErrAccess) || !strings.Contains(err.Error(), "HF_TOKEN") {
 		t.Fatalf("Pull of a gated repository without a token: %v; want ErrAccess naming HF_TOKEN", err)
 	}
 	f.Token = "hf_secret"
@@ -243,8 +243,8 @@ func TestTokenGoesToTheHubOnly(t *testing.T) {
 		t.Error("nothing was downloaded from the CDN")
 	}
 	f.Token = "hf_other"
-	_, err = f.Pull(context.Background(), model.Cache{Dir: t.TempDir()}, ref(t, pinned()))
-	if !errors.Is(err, model.ErrAccess) || strings.Contains(err.Error(), "hf_other") {
+	_, err = f.Pull(context.Background(), modelfetch.Cache{Dir: t.TempDir()}, ref(t, pinned()))
+	if !errors.Is(err, modelfetch.ErrAccess) || strings.Contains(err.Error(), "hf_other") {
 		t.Errorf("Pull with a token the repository refuses: %v; want ErrAccess that does not quote the token", err)
 	}
 }
@@ -261,7 +261,7 @@ func TestPullRetries5xx(t *testing.T) {
 	}
 	hub.Fail5xx(100)
 	f.Attempts = 2
-	_, err = f.Pull(context.Background(), model.Cache{Dir: t.TempDir()}, ref(t, pinned()))
+	_, err = f.Pull(context.Background(), modelfetch.Cache{Dir: t.TempDir()}, ref(t, pinned()))
 	if err == nil || !strings.Contains(err.Error(), "giving up after 2 tries") || !strings.Contains(err.Error(), "503") {
 		t.Errorf("Pull against a hub that keeps failing: %v; want it to give up after 2 tries naming the 503", err)
 	}
@@ -284,7 +284,7 @@ func TestPullBranchAndAPI(t *testing.T) {
 	// A non-LFS file: its ETag is a git blob id, and the model API has no lfs.sha256 for it.
 	hub.File(repoID, commit, "small.gguf", data[:1000], false)
 	_, err = f.Pull(context.Background(), c, ref(t, "hf://"+repoID+"/small.gguf@"+commit))
-	if !errors.Is(err, model.ErrIntegrity) || !strings.Contains(err.Error(), "states no SHA-256") {
+	if !errors.Is(err, modelfetch.ErrIntegrity) || !strings.Contains(err.Error(), "states no SHA-256") {
 		t.Errorf("Pull of a file the hub states no SHA-256 for: %v", err)
 	}
 	small := sum256(data[:1000])
@@ -312,17 +312,17 @@ func TestPullChecksumFromModelAPI(t *testing.T) {
 		t.Error("the model API was not asked")
 	}
 	hub.Corrupt(1)
-	_, err = f.Pull(context.Background(), model.Cache{Dir: t.TempDir()}, ref(t, pinned()))
-	if !errors.Is(err, model.ErrIntegrity) {
+	_, err = f.Pull(context.Background(), modelfetch.Cache{Dir: t.TempDir()}, ref(t, pinned()))
+	if !errors.Is(err, modelfetch.ErrIntegrity) {
 		t.Errorf("corrupt bytes checked against the model API's sha256: %v, want ErrIntegrity", err)
 	}
 }
 
 func TestHFEndpointFromEnv(t *testing.T) {
 	hub, _, c, _, _ := setup(t)
-	t.Setenv(model.EnvEndpoint, hub.URL+"/")
-	t.Setenv(model.EnvToken, "")
-	f := model.FetcherFromEnv(nil)
+	t.Setenv(modelfetch.EnvEndpoint, hub.URL+"/")
+	t.Setenv(modelfetch.EnvToken, "")
+	f := modelfetch.FetcherFromEnv(nil)
 	if _, err := f.Pull(context.Background(), c, ref(t, pinned())); err != nil {
 		t.Fatalf("pull through HF_ENDPOINT: %v", err)
 	}
@@ -335,12 +335,12 @@ func TestProgress(t *testing.T) {
 	hub, f, c, data, _ := setup(t)
 	hub.CutAfter(150_000, 1) // two downloads: progress starts again from the resumed byte
 	var logs bytes.Buffer
-	logProgress := model.LogProgress(slog.New(slog.NewTextHandler(&logs, nil)), 0)
+	logProgress := modelfetch.LogProgress(slog.New(slog.NewTextHandler(&logs, nil)), 0)
 	var term bytes.Buffer
-	termProgress := model.TerminalProgress(&term)
-	var calls []model.Progress
+	termProgress := modelfetch.TerminalProgress(&term)
+	var calls []modelfetch.Progress
 	f.ProgressEvery = time.Nanosecond
-	f.Progress = func(p model.Progress) {
+	f.Progress = func(p modelfetch.Progress) {
 		calls = append(calls, p)
 		logProgress(p)
 		termProgress(p)

@@ -1,4 +1,4 @@
-package model_test
+package modelfetch_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
 )
 
 // The fetcher's bounds (issue 26 item 6): what the hub does not state is not downloaded, what
@@ -19,7 +19,7 @@ func TestPullRefusesUnstatedSize(t *testing.T) {
 	hub, f, c, _, _ := setup(t)
 	hub.OmitSize()
 	_, err := f.Pull(context.Background(), c, ref(t, pinned()))
-	if !errors.Is(err, model.ErrIntegrity) || !strings.Contains(err.Error(), "states no size") {
+	if !errors.Is(err, modelfetch.ErrIntegrity) || !strings.Contains(err.Error(), "states no size") {
 		t.Fatalf("Pull of a file the hub states no size for: %v; want ErrIntegrity saying the hub states no size", err)
 	}
 	if n := count(hub.Requests(), "cdn", "GET"); n != 0 {
@@ -34,7 +34,7 @@ func TestPullCapsAtStatedSize(t *testing.T) {
 	hub, f, c, data, _ := setup(t)
 	hub.Overlong(4096)
 	_, err := f.Pull(context.Background(), c, ref(t, pinned()))
-	if !errors.Is(err, model.ErrIntegrity) || !strings.Contains(err.Error(), "300000 bytes") {
+	if !errors.Is(err, modelfetch.ErrIntegrity) || !strings.Contains(err.Error(), "300000 bytes") {
 		t.Fatalf("Pull when the CDN sends more than stated: %v; want ErrIntegrity naming the %d bytes stated", err, len(data))
 	}
 	if left := leftovers(t, c); len(left) != 0 {
@@ -85,9 +85,9 @@ func TestPullChecksFreeSpace(t *testing.T) {
 				return
 			}
 			need := int64(len(data) - tt.part)
-			if !errors.Is(err, model.ErrSpace) || !model.Permanent(err) || !strings.Contains(err.Error(), model.Bytes(need)) ||
+			if !errors.Is(err, modelfetch.ErrSpace) || !modelfetch.Permanent(err) || !strings.Contains(err.Error(), modelfetch.Bytes(need)) ||
 				!strings.Contains(err.Error(), filepath.Dir(final)) || !strings.Contains(err.Error(), "--models-dir") {
-				t.Fatalf("Pull with %d bytes free: %v; want ErrSpace naming the %s needed, the folder and --models-dir", tt.free, err, model.Bytes(need))
+				t.Fatalf("Pull with %d bytes free: %v; want ErrSpace naming the %s needed, the folder and --models-dir", tt.free, err, modelfetch.Bytes(need))
 			}
 			if n := count(hub.Requests(), "cdn", "GET"); n != 0 {
 				t.Errorf("%d downloads started without the room for them", n)
@@ -112,7 +112,7 @@ func TestPullDeadline(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatalf("Pull of a trickle still running after %s: no deadline", took.Round(time.Millisecond))
 	}
-	if !errors.Is(err, model.ErrDeadline) || !strings.Contains(err.Error(), "300ms") || !strings.Contains(err.Error(), "resume") {
+	if !errors.Is(err, modelfetch.ErrDeadline) || !strings.Contains(err.Error(), "300ms") || !strings.Contains(err.Error(), "resume") {
 		t.Fatalf("Pull of a trickle: %v; want ErrDeadline naming the 300ms and that the next pull resumes", err)
 	}
 	if took > 3*time.Second {
@@ -134,7 +134,7 @@ func TestPullDeadlineDefault(t *testing.T) {
 		{4_300_000_000, 10*time.Minute + 43_000*time.Second}, // about 12 h for the 4.3 GB model
 	}
 	for _, tt := range tests {
-		if got := model.PullDeadline(tt.size); got != tt.want {
+		if got := modelfetch.PullDeadline(tt.size); got != tt.want {
 			t.Errorf("PullDeadline(%d) = %s, want %s", tt.size, got, tt.want)
 		}
 	}

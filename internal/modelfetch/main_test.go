@@ -1,4 +1,4 @@
-package model_test
+package modelfetch_test
 
 import (
 	"testing"

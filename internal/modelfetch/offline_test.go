@@ -1,4 +1,4 @@
-package model_test
+package modelfetch_test
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
 )
 
 // closedPort is a loopback address nothing listens on (a moment ago).
@@ -42,13 +42,13 @@ func TestPullUnreachable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			f := &model.Fetcher{Endpoint: tc.endpoint, BackoffMin: 200 * time.Millisecond, BackoffMax: time.Second,
+			f := &modelfetch.Fetcher{Endpoint: tc.endpoint, BackoffMin: 200 * time.Millisecond, BackoffMax: time.Second,
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 			r := ref(t, pinned())
 			began := time.Now()
-			_, err := f.Pull(context.Background(), model.Cache{Dir: t.TempDir()}, r)
+			_, err := f.Pull(context.Background(), modelfetch.Cache{Dir: t.TempDir()}, r)
 			took := time.Since(began)
-			if !errors.Is(err, model.ErrUnreachable) || model.Permanent(err) {
+			if !errors.Is(err, modelfetch.ErrUnreachable) || modelfetch.Permanent(err) {
 				t.Fatalf("Pull: %v; want ErrUnreachable, not permanent", err)
 			}
 			msg := err.Error()
@@ -115,7 +115,7 @@ func TestCheckFile(t *testing.T) {
 		{"other bytes", write("zip.gguf", "PK\x03\x04rest"), `it starts with "PK\x03\x04"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := model.CheckFile(tc.path)
+			err := modelfetch.CheckFile(tc.path)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("CheckFile: %v, want nil", err)

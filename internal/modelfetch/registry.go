@@ -1,7 +1,8 @@
-// Package model knows the models toolmesh runs, fetches them from a Hugging Face hub (or a
-// mirror named by HF_ENDPOINT) at a pinned revision, verifies every byte against a SHA-256,
-// and keeps them in a local cache. Package hubtest holds a protocol-faithful double of the hub.
-package model
+// Package modelfetch fetches and caches model files: it knows the models toolmesh runs,
+// fetches them from a Hugging Face hub (or a mirror named by HF_ENDPOINT) at a pinned revision,
+// verifies every byte against a SHA-256, and keeps them in a local cache. Package hubtest holds
+// a protocol-faithful double of the hub.
+package modelfetch
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-package model_test
+package modelfetch_test
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
 )
 
 // TestSecretsStayOut (issue 26 item 8): the CDN's signed query and the credentials of
@@ -18,7 +18,7 @@ import (
 func TestSecretsStayOut(t *testing.T) {
 	hub, _, c, _, _ := setup(t)
 	var logs bytes.Buffer
-	f := &model.Fetcher{
+	f := &modelfetch.Fetcher{
 		Endpoint:   strings.Replace(hub.URL, "://", "://user:secret@", 1) + "/",
 		Logger:     slog.New(slog.NewTextHandler(&logs, nil)),
 		BackoffMin: 1, BackoffMax: 1, Attempts: 2,
@@ -57,8 +57,8 @@ func TestSecretsStayOut(t *testing.T) {
 	leaks("the entry's endpoint", e.Endpoint)
 
 	// The hub itself unreachable: its URL, with the credentials, in Go's error.
-	down := &model.Fetcher{Endpoint: "http://user:secret@127.0.0.1:1", Attempts: 1}
-	_, err = down.Pull(context.Background(), model.Cache{Dir: t.TempDir()}, ref(t, pinned()))
+	down := &modelfetch.Fetcher{Endpoint: "http://user:secret@127.0.0.1:1", Attempts: 1}
+	_, err = down.Pull(context.Background(), modelfetch.Cache{Dir: t.TempDir()}, ref(t, pinned()))
 	if err == nil {
 		t.Fatal("Pull from a closed port succeeded")
 	}

@@ -1,4 +1,4 @@
-package model_test
+package modelfetch_test
 
 import (
 	"bytes"
@@ -8,21 +8,21 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolmesh/toolmesh/internal/model"
-	"github.com/toolmesh/toolmesh/internal/model/hubtest"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
+	"github.com/toolmesh/toolmesh/internal/modelfetch/hubtest"
 )
 
 // Trust in the cache (issue 26 item 7): a file the hub's word vouched for is reused only for
 // that hub; a file whose digest is pinned is reused from anywhere, and says so.
 
 // otherHub is a second hub (another mirror) with other bytes under the same coordinates.
-func otherHub(t *testing.T) (*hubtest.Hub, *model.Fetcher, []byte) {
+func otherHub(t *testing.T) (*hubtest.Hub, *modelfetch.Fetcher, []byte) {
 	t.Helper()
 	hub := hubtest.New(t)
 	data := randomBytes(300_000)
 	data[0] ^= 0xff
 	hub.File(repoID, commit, file, data, true)
-	return hub, &model.Fetcher{Endpoint: hub.URL, BackoffMin: 1, BackoffMax: 1}, data
+	return hub, &modelfetch.Fetcher{Endpoint: hub.URL, BackoffMin: 1, BackoffMax: 1}, data
 }
 
 func TestCacheTiedToEndpoint(t *testing.T) {
@@ -43,7 +43,7 @@ func TestCacheTiedToEndpoint(t *testing.T) {
 		if got, ok, _ := c.Lookup(r, fB.Hub()); ok {
 			t.Fatalf("Lookup for another hub found %+v (sha256 %s from %s)", got, sumA, hubA.URL)
 		}
-		p, err := model.Ensure(context.Background(), fB, c, r)
+		p, err := modelfetch.Ensure(context.Background(), fB, c, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +64,7 @@ func TestCacheTiedToEndpoint(t *testing.T) {
 		if _, err := fA.Pull(context.Background(), c, r); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := model.Ensure(context.Background(), fB, c, r); err != nil {
+		if _, err := modelfetch.Ensure(context.Background(), fB, c, r); err != nil {
 			t.Fatal(err)
 		}
 		if n := len(hubB.Requests()); n != 0 {
@@ -77,7 +77,7 @@ func TestCacheTiedToEndpoint(t *testing.T) {
 		if _, err := f.Pull(context.Background(), c, r); err != nil {
 			t.Fatal(err)
 		}
-		withUser := &model.Fetcher{Endpoint: strings.Replace(hub.URL, "://", "://user:pw@", 1) + "/"}
+		withUser := &modelfetch.Fetcher{Endpoint: strings.Replace(hub.URL, "://", "://user:pw@", 1) + "/"}
 		if _, ok, _ := c.Lookup(r, withUser.Hub()); !ok {
 			t.Errorf("Lookup through %s misses a file pulled from %s", withUser.Hub(), hub.URL)
 		}
@@ -86,7 +86,7 @@ func TestCacheTiedToEndpoint(t *testing.T) {
 
 func TestPinnedDigestReported(t *testing.T) {
 	_, f, c, data, sum := setup(t)
-	model.SetRegistry(t, []model.Known{{Name: "tiny", Repo: repoID, File: file, Revision: commit, SHA256: sum, Size: int64(len(data))}})
+	modelfetch.SetRegistry(t, []modelfetch.Known{{Name: "tiny", Repo: repoID, File: file, Revision: commit, SHA256: sum, Size: int64(len(data))}})
 	tiny := ref(t, "tiny")
 	e, err := f.Pull(context.Background(), c, tiny)
 	if err != nil {
@@ -96,8 +96,8 @@ func TestPinnedDigestReported(t *testing.T) {
 		t.Errorf("a model pinned in the registry: verified against %q, pinned %v; want registry, true", e.Verified, e.Pinned())
 	}
 	hub2, f2, data2 := otherHub(t)
-	c2 := model.Cache{Dir: t.TempDir()}
-	if _, err := f2.Pull(context.Background(), c2, tiny); !errors.Is(err, model.ErrIntegrity) {
+	c2 := modelfetch.Cache{Dir: t.TempDir()}
+	if _, err := f2.Pull(context.Background(), c2, tiny); !errors.Is(err, modelfetch.ErrIntegrity) {
 		t.Errorf("a hub that states another digest than the registry's: %v, want ErrIntegrity", err)
 	}
 	hub2.File(repoID, commit, "other.gguf", data2, true)
@@ -128,7 +128,7 @@ func TestVerifyRehashes(t *testing.T) {
 	if err := os.WriteFile(e.Path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Verify(e); !errors.Is(err, model.ErrIntegrity) || !strings.Contains(err.Error(), e.SHA256) {
+	if err := c.Verify(e); !errors.Is(err, modelfetch.ErrIntegrity) || !strings.Contains(err.Error(), e.SHA256) {
 		t.Errorf("Verify of a file changed since: %v; want ErrIntegrity naming the sha256 expected", err)
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/toolmesh/toolmesh/internal/errreason"
 	"github.com/toolmesh/toolmesh/internal/llamaserver"
-	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
 	"github.com/toolmesh/toolmesh/internal/redact"
 )
 
@@ -20,14 +20,14 @@ import (
 type backend struct {
 	url  string
 	name string // the model's name in logs, spans and answers
-	ref  model.Ref
+	ref  modelfetch.Ref
 	sup  *llamaserver.Supervisor
 	// why says, for the fallback, why toolmesh does not run llama-server itself.
 	why string
 }
 
 // upDefault is the one command that gets a user from nothing to an answering model.
-const upDefault = "toolmesh up --model " + model.Default
+const upDefault = "toolmesh up --model " + modelfetch.Default
 
 // newBackend decides where the llama-server is. With LLM.URL it is there. With Model, toolmesh
 // runs llama-server for it (pulling it first if needed) and a missing llama-server is an error.
@@ -46,9 +46,9 @@ func newBackend(cfg Config, logger *slog.Logger) (backend, error) {
 	if ref.Local() {
 		// Refused at start, as a missing llama-server is: a mesh that came up "ready" with a
 		// model it can never load only says so in a log line and on /readyz.
-		if err := model.CheckFile(ref.Path); err != nil {
+		if err := modelfetch.CheckFile(ref.Path); err != nil {
 			return backend{}, fmt.Errorf("inference.llm.model: %w; give --model (--inference.llm.model) a .gguf file, or a model to pull such as %s",
-				err, model.Default)
+				err, modelfetch.Default)
 		}
 	}
 	cache, cacheErr := cfg.Server.Cache()
@@ -65,7 +65,7 @@ func newBackend(cfg Config, logger *slog.Logger) (backend, error) {
 				b.why = "llama-server not found at " + cfg.Server.Bin
 			}
 		case !pulled:
-			b.why = fmt.Sprintf("%s is not pulled into %s", model.Default, cache.Dir)
+			b.why = fmt.Sprintf("%s is not pulled into %s", modelfetch.Default, cache.Dir)
 		}
 		if b.why != "" {
 			b.url = FallbackURL
@@ -155,15 +155,15 @@ func (b backend) fix() string {
 		case strings.Contains(b.why, "llama-server"):
 			return fmt.Sprintf("%s; then `%s`", llamaserver.InstallHint, upDefault)
 		}
-		return fmt.Sprintf("`%s`: it downloads the model once, verifies it and runs llama-server with it (for serve: --inference.llm.model=%s)", upDefault, model.Default)
+		return fmt.Sprintf("`%s`: it downloads the model once, verifies it and runs llama-server with it (for serve: --inference.llm.model=%s)", upDefault, modelfetch.Default)
 	}
 	st := b.sup.Status()
-	var unreachable *model.UnreachableError
+	var unreachable *modelfetch.UnreachableError
 	switch {
 	case st.State == llamaserver.Failed && b.ref.Local():
 		// `model pull` refuses a file: the file itself is what to fix.
 		return fmt.Sprintf("%s cannot be loaded (the error says why): restart toolmesh with --model naming a .gguf file, or a model to pull such as %s",
-			b.ref.Path, model.Default)
+			b.ref.Path, modelfetch.Default)
 	case st.State == llamaserver.Failed:
 		return fmt.Sprintf("`toolmesh model pull %s` shows the download and why it fails; then restart toolmesh", b.ref)
 	case st.State == llamaserver.Restarting && st.ModelPath == "" && errors.As(st.Err, &unreachable):

@@ -12,8 +12,8 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/eventually"
 	"github.com/toolmesh/toolmesh/internal/llamatest"
-	"github.com/toolmesh/toolmesh/internal/model"
-	"github.com/toolmesh/toolmesh/internal/model/hubtest"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
+	"github.com/toolmesh/toolmesh/internal/modelfetch/hubtest"
 )
 
 // fakeBinDir puts an executable named llama-server (never run here) in a folder that becomes
@@ -42,13 +42,13 @@ func defaultConfig(t *testing.T) Config {
 // through the hub double, as `toolmesh model pull` would.
 func pullDefault(t *testing.T, cfg *Config) {
 	t.Helper()
-	k, _ := model.Lookup(model.Default)
+	k, _ := modelfetch.Lookup(modelfetch.Default)
 	// The hub the service asks (its config's, not the environment's): a file the hub's word
 	// vouched for is found only for the hub it came from.
 	hub := hubtest.New(t)
 	hub.File(k.Repo, k.Revision, k.File, []byte("GGUF not really"), true)
-	cfg.Server.Hub = model.Hub{Endpoint: hub.URL}
-	if _, err := cfg.Server.Hub.Fetcher(nil).Pull(context.Background(), model.Cache{Dir: cfg.Server.ModelsDir}, k.Ref()); err != nil {
+	cfg.Server.Hub = modelfetch.Hub{Endpoint: hub.URL}
+	if _, err := cfg.Server.Hub.Fetcher(nil).Pull(context.Background(), modelfetch.Cache{Dir: cfg.Server.ModelsDir}, k.Ref()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -58,8 +58,8 @@ func TestBackendChoice(t *testing.T) {
 		cfg := defaultConfig(t)
 		cfg.LLM.URL = "http://127.0.0.1:9"
 		b, err := newBackend(cfg, nil)
-		if err != nil || b.sup != nil || b.url != cfg.LLM.URL || b.name != model.Default {
-			t.Fatalf("backend %+v, %v; want the URL given, named %s", b, err, model.Default)
+		if err != nil || b.sup != nil || b.url != cfg.LLM.URL || b.name != modelfetch.Default {
+			t.Fatalf("backend %+v, %v; want the URL given, named %s", b, err, modelfetch.Default)
 		}
 		if fix := b.fix(); !strings.Contains(fix, "start llama-server at http://127.0.0.1:9") || !strings.Contains(fix, upDefault) {
 			t.Errorf("fix %q", fix)
@@ -103,7 +103,7 @@ func TestBackendChoice(t *testing.T) {
 	t.Run("model asked for, no llama-server", func(t *testing.T) {
 		fakeBinDir(t, false)
 		cfg := defaultConfig(t)
-		cfg.Model = model.Default
+		cfg.Model = modelfetch.Default
 		_, err := New(cfg, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "inference.llm.server-bin") || !strings.Contains(err.Error(), "install") {
 			t.Errorf("New with --inference.llm.model and no llama-server: %v", err)
@@ -171,7 +171,7 @@ func TestManagedModel(t *testing.T) {
 	hub.File("acme/tiny", commit, "tiny.gguf", llamatest.TinyModelBytes(t, llamatest.TinyModel{}), true)
 
 	cfg := defaultConfig(t)
-	cfg.Server.Hub = model.Hub{Endpoint: hub.URL}
+	cfg.Server.Hub = modelfetch.Hub{Endpoint: hub.URL}
 	cfg.Model = "hf://acme/tiny/tiny.gguf@" + commit
 	cfg.Server.Bin = bin
 	cfg.LLM.NPredict = 32

@@ -7,7 +7,7 @@ import (
 	"net"
 
 	"github.com/toolmesh/toolmesh/internal/llamaserver"
-	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
 	"github.com/toolmesh/toolmesh/internal/secret"
 	"github.com/toolmesh/toolmesh/services/inference/llama"
 )
@@ -60,20 +60,20 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ChatModel, "inference.chat.model", "", "model name sent to the OpenAI-compatible server")
 	c.LLM.RegisterFlags(fs, "inference.llm.")
 	fs.StringVar(&c.Model, "inference.llm.model", "", "model toolmesh runs with its own llama-server when --inference.llm.url is empty: "+
-		"a known name ("+model.Default+"), hf://OWNER/REPO/FILE@REVISION[#sha256:HEX] or a .gguf file, pulled (and verified) if missing; "+
-		"empty: "+model.Default+" if it is pulled and llama-server is found, else "+FallbackURL+". With --inference.llm.url it only names the model in logs")
+		"a known name ("+modelfetch.Default+"), hf://OWNER/REPO/FILE@REVISION[#sha256:HEX] or a .gguf file, pulled (and verified) if missing; "+
+		"empty: "+modelfetch.Default+" if it is pulled and llama-server is found, else "+FallbackURL+". With --inference.llm.url it only names the model in logs")
 	c.Server.RegisterFlags(fs, "inference.llm.", "auto")
 	fs.IntVar(&c.Slots, "inference.llm.slots", 1, "questions the llama-server toolmesh runs decodes at once (-np); each slot has --inference.llm.ctx-size tokens")
 	fs.IntVar(&c.CtxSize, "inference.llm.ctx-size", 4096, "context of each slot of the llama-server toolmesh runs (Gorilla OpenFunctions v2 was trained with 4096)")
 }
 
 // modelRef is the model Model names, the default model when it is empty.
-func (c *Config) modelRef() (model.Ref, error) {
+func (c *Config) modelRef() (modelfetch.Ref, error) {
 	name := c.Model
 	if name == "" {
-		name = model.Default
+		name = modelfetch.Default
 	}
-	return model.ParseRef(name)
+	return modelfetch.ParseRef(name)
 }
 
 // Validate reports the first bad value, naming its flag.

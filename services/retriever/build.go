@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/toolmesh/toolmesh/internal/llamaserver"
-	mref "github.com/toolmesh/toolmesh/internal/model"
+	mref "github.com/toolmesh/toolmesh/internal/modelfetch"
 	"github.com/toolmesh/toolmesh/internal/telemetry"
 	"github.com/toolmesh/toolmesh/services/retriever/embed"
 	"github.com/toolmesh/toolmesh/services/retriever/index"

@@ -11,7 +11,7 @@ import (
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/llamaserver"
-	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
 	"github.com/toolmesh/toolmesh/internal/secret"
 	"github.com/toolmesh/toolmesh/internal/server"
 )
@@ -88,7 +88,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.EmbedBatchSize, "retriever.embed.batch-size", 32, "texts per embeddings request")
 	fs.DurationVar(&c.EmbedTimeout, "retriever.embed.timeout", 30*time.Second, "timeout of one embeddings request")
 	fs.StringVar(&c.EmbedModelRef, "retriever.embed.model-ref", "", "embedding model toolmesh runs itself with llama-server --embedding, for dense search fused with lexical: "+
-		model.DefaultEmbedding+", hf://OWNER/REPO/FILE@REVISION[#sha256:HEX] or a .gguf file, pulled (and verified) if missing; "+
+		modelfetch.DefaultEmbedding+", hf://OWNER/REPO/FILE@REVISION[#sha256:HEX] or a .gguf file, pulled (and verified) if missing; "+
 		"turns on the http embedder in place of --retriever.embed.url, and names the index")
 	c.EmbedServer.RegisterFlags(fs, "retriever.embed.", "0")
 	fs.StringVar(&c.QdrantAddr, "retriever.qdrant.addr", "127.0.0.1:6334", "Qdrant gRPC address (API key from env "+envQdrantAPIKey+")")
@@ -123,7 +123,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("retriever.store: %q is not memory or qdrant", c.Store)
 	}
 	if c.EmbedModelRef != "" {
-		if _, err := model.ParseRef(c.EmbedModelRef); err != nil {
+		if _, err := modelfetch.ParseRef(c.EmbedModelRef); err != nil {
 			return fmt.Errorf("retriever.embed.model-ref: %w", err)
 		}
 		if c.EmbedURL != "" {

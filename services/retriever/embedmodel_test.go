@@ -10,8 +10,8 @@ import (
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
 	"github.com/toolmesh/toolmesh/internal/eventually"
 	"github.com/toolmesh/toolmesh/internal/llamatest"
-	"github.com/toolmesh/toolmesh/internal/model"
-	"github.com/toolmesh/toolmesh/internal/model/hubtest"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
+	"github.com/toolmesh/toolmesh/internal/modelfetch/hubtest"
 	"github.com/toolmesh/toolmesh/services/retriever/store/qdrant/qdranttest"
 )
 
@@ -26,11 +26,11 @@ func TestEmbedModelRefConfig(t *testing.T) {
 		edit    func(*Config)
 		wantErr string
 	}{
-		{"a known model", func(c *Config) { c.EmbedModelRef = model.DefaultEmbedding }, ""},
-		{"with the http embedder and no URL", func(c *Config) { c.EmbedModelRef = model.DefaultEmbedding; c.Embedder = "http" }, ""},
-		{"and a URL too", func(c *Config) { c.EmbedModelRef = model.DefaultEmbedding; c.EmbedURL = "http://x:1" }, "give one"},
+		{"a known model", func(c *Config) { c.EmbedModelRef = modelfetch.DefaultEmbedding }, ""},
+		{"with the http embedder and no URL", func(c *Config) { c.EmbedModelRef = modelfetch.DefaultEmbedding; c.Embedder = "http" }, ""},
+		{"and a URL too", func(c *Config) { c.EmbedModelRef = modelfetch.DefaultEmbedding; c.EmbedURL = "http://x:1" }, "give one"},
 		{"not a reference", func(c *Config) { c.EmbedModelRef = "hf://a/b/c.gguf" }, "retriever.embed.model-ref: "},
-		{"bad gpu layers", func(c *Config) { c.EmbedModelRef = model.DefaultEmbedding; c.EmbedServer.GPULayers = "many" }, "retriever.embed.gpu-layers"},
+		{"bad gpu layers", func(c *Config) { c.EmbedModelRef = modelfetch.DefaultEmbedding; c.EmbedServer.GPULayers = "many" }, "retriever.embed.gpu-layers"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,7 +57,7 @@ func embedModelConfig(t *testing.T) (Config, *hubtest.Hub) {
 	cfg.GRPCAddr, cfg.ResyncBackoffMax = "127.0.0.1:0", 200*time.Millisecond
 	cfg.EmbedModelRef = "hf://acme/tiny-embed/tiny-embed.gguf@" + commit
 	cfg.EmbedServer.Bin, cfg.EmbedServer.ModelsDir = bin, t.TempDir()
-	cfg.EmbedServer.Hub = model.Hub{Endpoint: hub.URL}
+	cfg.EmbedServer.Hub = modelfetch.Hub{Endpoint: hub.URL}
 	return cfg, hub
 }
 

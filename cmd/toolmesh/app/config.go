@@ -13,7 +13,7 @@ import (
 
 	"github.com/toolmesh/toolmesh/internal/llamaserver"
 	"github.com/toolmesh/toolmesh/internal/mcpconfig"
-	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
 	"github.com/toolmesh/toolmesh/internal/policy"
 	"github.com/toolmesh/toolmesh/internal/secret"
 	"github.com/toolmesh/toolmesh/internal/server"
@@ -147,12 +147,12 @@ func (c *Config) Load(fs *flag.FlagSet, args []string) error {
 // ($TOOLMESH_MODELS_DIR, else the user's cache folder): the environment is read here, once,
 // and the services get it as config.
 func (c *Config) modelEnv() {
-	hub := model.HubFromEnv()
+	hub := modelfetch.HubFromEnv()
 	for _, f := range []*llamaserver.Flags{&c.Inference.Server, &c.Retriever.EmbedServer} {
 		f.Hub = hub
 		if f.ModelsDir == "" {
 			// Without a folder it stays empty, and a service that needs one says so.
-			f.ModelsDir, _ = model.DefaultDir()
+			f.ModelsDir, _ = modelfetch.DefaultDir()
 		}
 	}
 }

@@ -16,7 +16,7 @@ import (
 
 	"github.com/toolmesh/toolmesh/internal/eventually"
 	"github.com/toolmesh/toolmesh/internal/llamatest"
-	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
 )
 
 // modelArgs are `up`'s flags for a mesh without the demo servers whose inference runs
@@ -28,7 +28,7 @@ func modelArgs(t *testing.T, extra ...string) []string {
 	if err := os.WriteFile(bin, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(model.EnvDir, t.TempDir())
+	t.Setenv(modelfetch.EnvDir, t.TempDir())
 	return append([]string{
 		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
 		"--retriever.grpc-addr=127.0.0.1:0", "--inference.grpc-addr=127.0.0.1:0",
@@ -65,9 +65,9 @@ func readyzInference(t *testing.T, base string) readyzModel {
 // retries for each.
 func TestUpModelOffline(t *testing.T) {
 	hub := freeAddr(t)
-	t.Setenv(model.EnvEndpoint, "http://"+hub)
+	t.Setenv(modelfetch.EnvEndpoint, "http://"+hub)
 	logs := &syncLog{}
-	a, _, err := launch(t, modelArgs(t, "--model", model.Default), slog.New(slog.NewTextHandler(logs, nil)), nil, meshTargets...)
+	a, _, err := launch(t, modelArgs(t, "--model", modelfetch.Default), slog.New(slog.NewTextHandler(logs, nil)), nil, meshTargets...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestUpModelOffline(t *testing.T) {
 		}
 		return ""
 	})
-	what := "no model yet: " + model.Default + ": cannot reach the hub at " + hub + ": connection refused; trying again in "
+	what := "no model yet: " + modelfetch.Default + ": cannot reach the hub at " + hub + ": connection refused; trying again in "
 	if !strings.HasPrefix(st.Error, what) {
 		t.Errorf("inference.error %q; want it to start %q", st.Error, what)
 	}
@@ -101,7 +101,7 @@ func TestUpModelOffline(t *testing.T) {
 	// error, and the fix rather than `toolmesh up --model`.
 	code, b := post(t, base+"/v1/query", `{"query":"What is 2 plus 3?"}`)
 	msg := decodeError(t, b).Message
-	if code != 503 || !strings.Contains(msg, "(no model yet: "+model.Default+": cannot reach the hub at "+hub) ||
+	if code != 503 || !strings.Contains(msg, "(no model yet: "+modelfetch.Default+": cannot reach the hub at "+hub) ||
 		!strings.Contains(msg, "to fix: the hub at "+hub+" cannot be reached (connection refused)") {
 		t.Errorf("a question: %d %s; want 503 saying what failed and the fix", code, b)
 	}
@@ -206,8 +206,8 @@ func TestAgentHealthFollowsModel(t *testing.T) {
 func TestConsoleModelOffline(t *testing.T) {
 	browser := startBrowser(t)
 	hub := freeAddr(t)
-	t.Setenv(model.EnvEndpoint, "http://"+hub)
-	a, _, err := launch(t, modelArgs(t, "--model", model.Default), nil, nil, meshTargets...)
+	t.Setenv(modelfetch.EnvEndpoint, "http://"+hub)
+	a, _, err := launch(t, modelArgs(t, "--model", modelfetch.Default), nil, nil, meshTargets...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
 	"github.com/toolmesh/toolmesh/internal/redact"
 )
 
@@ -33,8 +33,8 @@ The hub is %s unless %s names another; %s, when set, is sent to it
 `
 
 func printModelUsage(w io.Writer) {
-	fmt.Fprintf(w, modelUsage, model.Default, strings.Join(model.Names(), ", "), model.EnvDir,
-		model.DefaultEndpoint, model.EnvEndpoint, model.EnvToken)
+	fmt.Fprintf(w, modelUsage, modelfetch.Default, strings.Join(modelfetch.Names(), ", "), modelfetch.EnvDir,
+		modelfetch.DefaultEndpoint, modelfetch.EnvEndpoint, modelfetch.EnvToken)
 }
 
 func runModel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -63,18 +63,18 @@ type modelFlags struct {
 }
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
-	def, err := model.DefaultDir()
+	def, err := modelfetch.DefaultDir()
 	if err != nil {
 		def = ""
 	}
-	fs.StringVar(&m.dir, "models-dir", def, "folder of the model cache (env "+model.EnvDir+")")
+	fs.StringVar(&m.dir, "models-dir", def, "folder of the model cache (env "+modelfetch.EnvDir+")")
 }
 
-func (m *modelFlags) cache() (model.Cache, error) {
+func (m *modelFlags) cache() (modelfetch.Cache, error) {
 	if m.dir == "" {
-		return model.Cache{}, usageError("toolmesh model: no models folder: set --models-dir or %s", model.EnvDir)
+		return modelfetch.Cache{}, usageError("toolmesh model: no models folder: set --models-dir or %s", modelfetch.EnvDir)
 	}
-	return model.Cache{Dir: m.dir}, nil
+	return modelfetch.Cache{Dir: m.dir}, nil
 }
 
 // isTerminal reports whether w is a terminal, where progress is redrawn in place.
@@ -88,7 +88,7 @@ func isTerminal(w io.Writer) bool {
 }
 
 func runModelPull(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("model pull", stderr, "Usage: toolmesh model pull [NAME|REF] [flags]\n\nDownloads a model (default "+model.Default+
+	fs := newFlagSet("model pull", stderr, "Usage: toolmesh model pull [NAME|REF] [flags]\n\nDownloads a model (default "+modelfetch.Default+
 		") into the cache, verifies its SHA-256, and prints its path.")
 	var m modelFlags
 	m.register(fs)
@@ -102,11 +102,11 @@ func runModelPull(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if len(pos) > 1 {
 		return usageError("toolmesh model pull: one model at a time, got %d", len(pos))
 	}
-	name := model.Default
+	name := modelfetch.Default
 	if len(pos) == 1 {
 		name = pos[0]
 	}
-	ref, err := model.ParseRef(name)
+	ref, err := modelfetch.ParseRef(name)
 	if err != nil {
 		return usageError("toolmesh model pull: %v", err)
 	}
@@ -118,11 +118,11 @@ func runModelPull(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	logger := newLogger(stderr, slog.LevelInfo, "text")
-	f := model.FetcherFromEnv(logger)
+	f := modelfetch.FetcherFromEnv(logger)
 	if isTerminal(stderr) {
-		f.Progress = model.TerminalProgress(stderr)
+		f.Progress = modelfetch.TerminalProgress(stderr)
 	} else {
-		f.Progress = model.LogProgress(logger, *every)
+		f.Progress = modelfetch.LogProgress(logger, *every)
 	}
 	// A pin is taken from what the hub states now, never from the cache's word alone.
 	if e, ok, err := c.Lookup(ref, f.Hub()); err == nil && ok && !*printPin {
@@ -154,20 +154,20 @@ func runModelPull(ctx context.Context, args []string, stdout, stderr io.Writer) 
 func pullError(err error) error {
 	msg := "toolmesh model pull: " + redact.Text(err.Error())
 	switch {
-	case errors.Is(err, model.ErrUnreachable):
-		msg += "; check the network (a proxy goes in HTTPS_PROXY), or set " + model.EnvEndpoint + " to a mirror of the hub"
+	case errors.Is(err, modelfetch.ErrUnreachable):
+		msg += "; check the network (a proxy goes in HTTPS_PROXY), or set " + modelfetch.EnvEndpoint + " to a mirror of the hub"
 	case errors.Is(err, context.Canceled):
-	case model.Permanent(err), errors.Is(err, model.ErrDeadline):
+	case modelfetch.Permanent(err), errors.Is(err, modelfetch.ErrDeadline):
 		// Their messages say what to do: a token, a name, the disk, pulling again.
 	default:
-		msg += "; run it again later (it resumes what was downloaded), or set " + model.EnvEndpoint + " to a mirror of the hub"
+		msg += "; run it again later (it resumes what was downloaded), or set " + modelfetch.EnvEndpoint + " to a mirror of the hub"
 	}
 	return exitError{code: 1, msg: msg}
 }
 
 // printModelPin prints the pin of a verified file: the lines a maintainer sets on the model's
-// entry in the registry (internal/model/registry.go), and the reference a user can pull it by.
-func printModelPin(w io.Writer, e model.Entry) {
+// entry in the registry (internal/modelfetch/registry.go), and the reference a user can pull it by.
+func printModelPin(w io.Writer, e modelfetch.Entry) {
 	what := e.Repo + "/" + e.File
 	if e.Name != "" {
 		what = e.Name + " (" + what + ")"
@@ -178,13 +178,13 @@ func printModelPin(w io.Writer, e model.Entry) {
 	}
 	fmt.Fprintf(w, "# %s at commit %s: %d bytes with sha256 %s, as %s states them, and as the file in the cache hashes%s.\n",
 		what, e.Commit, e.Size, e.SHA256, e.Endpoint, already)
-	fmt.Fprintf(w, "# To pin it in the registry (internal/model/registry.go), set on its entry (a pin is taken from %s itself, not from a mirror):\n", model.DefaultEndpoint)
+	fmt.Fprintf(w, "# To pin it in the registry (internal/modelfetch/registry.go), set on its entry (a pin is taken from %s itself, not from a mirror):\n", modelfetch.DefaultEndpoint)
 	fmt.Fprintf(w, "\t\tSHA256: %q,\n\t\tSize:   %d,\n", e.SHA256, e.Size)
-	fmt.Fprintf(w, "# To pin it in a reference:\n%s%s/%s@%s#sha256:%s\n", model.Scheme, e.Repo, e.File, e.Commit, e.SHA256)
+	fmt.Fprintf(w, "# To pin it in a reference:\n%s%s/%s@%s#sha256:%s\n", modelfetch.Scheme, e.Repo, e.File, e.Commit, e.SHA256)
 }
 
 // checkedAgainst says what a cached file's bytes were checked against, for people.
-func checkedAgainst(e model.Entry) string {
+func checkedAgainst(e modelfetch.Entry) string {
 	if e.Pinned() {
 		return "pinned sha256 (" + e.Verified + ")"
 	}
@@ -219,7 +219,7 @@ func runModelList(args []string, stdout, stderr io.Writer) error {
 		// A partial download is a row too (partial: true, size: the bytes so far, path: the
 		// .part file, no sha256): it takes disk space like the others.
 		type row struct {
-			model.Entry
+			modelfetch.Entry
 			Ref     string `json:"ref"`
 			Path    string `json:"path"`
 			Pinned  bool   `json:"pinned"`
@@ -230,7 +230,7 @@ func runModelList(args []string, stdout, stderr io.Writer) error {
 			rows = append(rows, row{Entry: e, Ref: e.Ref.String(), Path: e.Path, Pinned: e.Pinned()})
 		}
 		for _, p := range partials {
-			e := model.Entry{Name: p.Ref.Name, Repo: p.Ref.Repo, File: p.Ref.File, Revision: p.Ref.Revision, Commit: p.Ref.Revision, Size: p.Size}
+			e := modelfetch.Entry{Name: p.Ref.Name, Repo: p.Ref.Repo, File: p.Ref.File, Revision: p.Ref.Revision, Commit: p.Ref.Revision, Size: p.Size}
 			rows = append(rows, row{Entry: e, Ref: p.Ref.String(), Path: p.Path, Partial: true})
 		}
 		enc := json.NewEncoder(stdout)
@@ -249,7 +249,7 @@ func runModelList(args []string, stdout, stderr io.Writer) error {
 			pulled[e.Name] = true
 		}
 		unpinned = unpinned || !e.Pinned()
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, model.Bytes(e.Size), e.SHA256[:min(12, len(e.SHA256))], checkedAgainst(e), e.Endpoint, e.Path)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, modelfetch.Bytes(e.Size), e.SHA256[:min(12, len(e.SHA256))], checkedAgainst(e), e.Endpoint, e.Path)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -263,9 +263,9 @@ func runModelList(args []string, stdout, stderr io.Writer) error {
 	}
 	for _, p := range partials {
 		fmt.Fprintf(stdout, "Unfinished download: %s, %s so far in %s: toolmesh model pull %s resumes it, toolmesh model rm %s deletes it\n",
-			p.Ref, model.Bytes(p.Size), p.Path, p.Ref, p.Ref)
+			p.Ref, modelfetch.Bytes(p.Size), p.Path, p.Ref, p.Ref)
 	}
-	for _, k := range model.Registry() {
+	for _, k := range modelfetch.Registry() {
 		if !pulled[k.Name] {
 			fmt.Fprintf(stdout, "Not pulled: %s (%s): toolmesh model pull %s\n", k.Name, k.About, k.Name)
 		}
@@ -284,7 +284,7 @@ func runModelRemove(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 1 {
 		return usageError("usage: toolmesh model rm NAME|REF")
 	}
-	ref, err := model.ParseRef(pos[0])
+	ref, err := modelfetch.ParseRef(pos[0])
 	if err != nil {
 		return usageError("toolmesh model rm: %v", err)
 	}

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolmesh/toolmesh/internal/model"
-	"github.com/toolmesh/toolmesh/internal/model/hubtest"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
+	"github.com/toolmesh/toolmesh/internal/modelfetch/hubtest"
 )
 
 // TestModelCommands pulls from the hub double through HF_ENDPOINT, then lists and removes.
@@ -24,7 +24,7 @@ func TestModelCommands(t *testing.T) {
 	sum := hub.File("acme/tiny", commit, "tiny.gguf", data, true)
 	ref := "hf://acme/tiny/tiny.gguf@" + commit
 	dir := t.TempDir()
-	t.Setenv(model.EnvDir, dir)
+	t.Setenv(modelfetch.EnvDir, dir)
 
 	run := func(args ...string) (int, string, string) {
 		var stdout, stderr bytes.Buffer
@@ -33,7 +33,7 @@ func TestModelCommands(t *testing.T) {
 	}
 
 	code, out, errOut := run("model", "pull", ref, "--progress-every=0s")
-	path := model.Cache{Dir: dir}.FilePath("acme/tiny", commit, "tiny.gguf")
+	path := modelfetch.Cache{Dir: dir}.FilePath("acme/tiny", commit, "tiny.gguf")
 	if code != 0 || strings.TrimSpace(out) != path {
 		t.Fatalf("model pull: exit %d, stdout %q, stderr:\n%s\nwant the path %s", code, out, errOut, path)
 	}
@@ -51,7 +51,7 @@ func TestModelCommands(t *testing.T) {
 
 	code, out, _ = run("model", "ls")
 	if code != 0 || !strings.Contains(out, ref) || !strings.Contains(out, sum[:12]) || !strings.Contains(out, "hub") ||
-		!strings.Contains(out, "Not pulled: "+model.Default) {
+		!strings.Contains(out, "Not pulled: "+modelfetch.Default) {
 		t.Errorf("model ls: exit %d:\n%s", code, out)
 	}
 	code, out, _ = run("model", "ls", "--json")
@@ -107,7 +107,7 @@ func TestModelListTrust(t *testing.T) {
 	sum := hub.File("acme/tiny", commit, "tiny.gguf", data, true)
 	hub.File("acme/tiny", commit, "other.gguf", data[1:], true)
 	dir := t.TempDir()
-	t.Setenv(model.EnvDir, dir)
+	t.Setenv(modelfetch.EnvDir, dir)
 	pinnedRef := "hf://acme/tiny/tiny.gguf@" + commit + "#sha256:" + sum
 	hubRef := "hf://acme/tiny/other.gguf@" + commit
 	for _, r := range []string{pinnedRef, hubRef} {
@@ -115,7 +115,7 @@ func TestModelListTrust(t *testing.T) {
 			t.Fatalf("model pull %s: exit %d:\n%s", r, code, errOut)
 		}
 	}
-	part := model.Cache{Dir: dir}.FilePath("acme/cut", commit, "cut.gguf") + ".part"
+	part := modelfetch.Cache{Dir: dir}.FilePath("acme/cut", commit, "cut.gguf") + ".part"
 	if err := os.MkdirAll(filepath.Dir(part), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestModelPrintPin(t *testing.T) {
 	data := bytes.Repeat([]byte("GGUF tiny model "), 1000)
 	sum := hub.File("acme/tiny", commit, "tiny.gguf", data, true)
 	hub.Branch("acme/tiny", "main", commit)
-	t.Setenv(model.EnvDir, t.TempDir())
+	t.Setenv(modelfetch.EnvDir, t.TempDir())
 	code, out, errOut := runMain("model", "pull", "--print-pin", "hf://acme/tiny/tiny.gguf@main")
 	if code != 0 {
 		t.Fatalf("model pull --print-pin: exit %d:\n%s", code, errOut)
@@ -225,16 +225,16 @@ func TestModelPullSecrets(t *testing.T) {
 	hub := hubtest.NewFromEnv(t)
 	const commit = "0123456789abcdef0123456789abcdef01234567"
 	hub.File("acme/tiny", commit, "tiny.gguf", bytes.Repeat([]byte("GGUF"), 1000), true)
-	t.Setenv(model.EnvEndpoint, strings.Replace(hub.URL, "://", "://user:secret@", 1))
+	t.Setenv(modelfetch.EnvEndpoint, strings.Replace(hub.URL, "://", "://user:secret@", 1))
 	dir := t.TempDir()
-	t.Setenv(model.EnvDir, dir)
+	t.Setenv(modelfetch.EnvDir, dir)
 	hub.Hangup(1) // one retry, whose warning quotes Go's error
 	code, out, errOut := runMain("model", "pull", "hf://acme/tiny/tiny.gguf@"+commit)
 	if code != 0 || !strings.Contains(errOut, "trying again") {
 		t.Fatalf("model pull: exit %d, want 0 after one retry:\n%s", code, errOut)
 	}
 	_, ls, _ := runMain("model", "ls", "--json")
-	manifest, _ := os.ReadFile(model.Cache{Dir: dir}.FilePath("acme/tiny", commit, "tiny.gguf") + ".toolmesh.json")
+	manifest, _ := os.ReadFile(modelfetch.Cache{Dir: dir}.FilePath("acme/tiny", commit, "tiny.gguf") + ".toolmesh.json")
 	for what, text := range map[string]string{"stdout": out, "stderr": errOut, "model ls --json": ls, "the manifest": string(manifest)} {
 		for _, secret := range []string{hub.Signature, "secret"} {
 			if strings.Contains(text, secret) {

@@ -39,7 +39,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolmesh/toolmesh/internal/model"
+	"github.com/toolmesh/toolmesh/internal/modelfetch"
 )
 
 // Hub is a running hub double: URL is the endpoint (HF_ENDPOINT), CDNURL the separate server
@@ -101,8 +101,8 @@ func New(t testing.TB) *Hub {
 // the test, so that code reading the environment (and the processes it starts) use it.
 func NewFromEnv(t testing.TB) *Hub {
 	h := New(t)
-	t.Setenv(model.EnvEndpoint, h.URL)
-	t.Setenv(model.EnvToken, "")
+	t.Setenv(modelfetch.EnvEndpoint, h.URL)
+	t.Setenv(modelfetch.EnvToken, "")
 	return h
 }
 
