@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolmesh/toolmesh/internal/filelock"
 	"github.com/toolmesh/toolmesh/internal/redact"
 )
 
@@ -503,7 +504,9 @@ func (f *Fetcher) pullOnce(ctx context.Context, c Cache, r Ref, arm func(size in
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
 		return Entry{}, false, fmt.Errorf("models folder: %w", err)
 	}
-	unlock, err := lockFile(ctx, final+lockSuffix)
+	// Two processes pulling the same file (model-init and a user's `toolmesh model pull`) do
+	// not write one .part file at once: the second waits, then finds the file verified.
+	unlock, err := filelock.Lock(ctx, final+lockSuffix)
 	if err != nil {
 		return Entry{}, false, err
 	}

@@ -10,6 +10,7 @@ package pinfile
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	toolmeshv1 "github.com/toolmesh/toolmesh/gen/toolmesh/v1"
+	"github.com/toolmesh/toolmesh/internal/filelock"
 	"github.com/toolmesh/toolmesh/internal/toolid"
 )
 
@@ -154,12 +156,18 @@ func parse(data []byte) (*File, error) {
 	return f, nil
 }
 
+// lockWait bounds the wait for another replica's update, which takes milliseconds.
+const lockWait = 30 * time.Second
+
 // Update changes the file at path: under its lock it reads the file (missing: no pins), calls
 // change, and when change reports a change writes the file back in one rename. It returns the
 // file as it is after the update. An error that is ErrReadOnly means the file cannot be written
 // here.
 func Update(path string, change func(*File) bool) (*File, error) {
-	unlock, err := lock(path + ".lock")
+	// The replicas sharing the file take turns updating it; an update takes milliseconds.
+	ctx, cancel := context.WithTimeoutCause(context.Background(), lockWait, fmt.Errorf("another replica's update took over %s", lockWait))
+	defer cancel()
+	unlock, err := filelock.Lock(ctx, path+".lock")
 	if err != nil {
 		if writeRefused(err) {
 			return nil, fmt.Errorf("pin file %s: %w (%v)", path, ErrReadOnly, err)

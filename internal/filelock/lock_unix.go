@@ -1,6 +1,6 @@
 //go:build unix
 
-package modelfetch
+package filelock
 
 import (
 	"context"
@@ -11,15 +11,15 @@ import (
 	"time"
 )
 
-// lockFile takes an exclusive lock on path (created if missing), so that two processes
-// pulling the same file (model-init and a user's `toolmesh model pull`) do not write one
-// .part file at once: the second waits, then finds the file verified. It gives up when ctx
-// ends.
-func lockFile(ctx context.Context, path string) (unlock func(), err error) {
+// Lock takes an exclusive lock (flock) on path, created if missing, and returns the function
+// that releases it. While another process holds it, Lock waits until ctx ends, and then fails
+// with ctx's cause.
+func Lock(ctx context.Context, path string) (unlock func(), err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
+	wait := firstWait
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
@@ -29,12 +29,15 @@ func lockFile(ctx context.Context, path string) (unlock func(), err error) {
 			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			f.Close()
-			return nil, fmt.Errorf("waiting for another pull of the same file (lock %s): %w", path, ctx.Err())
-		case <-time.After(250 * time.Millisecond):
+			return nil, fmt.Errorf("lock %s: held by another process: %w", path, context.Cause(ctx))
+		case <-t.C:
 		}
+		wait = min(2*wait, maxWait)
 	}
 	return func() {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
