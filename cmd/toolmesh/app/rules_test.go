@@ -22,13 +22,19 @@ import (
 )
 
 // TestServerRulesFromExecutor runs the executor and the api as two apps, as microservices mode
-// does, with the MCP servers' config given to the executor alone: the api enforces the
-// executor's rules over REST, on the MCP face and in the agent loop, and a reload of the
-// executor's config reaches the api without restarting it. The notes server excludes
-// secret_*; admin sets allowDestructive, which only the api applies to what the model is
-// offered; a reload excludes delete_* too and gives notes a rate limit, which only the api
-// enforces.
+// does, with the MCP servers' config given to the executor alone, and then in one process, as
+// `up` does (the api calls the executor in the process): the api enforces the executor's rules
+// over REST, on the MCP face and in the agent loop, and a reload of the executor's config
+// reaches the api without restarting it. The notes server excludes secret_*; admin sets
+// allowDestructive, which only the api applies to what the model is offered; a reload excludes
+// delete_* too and gives notes a rate limit, which only the api enforces.
 func TestServerRulesFromExecutor(t *testing.T) {
+	for _, mode := range []string{"microservices", "one process"} {
+		t.Run(mode, func(t *testing.T) { testServerRulesFromExecutor(t, mode == "one process") })
+	}
+}
+
+func testServerRulesFromExecutor(t *testing.T, oneProcess bool) {
 	n := &notes{}
 	notesURL, adminURL := serveTools(t, "notes", n.tools()), serveTools(t, "admin", n.adminTools())
 	path := filepath.Join(t.TempDir(), "toolmesh.yaml")
@@ -44,16 +50,19 @@ func TestServerRulesFromExecutor(t *testing.T) {
 		}
 	}
 	save("    excludedTools: [\"secret_*\"]\n")
-	addr := freeAddr(t)
-	runApp(t, []string{"--executor.grpc-addr=" + addr, "--config=" + path, "--drain-timeout=2s"}, "executor")
-
 	d := llamatest.NewDouble(t, llamatest.DoubleOptions{})
 	model := &scriptedModel{scripts: map[string]script{}}
 	d.ScriptFunc(model.reply)
-	// The api (and the retriever and inference beside it) is given no MCP server config.
-	base := startApp(t, "", []string{"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0",
-		"--api.executor-addr=" + addr, "--retriever.executor-addr=" + addr, "--llm-url=" + d.URL, "--drain-timeout=2s"},
-		"retriever", "inference", "api")
+	args := []string{"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--llm-url=" + d.URL, "--drain-timeout=2s"}
+	var base string
+	if oneProcess {
+		base = startApp(t, "", append(args, "--config="+path), "executor", "retriever", "inference", "api")
+	} else {
+		addr := freeAddr(t)
+		runApp(t, []string{"--executor.grpc-addr=" + addr, "--config=" + path, "--drain-timeout=2s"}, "executor")
+		// The api (and the retriever and inference beside it) is given no MCP server config.
+		base = startApp(t, "", append(args, "--api.executor-addr="+addr, "--retriever.executor-addr="+addr), "retriever", "inference", "api")
+	}
 	model.set("Wipe the admin cache.", func(p string, calls int, compose bool) string {
 		switch {
 		case compose:
