@@ -141,7 +141,7 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case p == CatalogPath:
 		f.serve(f.catalog, w, r)
 	case p == SearchPath:
-		f.search.http.ServeHTTP(w, r)
+		f.serve(f.search, w, r)
 	case strings.HasPrefix(p, ServersPath):
 		v, status, msg := f.serverView(r.Context(), strings.TrimPrefix(p, ServersPath))
 		if v == nil {
@@ -160,9 +160,10 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serve hands r to the view's lister if it is a tools/list (see view), answers it on the short
-// path if it is a plain tools/call (shortcall.go), else hands it to the view's own server.
+// path if it is a plain tools/call (shortcall.go), drops it if it is a notifications/cancelled
+// of protocol 2026-07-28 (cancel.go), else hands it to the view's own server.
 func (f *Face) serve(v *view, w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.Body == nil || v.kind == viewSearch {
+	if r.Method != http.MethodPost || r.Body == nil {
 		v.http.ServeHTTP(w, r)
 		return
 	}
@@ -180,7 +181,7 @@ func (f *Face) serve(v *view, w http.ResponseWriter, r *http.Request) {
 		v.http.ServeHTTP(w, r)
 		return
 	}
-	if f.shortCall(v, w, r, b) {
+	if f.shortCall(v, w, r, b) || f.dropCancelled(w, r, b) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(b))

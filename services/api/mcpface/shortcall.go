@@ -38,9 +38,8 @@ import (
 // What it does differently: a notification mcp-go queued for a 2025-era session while the call
 // ran (tools/list_changed) is not written into the call's response, which mcp-go would have
 // turned into an SSE stream for it; it waits for the session's GET stream or its next request
-// that mcp-go answers. And a 2026-07-28 call is cancelled by closing its response only: mcp-go
-// keys such calls by request id alone (they have no session), so that any client's
-// notifications/cancelled naming the same id cancels them.
+// that mcp-go answers. (A 2026-07-28 call is cancelled by closing its response, here and through
+// mcp-go alike: see cancel.go.)
 
 // callTarget is a tool of a view as the short path calls it.
 type callTarget struct {
@@ -359,29 +358,6 @@ func (f *Face) legacyCall(v *view, version, session string) bool {
 		return false
 	}
 	return v.seen.fresh(session, time.Now())
-}
-
-// inflightKey is how mcp-go keys a call in flight for the client's notifications/cancelled.
-func inflightKey(session string, id any) string { return fmt.Sprintf("%s:%v", session, id) }
-
-// cancelled cancels the short path's call that a 2025-era client's notifications/cancelled in
-// body names, as mcp-go does for the calls it runs; mcp-go gets the notification as well.
-func (v *view) cancelled(r *http.Request, body []byte) {
-	if !bytes.Contains(body, []byte(`"notifications/cancelled"`)) {
-		return
-	}
-	var n struct {
-		Method string `json:"method"`
-		Params struct {
-			RequestID any `json:"requestId"`
-		} `json:"params"`
-	}
-	if json.Unmarshal(body, &n) != nil || n.Method != string(mcp.MethodNotificationCancelled) || n.Params.RequestID == nil {
-		return
-	}
-	if c, ok := v.cancels.LoadAndDelete(inflightKey(r.Header.Get(mcp.HeaderSessionID), n.Params.RequestID)); ok {
-		c.(context.CancelFunc)()
-	}
 }
 
 // sessionClock is when mcp-go last saw each 2025-era session of a view. mcp-go forgets a

@@ -90,17 +90,27 @@ type answer struct {
 
 func (sf *shortFace) send(t *testing.T, path, token string, header http.Header, body string) answer {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, sf.h.url+path, strings.NewReader(body))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, err := sf.sendContext(ctx, path, token, header, body)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return a
+}
+
+// sendContext is send with the caller's context, which closes the request when it ends; it may
+// be called from any goroutine.
+func (sf *shortFace) sendContext(ctx context.Context, path, token string, header http.Header, body string) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sf.h.url+path, strings.NewReader(body))
+	if err != nil {
+		return answer{}, err
+	}
 	req.Header = header.Clone()
 	req.Header.Set("Authorization", "Bearer "+token)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return answer{}, err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -109,7 +119,7 @@ func (sf *shortFace) send(t *testing.T, path, token string, header http.Header, 
 	if json.Unmarshal(b, &v) == nil {
 		a.Body = v
 	}
-	return a
+	return a, nil
 }
 
 // initialize opens a 2025-era session at version with a raw initialize (mcp-go answers it) and
@@ -455,70 +465,27 @@ func FuzzShortCall(f *testing.F) {
 }
 
 // TestShortCallCancel: a 2025-era session's notifications/cancelled cancels its call on the
-// short path, as mcp-go cancels the calls it runs; a 2026-07-28 call is not cancelled by
-// another client's notifications/cancelled naming its request id (mcp-go's are: it keys them by
-// the id alone).
+// short path, as mcp-go cancels the calls it runs. (That another client's does not, in either
+// era: TestCancelIsTheCallersOwn.)
 func TestShortCallCancel(t *testing.T) {
 	sf := newShortFace(t, true)
-	block := func() chan struct{} {
-		sf.h.tools.mu.Lock()
-		defer sf.h.tools.mu.Unlock()
-		sf.h.tools.block, sf.h.tools.canceled, sf.h.tools.calls = make(chan struct{}), make(chan struct{}), nil
-		return sf.h.tools.canceled
+	canceled := sf.blockCalls()
+	defer sf.release()
+	session := sf.initialize(t, CatalogPath, "2025-11-25")
+	h, body := legacyRequest("2025-11-25", session, "srv__echo", `{}`)
+	before := sf.h.face.shortCalls.Load()
+	done := sf.startCall(t, t.Context(), CatalogPath, wideToken, h, body)
+	nh, nbody := cancelledNotification(h, "3")
+	if a := sf.send(t, CatalogPath, wideToken, nh, nbody); a.Status != http.StatusAccepted {
+		t.Errorf("notifications/cancelled: %d %v", a.Status, a.Body)
 	}
-	callAsync := func(h http.Header, body string) chan answer {
-		done := make(chan answer, 1)
-		go func() { done <- sf.send(t, CatalogPath, wideToken, h, body) }()
-		deadline := time.Now().Add(5 * time.Second)
-		for req, _ := sf.h.tools.lastCall(); req == nil; req, _ = sf.h.tools.lastCall() {
-			if time.Now().After(deadline) {
-				t.Fatal("the call never reached the tools handler")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		return done
+	select {
+	case <-canceled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session's notifications/cancelled did not cancel its call")
 	}
-	notify := func(h http.Header, requestID string) {
-		h.Set("Mcp-Method", "notifications/cancelled")
-		h.Del("Mcp-Name")
-		meta := ""
-		if h.Get("Mcp-Protocol-Version") == mcp.LATEST_PROTOCOL_VERSION {
-			meta = `,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
-		}
-		body := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + requestID + meta + `}}`
-		if a := sf.send(t, CatalogPath, narrowToken, h, body); a.Status != http.StatusAccepted {
-			t.Errorf("notifications/cancelled: %d %v", a.Status, a.Body)
-		}
+	<-done
+	if sf.h.face.shortCalls.Load() == before {
+		t.Error("the call did not take the short path")
 	}
-
-	t.Run("2025-11-25", func(t *testing.T) {
-		canceled := block()
-		session := sf.initialize(t, CatalogPath, "2025-11-25")
-		done := callAsync(legacyRequest("2025-11-25", session, "srv__echo", `{}`))
-		h, _ := legacyRequest("2025-11-25", session, "", "")
-		notify(h, "3")
-		select {
-		case <-canceled:
-		case <-time.After(5 * time.Second):
-			t.Fatal("the session's notifications/cancelled did not cancel its call")
-		}
-		<-done
-	})
-	t.Run("2026-07-28", func(t *testing.T) {
-		canceled := block()
-		done := callAsync(modernRequest("7", "srv__echo", `{}`, ""))
-		h, _ := modernRequest("7", "", "", "")
-		notify(h, "7") // another client, the narrow token's
-		select {
-		case <-canceled:
-			t.Fatal("another client's notifications/cancelled cancelled the call")
-		case <-time.After(300 * time.Millisecond):
-		}
-		sf.h.tools.mu.Lock()
-		close(sf.h.tools.block)
-		sf.h.tools.mu.Unlock()
-		if a := <-done; a.Status != http.StatusOK {
-			t.Errorf("the call: %d %v", a.Status, a.Body)
-		}
-	})
 }
