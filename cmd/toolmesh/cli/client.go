@@ -272,7 +272,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usageError("toolmesh call: %v", err)
 	}
 	c.init()
-	server, name, err := c.resolveTool(ctx, "call", pos[0])
+	server, name, err := c.resolveTool(ctx, "call", pos[0], c.toolIDs)
 	if err != nil {
 		return err
 	}

@@ -34,10 +34,11 @@ func (c *client) toolIDs(ctx context.Context) ([]string, error) {
 }
 
 // resolveTool returns the server and tool name that arg names: SERVER.TOOL as it is, or the
-// name the MCP endpoints show for a tool (SERVER__TOOL), which is looked up among the tools
-// the caller may list with the endpoints' own mapping (internal/toolid/toolname), so that a name the
-// endpoints cut or gave a hash suffix resolves too. cmd names the command in messages.
-func (c *client) resolveTool(ctx context.Context, cmd, arg string) (server, name string, err error) {
+// name the MCP endpoints show for a tool (SERVER__TOOL), which is looked up among the ids
+// known returns (the tools the caller may list, for a call) with the endpoints' own mapping
+// (internal/toolid/toolname), so that a name the endpoints cut or gave a hash suffix resolves
+// too. cmd names the command in messages.
+func (c *client) resolveTool(ctx context.Context, cmd, arg string, known func(context.Context) ([]string, error)) (server, name string, err error) {
 	if strings.Contains(arg, ".") {
 		server, name, ok := toolid.Split(arg)
 		switch {
@@ -48,7 +49,7 @@ func (c *client) resolveTool(ctx context.Context, cmd, arg string) (server, name
 		}
 		return server, name, nil
 	}
-	ids, err := c.toolIDs(ctx)
+	ids, err := known(ctx)
 	if err != nil {
 		return "", "", err
 	}

@@ -33,7 +33,8 @@ its pin. Needs an admin token: one whose scope calls and lists every tool.`
 const approveUsage = `Usage: toolmesh tools approve SERVER.TOOL [--hash H] [--pin-file FILE] [flags]
 
 Pins the definition SERVER.TOOL lists now and releases it from quarantine, on every executor
-replica (they share the pin file). --hash names the definition you reviewed (toolmesh tools
+replica (they share the pin file). SERVER__TOOL, the tool's name on the MCP endpoints, works
+too. --hash names the definition you reviewed (toolmesh tools
 pending prints it): if the server changed it again since, nothing is approved. Needs an admin
 token: one whose scope calls and lists every tool.
 
@@ -71,6 +72,24 @@ func runToolsPending(ctx context.Context, args []string, stdout, stderr io.Write
 		writePending(stdout, p)
 	}
 	return nil
+}
+
+// approvableIDs is the ids of the tools the caller may approve: those waiting for approval
+// (a quarantined one is not listed) and those listed, sorted.
+func (c *client) approvableIDs(ctx context.Context) ([]string, error) {
+	pending, _, err := fetchPending(ctx, c, "")
+	if err != nil {
+		return nil, err
+	}
+	ids, err := c.toolIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pending {
+		ids = append(ids, p.GetTool().GetId())
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
 }
 
 // fetchPending is GET /v1/tools:pending, decoded, and its body.
@@ -174,16 +193,13 @@ func runToolsApprove(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	if len(pos) != 1 {
 		fs.Usage()
-		return usageError("toolmesh tools approve: name the tool, as SERVER.TOOL")
-	}
-	server, name, ok := toolid.Split(pos[0])
-	switch {
-	case server == "" || name == "":
-		return usageError("toolmesh tools approve: %q is not SERVER.TOOL", pos[0])
-	case !ok:
-		return usageError("toolmesh tools approve: server %q must match %s", server, toolid.ServerRule)
+		return usageError("toolmesh tools approve: name the tool, as SERVER.TOOL (or SERVER__TOOL, its name on the MCP endpoints)")
 	}
 	c.init()
+	server, name, err := c.resolveTool(ctx, "tools approve", pos[0], c.approvableIDs)
+	if err != nil {
+		return err
+	}
 	id := toolid.Join(server, name)
 	if *file != "" {
 		return approveInto(ctx, &c, *file, id, server, *hash, stdout)

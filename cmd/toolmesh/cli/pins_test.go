@@ -119,6 +119,9 @@ func TestToolsApprove(t *testing.T) {
 		{"a stale hash", []string{"tools", "approve", "weather.forecast", "--hash", "h1"}, 1, "", "lists definition h2 now, not h1 (HTTP 409)"},
 		{"no tool", []string{"tools", "approve"}, 2, "", "name the tool, as SERVER.TOOL"},
 		{"not SERVER.TOOL", []string{"tools", "approve", "forecast"}, 2, "", `"forecast" is not SERVER.TOOL`},
+		// The name /mcp shows (a quarantined tool is not listed: it is found among the pending).
+		{"SERVER__TOOL", []string{"tools", "approve", "weather__forecast", "--hash", "h2"}, 0, "weather.forecast approved: its definition h2 is pinned", ""},
+		{"a typo", []string{"tools", "approve", "weather__forcast"}, 2, "", "did you mean weather.forecast?"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -129,7 +132,7 @@ func TestToolsApprove(t *testing.T) {
 		})
 	}
 	p.mu.Lock()
-	if len(p.approvals) != 2 || p.approvals[0] != `/v1/tools/weather/forecast:approve {"hash":"h2"}` {
+	if len(p.approvals) != 3 || p.approvals[0] != `/v1/tools/weather/forecast:approve {"hash":"h2"}` || p.approvals[2] != p.approvals[0] {
 		t.Errorf("approvals %q", p.approvals)
 	}
 	p.mu.Unlock()
