@@ -16,11 +16,12 @@
 //
 // A call goes where a REST call goes: the api's tools handler (Tools), which asks the policy,
 // bounds the call's time and calls the executor, which validates the arguments against the
-// tool's schema and calls the server. A client's notifications/cancelled (or, on 2026-07-28, a
-// closed response stream) cancels the call's context, and the executor cancels the upstream
-// call. The token and its scope are those of the request: the REST port's guard checks the
-// bearer token of every request before it gets here, and the policy (internal/policy) decides
-// what the token sees and may call.
+// tool's schema and calls the server. A client that closes a call's response, or (with a
+// session: the 2025 era, legacy SSE) sends its session's notifications/cancelled, cancels the
+// call's context, and the executor cancels the upstream call; a notifications/cancelled of
+// 2026-07-28 is dropped (cancel.go). The token and its scope are those of the request: the REST
+// port's guard checks the bearer token of every request before it gets here, and the policy
+// (internal/policy) decides what the token sees and may call.
 //
 // Sessions of the 2025 era are stateless on purpose: their ids are random and checked for form
 // only (as mcp-go's default manager does), because a session holds no authority and no state
