@@ -2,8 +2,11 @@ package mcpface
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -259,6 +262,79 @@ func TestCancelByClosingTheResponse(t *testing.T) {
 				t.Fatal("closing the call's response did not end its context in the tools handler within 5 s")
 			}
 			<-done
+		})
+	}
+}
+
+// TestDroppedCancelAnswersAsMCPGo: the face answers each notifications/cancelled as the view's
+// own mcp-go server answers it (with no call in flight, where dropping it changes nothing): 202
+// and no body for one it takes, and mcp-go's refusal for one it refuses, which the face leaves
+// to mcp-go.
+func TestDroppedCancelAnswersAsMCPGo(t *testing.T) {
+	sf := newShortFace(t, true)
+	valid := func() (http.Header, string) {
+		h, _ := modernRequest("1", "", "", "")
+		return cancelledNotification(h, "1")
+	}
+	edit := func(fn func(h http.Header, body string) string) func() (http.Header, string) {
+		return func() (http.Header, string) {
+			h, b := valid()
+			return h, fn(h, b)
+		}
+	}
+	cases := []struct {
+		name    string
+		request func() (http.Header, string)
+		dropped bool // the face answers it itself
+	}{
+		{"valid", valid, true},
+		{"null id", edit(func(_ http.Header, b string) string {
+			return strings.Replace(b, `"jsonrpc":"2.0",`, `"jsonrpc":"2.0","id":null,`, 1)
+		}), true},
+		{"no Mcp-Method", edit(func(h http.Header, b string) string { h.Del("Mcp-Method"); return b }), true},
+		{"no requestId", edit(func(_ http.Header, b string) string { return strings.Replace(b, `"requestId":1,`, "", 1) }), true},
+		{"version only in _meta", edit(func(h http.Header, b string) string { h.Del("Mcp-Protocol-Version"); return b }), false},
+		{"version only in the header", edit(func(_ http.Header, b string) string {
+			return `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`
+		}), false},
+		{"header and _meta differ", edit(func(h http.Header, b string) string { h.Set("Mcp-Protocol-Version", "2025-11-25"); return b }), false},
+		{"unknown version", edit(func(h http.Header, b string) string {
+			h.Set("Mcp-Protocol-Version", "2099-01-01")
+			return strings.Replace(b, mcp.LATEST_PROTOCOL_VERSION, "2099-01-01", 1)
+		}), false},
+		{"Last-Event-ID", edit(func(h http.Header, b string) string { h.Set("Last-Event-ID", "1"); return b }), false},
+		{"JSON-RPC 1.0", edit(func(_ http.Header, b string) string { return strings.Replace(b, `"2.0"`, `"1.0"`, 1) }), false},
+		{"text/plain", edit(func(h http.Header, b string) string { h.Set("Content-Type", "text/plain"); return b }), false},
+		{"with an id: a request", edit(func(_ http.Header, b string) string {
+			return strings.Replace(b, `"jsonrpc":"2.0",`, `"jsonrpc":"2.0","id":5,`, 1)
+		}), false},
+		{"2025 era", func() (http.Header, string) {
+			h, _ := legacyRequest("2025-11-25", sf.initialize(t, CatalogPath, "2025-11-25"), "", "")
+			return cancelledNotification(h, "1")
+		}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h, body := tc.request()
+			req := httptest.NewRequest(http.MethodPost, CatalogPath, strings.NewReader(body))
+			req.Header = h.Clone()
+			rec := httptest.NewRecorder()
+			sf.h.face.catalog.http.ServeHTTP(rec, req)
+			want := answer{Status: rec.Code, ContentType: rec.Header().Get("Content-Type"), Body: rec.Body.String()}
+			var v any
+			if json.Unmarshal(rec.Body.Bytes(), &v) == nil {
+				want.Body = v
+			}
+			got := sf.send(t, CatalogPath, wideToken, h, body)
+			got.SessionID = ""
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("the face answered %+v, mcp-go %+v", got, want)
+			}
+			r := httptest.NewRequest(http.MethodPost, CatalogPath, nil)
+			r.Header = h
+			if dropped := sf.h.face.dropCancelled(httptest.NewRecorder(), r, []byte(body)); dropped != tc.dropped {
+				t.Errorf("dropped by the face: %v, want %v", dropped, tc.dropped)
+			}
 		})
 	}
 }
