@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -59,12 +57,7 @@ func TestAttackMCPCancelOtherClient(t *testing.T) {
 		other = "other-token-0123456789abcdef"
 	)
 	t.Setenv("TOOLMESH_API_TOKENS", "owner:"+owner+",other:"+other)
-	w := &waiter{}
-	cfg := filepath.Join(t.TempDir(), "toolmesh.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, "mcpServers:\n  slow:\n    url: %s\n", serveTools(t, "slow", w.tools())), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	m := startMeshToken(t, owner, "--config="+cfg)
+	m, w := startWaiterMesh(t, owner)
 	url := m.base + "/mcp"
 	waitMCPTools(t, url, owner, "slow__wait")
 

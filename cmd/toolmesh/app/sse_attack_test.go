@@ -40,6 +40,18 @@ func (w *waiter) tools() []mcpserver.ServerTool {
 	}}
 }
 
+// startWaiterMesh runs a mesh (startMeshToken; token reads /readyz) whose one MCP server, slow,
+// serves a waiter's tool, slow.wait.
+func startWaiterMesh(t *testing.T, token string) (*mesh, *waiter) {
+	t.Helper()
+	w := &waiter{}
+	cfg := filepath.Join(t.TempDir(), "toolmesh.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "mcpServers:\n  slow:\n    url: %s\n", serveTools(t, "slow", w.tools())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startMeshToken(t, token, "--config="+cfg), w
+}
+
 // TestAttackSSEFlood (issue 26): a client with a token posts 48 slow calls at once to a legacy
 // SSE session (/sse/message answers each POST with 202 and writes the result on the stream
 // later). They used to run 16 at a time, the executor's limit per server, while another
@@ -54,12 +66,7 @@ func TestAttackSSEFlood(t *testing.T) {
 		other = "other-token-0123456789abcdef"
 	)
 	t.Setenv("TOOLMESH_API_TOKENS", "flood:"+flood+",other:"+other)
-	w := &waiter{}
-	cfg := filepath.Join(t.TempDir(), "toolmesh.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, "mcpServers:\n  slow:\n    url: %s\n", serveTools(t, "slow", w.tools())), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	m := startMeshToken(t, other, "--config="+cfg)
+	m, w := startWaiterMesh(t, other)
 	// The other token's calls: 200 ms each at the server; the slowest of five, one after another.
 	slowest := func() time.Duration {
 		var most time.Duration

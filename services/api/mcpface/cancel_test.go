@@ -76,6 +76,10 @@ func withProgress(version, session, name string) (http.Header, string) {
 // by session, as the legacy SSE transport does.
 func TestCancelIsTheCallersOwn(t *testing.T) {
 	sf := newShortFace(t, true)
+	// modernCall is the first client's call at 2026-07-28 (see modernRequest).
+	modernCall := func(id, name, args, meta string) func(*testing.T) (http.Header, string) {
+		return func(*testing.T) (http.Header, string) { return modernRequest(id, name, args, meta) }
+	}
 	// otherModern is the second client's notifications/cancelled at 2026-07-28.
 	otherModern := func(requestID string) func(*testing.T) (http.Header, string) {
 		return func(*testing.T) (http.Header, string) {
@@ -96,47 +100,37 @@ func TestCancelIsTheCallersOwn(t *testing.T) {
 	}{
 		{
 			name: "2026-07-28 progress token, another token", path: CatalogPath,
-			call: func(*testing.T) (http.Header, string) {
-				return modernRequest("1", "srv__echo", `{}`, `,"progressToken":"p1"`)
-			},
+			call:  modernCall("1", "srv__echo", `{}`, `,"progressToken":"p1"`),
 			other: narrowToken, wantStatus: http.StatusAccepted,
 			notify: otherModern("1"),
 		},
 		{
 			name: "2026-07-28 progress token, the same token from another client", path: CatalogPath,
-			call: func(*testing.T) (http.Header, string) {
-				return modernRequest("1", "srv__echo", `{}`, `,"progressToken":"p1"`)
-			},
+			call:  modernCall("1", "srv__echo", `{}`, `,"progressToken":"p1"`),
 			other: wideToken, wantStatus: http.StatusAccepted,
 			notify: otherModern("1"),
 		},
 		{
 			name: "2026-07-28 string id", path: CatalogPath,
-			call: func(*testing.T) (http.Header, string) {
-				return modernRequest(`"a"`, "srv__echo", `{}`, `,"progressToken":"p1"`)
-			},
+			call:  modernCall(`"a"`, "srv__echo", `{}`, `,"progressToken":"p1"`),
 			other: narrowToken, wantStatus: http.StatusAccepted,
 			notify: otherModern(`"a"`),
 		},
 		{
 			name: "2026-07-28 server view", path: ServersPath + "srv",
-			call: func(*testing.T) (http.Header, string) {
-				return modernRequest("1", "echo", `{}`, `,"progressToken":"p1"`)
-			},
+			call:  modernCall("1", "echo", `{}`, `,"progressToken":"p1"`),
 			other: narrowToken, wantStatus: http.StatusAccepted,
 			notify: otherModern("1"),
 		},
 		{
 			name: "2026-07-28 call_tool on the search view", path: SearchPath,
-			call: func(*testing.T) (http.Header, string) {
-				return modernRequest("1", callToolName, `{"tool":"srv.echo","arguments":{}}`, "")
-			},
+			call:  modernCall("1", callToolName, `{"tool":"srv.echo","arguments":{}}`, ""),
 			other: narrowToken, wantStatus: http.StatusAccepted,
 			notify: otherModern("1"),
 		},
 		{
 			name: "2026-07-28 short path", path: CatalogPath, short: true,
-			call:  func(*testing.T) (http.Header, string) { return modernRequest("1", "srv__echo", `{}`, "") },
+			call:  modernCall("1", "srv__echo", `{}`, ""),
 			other: narrowToken, wantStatus: http.StatusAccepted,
 			notify: otherModern("1"),
 		},
@@ -144,9 +138,7 @@ func TestCancelIsTheCallersOwn(t *testing.T) {
 			// mcp-go refuses a 2026-07-28 message without the version in _meta before it
 			// handles it: its answer stands, and it cancels nothing.
 			name: "2026-07-28 notification without _meta", path: CatalogPath,
-			call: func(*testing.T) (http.Header, string) {
-				return modernRequest("1", "srv__echo", `{}`, `,"progressToken":"p1"`)
-			},
+			call:  modernCall("1", "srv__echo", `{}`, `,"progressToken":"p1"`),
 			other: narrowToken, wantStatus: http.StatusBadRequest,
 			notify: func(t *testing.T) (http.Header, string) {
 				h, _ := otherModern("1")(t)
