@@ -45,8 +45,9 @@ type pinBook struct {
 	poll time.Duration
 	log  *slog.Logger
 	ins  pinInstruments
-	// update is pinfile.Update; a test replaces it.
+	// update is pinfile.Update and read pinfile.Read; a test replaces them.
 	update func(path string, change func(*pinfile.File) bool) (*pinfile.File, error)
+	read   func(path string) (*pinfile.File, error)
 	// republish judges every server's last listing again: a pin changed.
 	republish func()
 
@@ -78,7 +79,7 @@ type pendingTool struct {
 }
 
 func newPinBook(path string, poll time.Duration, log *slog.Logger, meter metric.Meter) (*pinBook, error) {
-	b := &pinBook{path: path, poll: poll, log: log, ins: newPinInstruments(meter), update: pinfile.Update,
+	b := &pinBook{path: path, poll: poll, log: log, ins: newPinInstruments(meter), update: pinfile.Update, read: pinfile.Read,
 		file: map[string]pinfile.Pin{}, memory: map[string]pinfile.Pin{}, pending: map[string]*pendingTool{}}
 	b.events.instance = newInstance()
 	if path == "" {
@@ -450,16 +451,20 @@ func (b *pinBook) follow(ctx context.Context) {
 
 // reread takes the pin file's pins when it changed. A file that does not read is not taken
 // (an editor half way through, a bad edit): the pins in use stay, and a warning says why.
+// It reads under mu, as approve writes: a read that an approval overtook would put the
+// pins from before it back, and quarantine the approved tool again until the next poll.
 func (b *pinBook) reread() {
+	b.mu.Lock()
 	if !b.watch.Changed(b.path) {
+		b.mu.Unlock()
 		return
 	}
-	f, err := pinfile.Read(b.path)
+	f, err := b.read(b.path)
 	if err != nil {
+		b.mu.Unlock()
 		b.log.Warn("the pin file changed but does not read; keeping the pins in use", "err", err)
 		return
 	}
-	b.mu.Lock()
 	changed := !maps.EqualFunc(b.file, f.Pins, func(a, c pinfile.Pin) bool { return a.Hash == c.Hash && a.PinnedBy == c.PinnedBy })
 	b.file = f.Pins
 	// A file that changed may be writable again (a remount, fixed permissions).

@@ -580,6 +580,62 @@ func TestPinsReadOnlyFile(t *testing.T) {
 	}
 }
 
+// TestApprovalDuringReread: an approval made while the pin file is being read again (another
+// replica's write, or this one's first sights) stands. The read began before the approval and
+// holds the pins from before it; taken after it, it would quarantine the approved tool again
+// until the next poll, and a console that listed the pending tools meanwhile showed it still
+// waiting.
+func TestApprovalDuringReread(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pins.json")
+	a1, a2 := mustTool(t, "s", "a", "1"), mustTool(t, "s", "a", "2")
+	data, _ := json.Marshal(pinfile.File{Version: pinfile.Version, Pins: map[string]pinfile.Pin{"s.a": {Hash: a1.proto.GetHash(), PinnedBy: "ops"}}})
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := newPinBook(path, time.Hour, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.judge("s", mcpconfig.PinningEnforce, []*tool{a2}); len(got) != 0 {
+		t.Fatalf("served %d tools; want s.a quarantined", len(got))
+	}
+	// Another replica touched the file: the next poll reads it again.
+	if err := os.Chtimes(path, time.Now(), time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	approved := make(chan error, 1)
+	b.read = func(path string) (*pinfile.File, error) {
+		f, err := pinfile.Read(path) // the pins from before the approval
+		go func() {
+			_, err := b.approve("s.a", a2.proto.GetHash(), "admin")
+			approved <- err
+		}()
+		// The approval either ends now (the read does not hold the book) or waits for it.
+		select {
+		case err := <-approved:
+			approved <- err
+		case <-time.After(300 * time.Millisecond):
+		}
+		return f, err
+	}
+	b.reread()
+	if err := <-approved; err != nil {
+		t.Fatalf("approve: %v", err)
+	}
+	if p := b.list(""); len(p) != 0 {
+		t.Errorf("after the approval %s is still pending", p[0].GetTool().GetId())
+	}
+	b.mu.Lock()
+	pin, _ := b.pinOf("s.a")
+	b.mu.Unlock()
+	if pin.Hash != a2.proto.GetHash() {
+		t.Errorf("s.a is pinned to %s, not the approved %s", pin.Hash, a2.proto.GetHash())
+	}
+	if got := b.judge("s", mcpconfig.PinningEnforce, []*tool{a2}); len(got) != 1 {
+		t.Errorf("the approved tool is not served")
+	}
+}
+
 // TestLineDiff: what went comes before what came, and long unchanged runs are shortened to the
 // context around the changes.
 func TestLineDiff(t *testing.T) {

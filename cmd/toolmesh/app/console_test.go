@@ -126,8 +126,20 @@ func (p *page) wait(what, cond string) {
 	p.t.Helper()
 	if _, err := chromedp.Run(p.ctx, chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingTimeout(15*time.Second))); err != nil {
 		p.screenshot("failed")
-		p.t.Fatalf("waiting for %s (%s): %v", what, cond, err)
+		p.t.Fatalf("waiting for %s (%s): %v\nthe page shows:\n%s", what, cond, err, p.text())
 	}
+}
+
+// text is what the page shows (its first 4 KB), for a failure's message: the screenshot is
+// gone with the test's temporary folder.
+func (p *page) text() string {
+	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText.slice(0, 4096)`))
+	if err != nil {
+		return "(unreadable: " + err.Error() + ")"
+	}
+	return s
 }
 
 // doWithin is do with a time bound of its own: a click waits for the page's handlers.
