@@ -1,4 +1,7 @@
-package app
+// Package configfuzz fuzzes the app's config loading from a package of its own: its test
+// binary holds the app without the app's test dependencies (a browser driver, an OpenID
+// provider, the OpenAI SDK), which fuzzing would otherwise compile again, instrumented.
+package configfuzz
 
 import (
 	"flag"
@@ -7,17 +10,19 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/toolmesh/toolmesh/cmd/toolmesh/app"
 )
 
 // FuzzConfigLoad feeds Config.Load a YAML file (seeded from testdata and the deploy configs)
 // with one command-line flag on top: it must return a config or an error, never panic, and
 // a loaded config must survive Validate.
 func FuzzConfigLoad(f *testing.F) {
-	files, err := filepath.Glob("testdata/syntax/*.yaml") // each a mistake the errors must place
+	files, err := filepath.Glob("../testdata/syntax/*.yaml") // each a mistake the errors must place
 	if err != nil {
 		f.Fatal(err)
 	}
-	for _, p := range append([]string{"testdata/toolmesh.yaml", "testdata/unknown-key.yaml", "../../../deploy/toolmesh.yaml"}, files...) {
+	for _, p := range append([]string{"../testdata/toolmesh.yaml", "../testdata/unknown-key.yaml", "../../../../deploy/toolmesh.yaml"}, files...) {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			f.Fatal(err)
@@ -42,7 +47,7 @@ func FuzzConfigLoad(f *testing.F) {
 		}
 		fs := flag.NewFlagSet("fuzz", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		var c Config
+		var c app.Config
 		c.RegisterFlags(fs)
 		c.RegisterDemoFlags(fs)
 		args := []string{"--config", path}
@@ -55,7 +60,7 @@ func FuzzConfigLoad(f *testing.F) {
 			}
 			return
 		}
-		c.Targets = ServeTargets()
+		c.Targets = app.ServeTargets()
 		_ = c.Validate()
 	})
 }
