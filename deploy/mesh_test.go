@@ -24,6 +24,7 @@ import (
 	qc "github.com/qdrant/go-client/qdrant"
 
 	"github.com/toolmesh/toolmesh/internal/llamatest"
+	"github.com/toolmesh/toolmesh/internal/testbinary"
 	"github.com/toolmesh/toolmesh/services/retriever/store/qdrant/qdranttest"
 )
 
@@ -492,12 +493,7 @@ func buildHealthcheck(t *testing.T) string {
 
 func goBuild(t *testing.T, name, pkg string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), name)
-	cmd := exec.Command("go", "build", "-o", bin, pkg)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-	}
-	return bin
+	return testbinary.Build(t, name, pkg)
 }
 
 // startProcess runs bin until the test ends (interrupt, then kill after 10s) and shows its

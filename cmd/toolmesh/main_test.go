@@ -25,6 +25,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolmesh/toolmesh/internal/modelfetch"
+	"github.com/toolmesh/toolmesh/internal/testbinary"
 )
 
 // TestUpBlackBox builds the binary, runs `toolmesh up` on free ports and checks what a user
@@ -165,12 +166,7 @@ func (p *upProcess) interrupt(t *testing.T, d time.Duration) {
 
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "toolmesh")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return testbinary.Build(t, "toolmesh", ".")
 }
 
 // startUp runs `toolmesh up` on free ports and waits until /readyz says ready.
