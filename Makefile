@@ -6,10 +6,10 @@ build:
 
 # generate regenerates gen/ and the OpenAPI document from proto/.
 generate:
-	go tool buf generate
+	./scripts/buf generate
 
 lint:
-	go tool buf lint
+	./scripts/buf lint
 	go vet ./...
 
 test:
