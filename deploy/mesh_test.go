@@ -23,8 +23,8 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	qc "github.com/qdrant/go-client/qdrant"
 
+	"github.com/toolmesh/toolmesh/internal/gobuild"
 	"github.com/toolmesh/toolmesh/internal/llamatest"
-	"github.com/toolmesh/toolmesh/internal/testbinary"
 	"github.com/toolmesh/toolmesh/services/retriever/store/qdrant/qdranttest"
 )
 
@@ -493,7 +493,11 @@ func buildHealthcheck(t *testing.T) string {
 
 func goBuild(t *testing.T, name, pkg string) string {
 	t.Helper()
-	return testbinary.Build(t, name, pkg)
+	bin := filepath.Join(t.TempDir(), name)
+	if err := gobuild.Build(t.Context(), "", bin, pkg); err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
 
 // startProcess runs bin until the test ends (interrupt, then kill after 10s) and shows its

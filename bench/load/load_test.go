@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/toolmesh/toolmesh/internal/gobuild"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -47,9 +49,9 @@ func TestParseMixAndSchedule(t *testing.T) {
 	}
 }
 
-// TestLoadRollingRestart runs the rolling-restart phase briefly (4 s at 40 req/s, two
-// restarts of the executor process): nothing sent before a stop fails, what is sent while the
-// executor is away fails fast with 503, and nothing fails once it served again.
+// TestLoadRollingRestart runs the rolling-restart phase briefly (4 s at 40 req/s, 8 s under
+// -race, two restarts of the executor process): nothing sent before a stop fails, what is sent
+// while the executor is away fails fast with 503, and nothing fails once it served again.
 func TestLoadRollingRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds toolmesh and restarts an executor process; skipped with -short")
@@ -60,7 +62,13 @@ func TestLoadRollingRestart(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	r, err := restartPhase(ctx, restartOptions{Duration: 4 * time.Second, Restarts: 2, Rate: 40, Mix: mix, Warmup: 200 * time.Millisecond})
+	load := 4 * time.Second
+	if gobuild.Race() {
+		// The executor is built with -race as this test is: it starts and drains about a
+		// second slower, and two restarts must still end before the load does.
+		load = 8 * time.Second
+	}
+	r, err := restartPhase(ctx, restartOptions{Duration: load, Restarts: 2, Rate: 40, Mix: mix, Warmup: 200 * time.Millisecond})
 	if r != nil {
 		t.Logf("\n%s", r.table())
 	}

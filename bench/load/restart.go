@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
+	"github.com/toolmesh/toolmesh/internal/gobuild"
 )
 
 // restartOptions configure the rolling-restart phase.
@@ -121,9 +122,8 @@ func restartPhase(ctx context.Context, o restartOptions) (*restartReport, error)
 	bin := o.Binary
 	if bin == "" {
 		bin = filepath.Join(dir, "toolmesh")
-		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/toolmesh/toolmesh/cmd/toolmesh")
-		if out, err := build.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build ./cmd/toolmesh: %w\n%s", err, out)
+		if err := gobuild.Build(ctx, "", bin, "github.com/toolmesh/toolmesh/cmd/toolmesh"); err != nil {
+			return nil, err
 		}
 	}
 	calc, exeAddr, err := freeAddr2()

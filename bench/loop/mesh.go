@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/toolmesh/toolmesh/cmd/toolmesh/app"
+	"github.com/toolmesh/toolmesh/internal/gobuild"
 	"github.com/toolmesh/toolmesh/internal/tlsfiles"
 )
 
@@ -221,10 +222,8 @@ func buildBinary(ctx context.Context, dir string, profiled bool) (string, error)
 	if profiled {
 		pkg = "github.com/toolmesh/toolmesh/bench/loop/profiled"
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
+	if err := gobuild.Build(ctx, "", bin, pkg); err != nil {
+		return "", err
 	}
 	return bin, nil
 }

@@ -25,6 +25,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/toolmesh/toolmesh/bench/internal/figures"
+	"github.com/toolmesh/toolmesh/internal/gobuild"
 )
 
 type options struct {
@@ -165,10 +166,8 @@ func startMesh(ctx context.Context) (*mesh, error) {
 		return nil, err
 	}
 	m := &mesh{dir: dir, bin: filepath.Join(dir, "toolmesh")}
-	build := exec.CommandContext(ctx, "go", "build", "-o", m.bin, "./cmd/toolmesh")
-	build.Dir = repoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build: %v\n%s", err, out)
+	if err := gobuild.Build(ctx, repoRoot(), m.bin, "./cmd/toolmesh"); err != nil {
+		return nil, err
 	}
 	a, err := freeAddrs(12)
 	if err != nil {

@@ -24,8 +24,8 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"go.uber.org/goleak"
 
+	"github.com/toolmesh/toolmesh/internal/gobuild"
 	"github.com/toolmesh/toolmesh/internal/modelfetch"
-	"github.com/toolmesh/toolmesh/internal/testbinary"
 )
 
 // TestUpBlackBox builds the binary, runs `toolmesh up` on free ports and checks what a user
@@ -166,7 +166,11 @@ func (p *upProcess) interrupt(t *testing.T, d time.Duration) {
 
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	return testbinary.Build(t, "toolmesh", ".")
+	bin := filepath.Join(t.TempDir(), "toolmesh")
+	if err := gobuild.Build(t.Context(), "", bin, "."); err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
 
 // startUp runs `toolmesh up` on free ports and waits until /readyz says ready.

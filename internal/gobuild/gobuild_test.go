@@ -1,7 +1,8 @@
-package testbinary
+package gobuild
 
 import (
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -9,7 +10,10 @@ import (
 // TestBuildAsTheTest: the program is built with -race exactly when the test is, as `go version
 // -m` reads in the program's build settings.
 func TestBuildAsTheTest(t *testing.T) {
-	bin := Build(t, "healthcheck", "github.com/toolmesh/toolmesh/deploy/healthcheck")
+	bin := filepath.Join(t.TempDir(), "healthcheck")
+	if err := Build(t.Context(), "", bin, "github.com/toolmesh/toolmesh/deploy/healthcheck"); err != nil {
+		t.Fatal(err)
+	}
 	out, err := exec.Command("go", "version", "-m", bin).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go version -m: %v\n%s", err, out)
