@@ -18,6 +18,8 @@ type Info struct {
 	Commit  string // "" when the build did not record one
 	// Modified says the binary was built from a tree with uncommitted changes.
 	Modified bool
+	// Race says the binary was built with -race.
+	Race bool
 }
 
 // Devel is the version of a build without one: `go run`, `go build` in a working tree.
@@ -35,6 +37,8 @@ var read = sync.OnceValue(func() Info {
 				b.Commit = s.Value
 			case "vcs.modified":
 				b.Modified = s.Value == "true"
+			case "-race":
+				b.Race = s.Value == "true"
 			}
 		}
 	}

@@ -10,7 +10,8 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"runtime/debug"
+
+	"github.com/toolmesh/toolmesh/internal/buildinfo"
 )
 
 // Build builds the main package pkg (an import path, or a folder relative to dir: "" is the
@@ -29,15 +30,4 @@ func Build(ctx context.Context, dir, out, pkg string) error {
 }
 
 // Race reports whether the running binary was built with -race.
-func Race() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
-}
+func Race() bool { return buildinfo.Read().Race }
