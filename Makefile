@@ -40,10 +40,11 @@ chart:
 # by side with its baseline (about 15-20 minutes: run it on a quiet machine). Chromium (console
 # figures), Jaeger (tracing, as issue 6 measured it) and llama-server (the BFCL cases decoded
 # live, 4-7 minutes of it) come from scripts/backends, cached after the first time (Jaeger's
-# first build takes 4-6 minutes more); without Chromium or llama-server their section says why
+# first build takes 5-7 minutes more: the optimized build, TOOLMESH_JAEGER_BUILD=release, not the
+# tests' unoptimized one, since Jaeger shares the CPUs with what is measured); without Chromium or llama-server their section says why
 # it is skipped (TOOLMESH_{CHROMIUM,LLAMA}_REQUIRED=1 makes a failed install fail instead),
 # without Jaeger the spans go to an in-process sink and the file says so.
 # BENCH_FLAGS=-quick is a smoke run of about a minute, BENCH_FLAGS=-only=loop,load a part.
 .PHONY: bench
 bench:
-	exports=$$(./scripts/backends chromium jaeger llama) && eval "$$exports" && go run ./bench/report -o bench/RESULTS.md $(BENCH_FLAGS)
+	exports=$$(TOOLMESH_JAEGER_BUILD=release ./scripts/backends chromium jaeger llama) && eval "$$exports" && go run ./bench/report -o bench/RESULTS.md $(BENCH_FLAGS)

@@ -54,8 +54,12 @@ func startSink() (*collector, error) {
 	return c, nil
 }
 
-// jaegerBinary is the Jaeger v2 built by scripts/jaeger.
-func jaegerBinary(root string) string { return installed(root, "TOOLMESH_JAEGER", "jaeger", "jaeger") }
+// jaegerBinary is the optimized Jaeger v2 scripts/jaeger builds for make bench
+// (TOOLMESH_JAEGER_BUILD=release), not the tests' unoptimized one: it shares the CPUs with what
+// is measured.
+func jaegerBinary(root string) string {
+	return installed(root, "TOOLMESH_JAEGER", "jaeger-release", "jaeger")
+}
 
 // startJaeger runs Jaeger v2 all-in-one (in-memory storage) on free loopback ports, as the
 // trace tests run it (internal/telemetry/jaegertest), its log in dir.
