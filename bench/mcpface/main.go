@@ -3,14 +3,17 @@
 //   - a tool call through toolmesh's /mcp (mcp-go client → api → executor → the MCP server)
 //     against the same call made directly on the MCP server with a held mcp-go session, at 1
 //     and at -callers concurrent callers sharing one session: p50, p99, calls/s and the CPU
-//     time this process spends per call (client, mesh and servers). The two are measured in
-//     alternating rounds so that a busy machine weighs on both alike;
+//     time this process spends per call (client, mesh and servers). /mcp is measured on two
+//     meshes: one as `toolmesh up` runs by default (the api calls the executor in the process)
+//     and one whose services call each other over gRPC on loopback (the internal addresses
+//     given, as `serve` runs them apart). The three are measured in alternating rounds so that
+//     a busy machine weighs on all alike;
 //   - tools/list of a -tools catalog through /mcp, every page (the face's page size), against
 //     one tools/list of the same tools on the server directly.
 //
 // Everything runs on loopback in this process: the MCP servers (mcp-go, streamable HTTP) and
-// the executor, retriever and api targets, as `toolmesh up` runs them. Both clients speak the
-// same protocol version (-protocol).
+// the two meshes' executor, retriever and api targets. Every client speaks the same protocol
+// version (-protocol).
 //
 //	go run ./bench/mcpface [-callers 64] [-duration 5s] [-rounds 3] [-tools 10000] [-json FILE] [-only calls|list] [-cpuprofile F]
 package main
@@ -121,11 +124,16 @@ func run(figs *figures.MCPFace, callers int, duration time.Duration, rounds, nTo
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, `{"mcpServers": {"echo": {"url": %q}, "big": {"url": %q}}}`, echoURL, bigURL), 0o600); err != nil {
 		return err
 	}
-	rest, stopMesh, err := startMesh(cfg)
+	restUp, stopUp, err := startMesh(cfg, false)
 	if err != nil {
 		return err
 	}
-	defer stopMesh()
+	defer stopUp()
+	restGRPC, stopGRPC, err := startMesh(cfg, true)
+	if err != nil {
+		return err
+	}
+	defer stopGRPC()
 
 	load0 := loadavg.Now()
 	start := time.Now()
@@ -135,17 +143,29 @@ func run(figs *figures.MCPFace, callers int, duration time.Duration, rounds, nTo
 		return fmt.Errorf("direct session: %w", err)
 	}
 	defer direct.Close()
-	face, err := connect(ctx, rest+"/mcp", protocol)
+	face, err := connect(ctx, restUp+"/mcp", protocol)
 	if err != nil {
 		return fmt.Errorf("session on /mcp: %w", err)
 	}
 	defer face.Close()
-	if err := waitCatalog(ctx, face.Client, nTools+1); err != nil {
-		return err
+	faceGRPC, err := connect(ctx, restGRPC+"/mcp", protocol)
+	if err != nil {
+		return fmt.Errorf("session on /mcp of the mesh over gRPC: %w", err)
+	}
+	defer faceGRPC.Close()
+	for _, c := range []*session{face, faceGRPC} {
+		if err := waitCatalog(ctx, c.Client, nTools+1); err != nil {
+			return err
+		}
 	}
 
 	if only != "list" {
-		if err := compareCalls(ctx, figs, direct.Client, face.Client, callers, duration, rounds, protocol); err != nil {
+		paths := []callPath{
+			{"direct", "direct (held mcp-go session)", direct.Client, "echo"},
+			{"face", "through toolmesh /mcp, up (services in the process)", face.Client, "echo__echo"},
+			{"face-grpc", "through toolmesh /mcp, services over gRPC", faceGRPC.Client, "echo__echo"},
+		}
+		if err := compareCalls(ctx, figs, paths, callers, duration, rounds, protocol); err != nil {
 			return err
 		}
 	}
@@ -159,38 +179,50 @@ func run(figs *figures.MCPFace, callers int, duration time.Duration, rounds, nTo
 	return nil
 }
 
-// compareCalls measures calls of the echo tool directly and through /mcp, at 1 and at callers
-// callers, in alternating rounds.
-func compareCalls(ctx context.Context, figs *figures.MCPFace, direct, face *client.Client, callers int, duration time.Duration, rounds int, protocol string) error {
+// callPath is one way to call the echo tool: the first of compareCalls' paths is the baseline.
+type callPath struct {
+	name, title string
+	client      *client.Client
+	tool        string
+}
+
+// compareCalls measures calls of the echo tool on each path, at 1 and at callers callers, in
+// alternating rounds, against the first path (direct).
+func compareCalls(ctx context.Context, figs *figures.MCPFace, paths []callPath, callers int, duration time.Duration, rounds int, protocol string) error {
 	fmt.Printf("MCP face vs direct held session, %s, GOMAXPROCS %d, protocol %s, %d rounds of %s each, alternating\n\n",
 		runtime.Version(), runtime.GOMAXPROCS(0), protocol, rounds, duration)
 	fmt.Println("| path | callers | calls | calls/s | p50 | p90 | p99 | CPU/call |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
-	ratios := map[int][3]float64{}
+	var summary []string
 	for _, n := range []int{1, callers} {
-		var d, f callstats.Stats
+		stats := make([]callstats.Stats, len(paths))
 		for range rounds {
-			if err := d.Round(n, duration, callOf(ctx, direct, "echo")); err != nil {
-				return fmt.Errorf("direct: %w", err)
-			}
-			if err := f.Round(n, duration, callOf(ctx, face, "echo__echo")); err != nil {
-				return fmt.Errorf("through /mcp: %w", err)
+			for i, p := range paths {
+				if err := stats[i].Round(n, duration, callOf(ctx, p.client, p.tool)); err != nil {
+					return fmt.Errorf("%s: %w", p.title, err)
+				}
 			}
 		}
-		fmt.Println(d.Row("direct (held mcp-go session)", n))
-		fmt.Println(f.Row("through toolmesh /mcp", n))
-		figs.Calls = append(figs.Calls, callFigures(&d, "direct", n), callFigures(&f, "face", n))
-		ratios[n] = [3]float64{callstats.Micro(f.P(50) - d.P(50)), f.Rate() / d.Rate(), d.CPUPerCall().Seconds() / f.CPUPerCall().Seconds()}
+		d := &stats[0]
+		for i, p := range paths {
+			fmt.Println(stats[i].Row(p.title, n))
+			figs.Calls = append(figs.Calls, callFigures(&stats[i], p.name, n))
+			if i > 0 {
+				f := &stats[i]
+				// The CPU a call costs the whole process (client, mesh and servers alike)
+				// depends far less on what else runs on the machine than calls/s does; on a
+				// machine the callers keep busy, calls/s follows it: direct's CPU per call over
+				// the path's.
+				summary = append(summary, fmt.Sprintf("at %d callers, %s: adds %+.0f µs to p50; calls/s %.2f× direct (CPU per call says %.2f×)",
+					n, p.title, callstats.Micro(f.P(50)-d.P(50)), f.Rate()/d.Rate(), d.CPUPerCall().Seconds()/f.CPUPerCall().Seconds()))
+			}
+		}
 	}
 	fmt.Println()
-	for _, n := range []int{1, callers} {
-		fmt.Printf("at %d callers: /mcp adds %+.0f µs to p50; calls/s %.2f× direct (CPU per call says %.2f×)\n",
-			n, ratios[n][0], ratios[n][1], ratios[n][2])
+	for _, line := range summary {
+		fmt.Println(line)
 	}
-	// The CPU a call costs the whole process (client, mesh and servers alike) depends far less
-	// on what else runs on the machine than calls/s does; on a machine the callers keep busy,
-	// calls/s follows it: direct's CPU per call over the face's.
-	fmt.Printf("targets at %d callers: p50 ≤ +150 µs, calls/s ≥ 0.7× direct\n\n", callers)
+	fmt.Printf("targets at %d callers: p50 ≤ +150 µs, calls/s ≥ 0.7× direct, CPU per call ≤ 1.5× direct\n\n", callers)
 	return nil
 }
 
@@ -355,11 +387,16 @@ func waitCatalog(ctx context.Context, c *client.Client, want int) error {
 	}
 }
 
-// startMesh runs the executor, retriever and api targets in this process, as `toolmesh up`
-// does, with the MCP servers of cfg (an mcp.json), and returns the REST base URL once ready.
-func startMesh(cfg string) (string, func(), error) {
-	return inproc.Start("mcpface", []string{
-		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
-		"--retriever.grpc-addr=127.0.0.1:0", "--api.inference-addr=", "--drain-timeout=2s", "--mcp-config=" + cfg,
-	}, []string{"executor", "retriever", "api"}, 2*time.Minute)
+// startMesh runs the executor, retriever and api targets in this process with the MCP servers
+// of cfg (an mcp.json), and returns the REST base URL once ready. Without overGRPC they call
+// each other in the process, as `toolmesh up` does by default; with it the executor and
+// retriever listen on loopback and the api calls them over gRPC, as when their addresses are
+// given.
+func startMesh(cfg string, overGRPC bool) (string, func(), error) {
+	args := []string{"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--api.inference-addr=",
+		"--drain-timeout=2s", "--mcp-config=" + cfg}
+	if overGRPC {
+		args = append(args, "--executor.grpc-addr=127.0.0.1:0", "--retriever.grpc-addr=127.0.0.1:0")
+	}
+	return inproc.Start("mcpface", args, []string{"executor", "retriever", "api"}, 2*time.Minute)
 }

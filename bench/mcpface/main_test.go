@@ -12,7 +12,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestRun runs the benchmark at its smallest: both paths call, both list every tool.
+// TestRun runs the benchmark at its smallest: every path calls (direct, /mcp on both meshes),
+// direct and /mcp list every tool.
 func TestRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a mesh; skipped with -short")
@@ -21,7 +22,7 @@ func TestRun(t *testing.T) {
 	if err := run(figs, 2, 300*time.Millisecond, 1, 30, 1, mcp.LATEST_PROTOCOL_VERSION, ""); err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{"direct", "face"} {
+	for _, path := range []string{"direct", "face", "face-grpc"} {
 		for _, n := range []int{1, 2} {
 			if c, ok := figs.Find(path, n); !ok || c.Calls == 0 || c.P50 <= 0 || c.CPUPerCall <= 0 {
 				t.Errorf("figures of %s at %d callers: %+v (found %v)", path, n, c, ok)

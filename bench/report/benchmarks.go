@@ -381,14 +381,16 @@ func runReplicas(ctx context.Context, r *runner, s *section) {
 
 func runMCPFace(ctx context.Context, r *runner, s *section) {
 	s.Intro = []string{
-		"A tool call through the api's MCP face (`/mcp`: mcp-go client → api → gRPC → executor → held " +
-			"session → MCP server) against the same call made directly on the MCP server with a held mcp-go " +
-			"session, at 1 and 64 callers sharing one session, alternating rounds; then `tools/list` of a " +
-			"10,000-tool catalog through `/mcp`, every page (500 a page), against one unpaginated `tools/list` " +
-			"on the server. Everything on loopback in one process (mcp-go servers over streamable HTTP, the " +
-			"executor, retriever and api targets), so the face's two extra MCP ends and its gRPC hop share the " +
-			"2 cores with the callers and the server: CPU per call is the steadier figure. Targets at 64 " +
-			"callers: p50 ≤ direct + 150 µs, calls/s ≥ 0.7× direct.",
+		"A tool call through the api's MCP face (`/mcp`: mcp-go client → api → executor → held session → " +
+			"MCP server) against the same call made directly on the MCP server with a held mcp-go session, at 1 " +
+			"and 64 callers sharing one session, alternating rounds, on two meshes: `up` as it runs by default " +
+			"(the api calls the executor in the process) and one whose services call each other over gRPC on " +
+			"loopback (their addresses given, as `serve` runs them apart). Then `tools/list` of a 10,000-tool " +
+			"catalog through `/mcp` (`up`), every page (500 a page), against one unpaginated `tools/list` on the " +
+			"server. Everything on loopback in one process (mcp-go servers over streamable HTTP, both meshes), so " +
+			"the face's two extra MCP ends and the gRPC hop share the 2 cores with the callers and the server: " +
+			"CPU per call is the steadier figure. Targets at 64 callers: p50 ≤ direct + 150 µs, calls/s ≥ 0.7× " +
+			"direct (issue 19), CPU per call ≤ 1.5× direct (issue 28).",
 	}
 	runFigures(ctx, r, s, spec{
 		shown: "go run ./bench/mcpface", bin: r.program("./bench/mcpface"), markdown: true, timeout: r.timeout(8 * time.Minute),

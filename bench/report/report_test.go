@@ -517,7 +517,8 @@ PASS`
 	}
 }
 
-// TestMCPFaceRows judges issue 19's targets at the concurrent row only.
+// TestMCPFaceRows judges issues 19's and 28's targets at the concurrent row only, on each mesh
+// measured; a figures file from before the gRPC mesh was measured gives the first alone.
 func TestMCPFaceRows(t *testing.T) {
 	f := figures.MCPFace{Callers: 64, Calls: []figures.MCPFaceCalls{
 		{Path: "direct", Callers: 1, CallsPerSec: 5000, P50: 150, CPUPerCall: 200},
@@ -529,14 +530,28 @@ func TestMCPFaceRows(t *testing.T) {
 	if len(rows) != 7 {
 		t.Fatalf("%d rows, want 7", len(rows))
 	}
-	for i, want := range []verdict{info, info, info, met, met, info, info} {
+	for i, want := range []verdict{info, info, info, met, met, met, info} {
 		if rows[i].Verdict != want {
 			t.Errorf("row %d %q: %s, want %s", i, rows[i].Measure, rows[i].Verdict, want)
 		}
 	}
 	f.Calls[3].CallsPerSec = 2000
-	if rows := mcpfaceRows(f); rows[4].Verdict != notMet {
-		t.Errorf("calls/s at 0.25× direct: %s, want not met", rows[4].Verdict)
+	f.Calls[3].CPUPerCall = 400
+	if rows := mcpfaceRows(f); rows[4].Verdict != notMet || rows[5].Verdict != notMet {
+		t.Errorf("calls/s at 0.25× direct, CPU at 2×: %s, %s, want not met", rows[4].Verdict, rows[5].Verdict)
+	}
+
+	f.Calls = append(f.Calls,
+		figures.MCPFaceCalls{Path: "face-grpc", Callers: 1, CallsPerSec: 1000, P50: 700, CPUPerCall: 800},
+		figures.MCPFaceCalls{Path: "face-grpc", Callers: 64, CallsPerSec: 4000, P50: 9000, CPUPerCall: 500})
+	rows = mcpfaceRows(f)
+	if len(rows) != 13 {
+		t.Fatalf("%d rows with both meshes, want 13", len(rows))
+	}
+	for i, want := range []verdict{info, info, info, notMet, notMet, notMet} {
+		if r := rows[6+i]; r.Verdict != want || !strings.Contains(r.Measure, "services over gRPC") {
+			t.Errorf("row %d %q: %s, want %s on the gRPC mesh", 6+i, r.Measure, r.Verdict, want)
+		}
 	}
 }
 

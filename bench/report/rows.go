@@ -613,36 +613,47 @@ func replicasRows(f figures.Replicas) []row {
 	}
 }
 
-// Issue 19's targets at its callers: what the MCP face may add to p50 and take off calls/s.
+// Issue 19's targets at its callers: what the MCP face may add to p50 and take off calls/s;
+// issue 28's on the CPU a call costs.
 const (
 	faceMaxAddedP50US = 150.0
 	faceMinThroughput = 0.7
+	faceMaxCPURatio   = 1.5
 )
 
+// mcpfaceRows judges /mcp against direct calls on each mesh bench/mcpface ran: `up` as it runs
+// by default (services called in the process) and services over gRPC (in a figures file from
+// before the second, only the first, as "face").
 func mcpfaceRows(f figures.MCPFace) []row {
 	issue := "19 MCP face"
 	var rows []row
-	for _, n := range []int{1, f.Callers} {
-		d, okD := f.Find("direct", n)
-		m, okM := f.Find("face", n)
-		if !okD || !okM {
-			rows = append(rows, row{issue, fmt.Sprintf("calls at %d callers", n), "not measured", "", math.NaN(), "", failed})
+	for _, path := range []struct{ name, title string }{{"face", "/mcp (up)"}, {"face-grpc", "/mcp (services over gRPC)"}} {
+		if _, ok := f.Find(path.name, 1); !ok && path.name != "face" {
 			continue
 		}
-		added := m.P50 - d.P50
-		p50Target, rateTarget := "—", "—"
-		p50Verdict, rateVerdict := info, info
-		if n == f.Callers {
-			p50Target, rateTarget = "≤ direct + "+us(faceMaxAddedP50US), fmt.Sprintf("≥ %.2f×", faceMinThroughput)
-			p50Verdict, rateVerdict = judge(added <= faceMaxAddedP50US), judge(ratio(m.CallsPerSec, d.CallsPerSec) >= faceMinThroughput)
+		for _, n := range []int{1, f.Callers} {
+			d, okD := f.Find("direct", n)
+			m, okM := f.Find(path.name, n)
+			if !okD || !okM {
+				rows = append(rows, row{issue, fmt.Sprintf("calls through %s at %d callers", path.title, n), "not measured", "", math.NaN(), "", failed})
+				continue
+			}
+			added := m.P50 - d.P50
+			p50Target, rateTarget, cpuTarget := "—", "—", "—"
+			p50Verdict, rateVerdict, cpuVerdict := info, info, info
+			if n == f.Callers {
+				p50Target, rateTarget = "≤ direct + "+us(faceMaxAddedP50US), fmt.Sprintf("≥ %.2f×", faceMinThroughput)
+				p50Verdict, rateVerdict = judge(added <= faceMaxAddedP50US), judge(ratio(m.CallsPerSec, d.CallsPerSec) >= faceMinThroughput)
+				cpuTarget, cpuVerdict = fmt.Sprintf("≤ %.1f×", faceMaxCPURatio), judge(ratio(m.CPUPerCall, d.CPUPerCall) <= faceMaxCPURatio)
+			}
+			rows = append(rows,
+				row{issue, fmt.Sprintf("tool call p50 through %s vs direct, %d caller(s) (adds %s)", path.title, n, signedUS(added)), us(m.P50), us(d.P50),
+					ratio(m.P50, d.P50), p50Target, p50Verdict},
+				row{issue, fmt.Sprintf("calls/s through %s vs direct, %d caller(s)", path.title, n), thousands(m.CallsPerSec, 0), thousands(d.CallsPerSec, 0),
+					ratio(m.CallsPerSec, d.CallsPerSec), rateTarget, rateVerdict},
+				row{issue, fmt.Sprintf("CPU per call (the whole process) through %s vs direct, %d caller(s)", path.title, n), us(m.CPUPerCall), us(d.CPUPerCall),
+					ratio(m.CPUPerCall, d.CPUPerCall), cpuTarget, cpuVerdict})
 		}
-		rows = append(rows,
-			row{issue, fmt.Sprintf("tool call p50 through /mcp vs direct, %d caller(s) (adds %s)", n, signedUS(added)), us(m.P50), us(d.P50),
-				ratio(m.P50, d.P50), p50Target, p50Verdict},
-			row{issue, fmt.Sprintf("calls/s through /mcp vs direct, %d caller(s)", n), thousands(m.CallsPerSec, 0), thousands(d.CallsPerSec, 0),
-				ratio(m.CallsPerSec, d.CallsPerSec), rateTarget, rateVerdict},
-			row{issue, fmt.Sprintf("CPU per call (the whole process) through /mcp vs direct, %d caller(s)", n), us(m.CPUPerCall), us(d.CPUPerCall),
-				ratio(m.CPUPerCall, d.CPUPerCall), "—", info})
 	}
 	if l := f.List; l != nil {
 		rows = append(rows, row{issue, fmt.Sprintf("tools/list of %s tools p50: every page through /mcp (%d pages) vs one list on the server", thousands(float64(l.Tools), 0), l.Pages),
