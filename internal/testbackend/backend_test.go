@@ -24,7 +24,9 @@ func (r *recorder) Fatalf(format string, args ...any) {
 	r.failed = fmt.Sprintf(format, args...)
 	runtime.Goexit()
 }
-func (r *recorder) Logf(format string, args ...any) { r.logs = append(r.logs, fmt.Sprintf(format, args...)) }
+func (r *recorder) Logf(format string, args ...any) {
+	r.logs = append(r.logs, fmt.Sprintf(format, args...))
+}
 
 func sprint(args []any) string {
 	var b strings.Builder
