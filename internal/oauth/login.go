@@ -113,7 +113,16 @@ func Login(ctx context.Context, o LoginOptions) (*Record, error) {
 		}
 	})}
 	go func() { _ = hs.Serve(ln) }()
-	defer hs.Close()
+	// Shutdown, not Close: the handler hands the redirect over before it returns, and a refused
+	// one ends Login at once; Close cut the browser's page off before it was sent (an empty
+	// reply instead of "Sign-in failed"). Shutdown lets the page go out, for at most 2 s.
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if hs.Shutdown(ctx) != nil {
+			_ = hs.Close()
+		}
+	}()
 	if o.Paste != nil {
 		go readPasted(o.Paste, got)
 	}

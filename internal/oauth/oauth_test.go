@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -267,11 +268,16 @@ func TestBadInput(t *testing.T) {
 		authURL, done := startLogin(t, protectedServer(ms.URL), oauth.FileStore{Dir: t.TempDir()})
 		u, _ := url.Parse(authURL)
 		redirect := u.Query().Get("redirect_uri")
+		// The browser gets its page whole, though the refusal ends the login at once.
 		resp, err := http.Get(redirect + "?code=stolen&state=forged")
 		if err != nil {
 			t.Fatal(err)
 		}
+		page, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if err != nil || !strings.Contains(string(page), "Sign-in failed") {
+			t.Errorf("the browser's page: %q, %v; want it to say the sign-in failed", page, err)
+		}
 		wantErr(t, <-done, "state does not match this sign-in")
 	})
 }
