@@ -438,12 +438,19 @@ func TestChatTrace(t *testing.T) {
 	}
 	want := []string{"invoke_agent toolmesh", "execute_tool calculator.add", "chat " + model}
 	var names []string
-	eventually.True(t, 10*time.Second, "the request's spans are exported", func() bool {
+	// The root (the REST request's span) ends after the client has its answer, so it can be
+	// exported in a later batch than the rest: wait for it too.
+	eventually.True(t, 10*time.Second, "the request's spans are exported, its root included", func() bool {
 		names = names[:0]
+		rooted := false
 		for _, s := range spans.GetSpans() {
 			if s.SpanContext.TraceID().String() == traceID {
 				names = append(names, s.Name)
+				rooted = rooted || !s.Parent.IsValid()
 			}
+		}
+		if !rooted {
+			return false
 		}
 		for _, w := range want {
 			if !slices.Contains(names, w) {
