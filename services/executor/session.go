@@ -398,8 +398,11 @@ func (s *session) connectOnce(ctx context.Context) (_ *conn, _ *listing, err err
 			s.streamUp(cn)
 			cn.requestRefresh()
 		case mcp.MethodNotificationSubscriptionsAcknowledged:
-			// The first message of a subscriptions/listen stream.
+			// The first message of a subscriptions/listen stream. The stream opens after the
+			// tools/list at connect: a change in between was sent to no listener, so re-list
+			// once it is up (a busy machine lost a removal that way, for good).
 			s.streamUp(cn)
+			cn.requestRefresh()
 		case string(mcp.MethodNotificationProgress):
 			s.progress.deliver(n)
 		case mcp.MethodNotificationPromptsListChanged:
