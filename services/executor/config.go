@@ -56,7 +56,7 @@ type Config struct {
 	MaxConcurrency int
 	// ListChangedDebounce coalesces bursts of notifications/tools/list_changed.
 	ListChangedDebounce time.Duration
-	// ConnectTimeout bounds connect + initialize + the first tools/list of one attempt.
+	// ConnectTimeout bounds connect + initialize + the first tools/list's answers of one attempt.
 	ConnectTimeout time.Duration
 	// MaxResultBytes bounds one tools/call result of a tool whose server sets no
 	// maxResultBytes: the JSON-RPC response as read from the server, and the gRPC
@@ -131,7 +131,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ListChangedDebounce, "executor.list-changed-debounce", DefaultListChangedDebounce,
 		"how long to coalesce tools/list_changed notifications before listing a server's tools again")
 	fs.DurationVar(&c.ConnectTimeout, "executor.connect-timeout", DefaultConnectTimeout,
-		"bound of one connection attempt to an MCP server (connect, initialize, first tools/list)")
+		"bound of one connection attempt to an MCP server: connect, initialize and the server's answers to the first tools/list (not the checks of the listed tools that follow)")
 	fs.IntVar(&c.MaxResultBytes, "executor.max-result-bytes", DefaultMaxResultBytes,
 		"largest tool call result, in bytes, as read from the MCP server and as returned over gRPC, for servers that set no maxResultBytes; a larger result is cut to it, ends with a block saying so and carries the toolmesh-result-cut trailer (reading stops at the limit)")
 	fs.IntVar(&c.MaxToolsPerServer, "executor.max-tools-per-server", DefaultMaxToolsPerServer,

@@ -504,6 +504,9 @@ func TestMCPSearchBFCL(t *testing.T) {
 	base := startApp(t, "", []string{
 		"--api.http-addr=127.0.0.1:0", "--api.grpc-addr=127.0.0.1:0", "--executor.grpc-addr=127.0.0.1:0",
 		"--retriever.grpc-addr=127.0.0.1:0", "--api.inference-addr=", "--drain-timeout=2s", "--mcp-config=" + cfg,
+		// The server is in this process: under -race beside other test binaries its answer to
+		// tools/list (1,951 tools) took over 10 s.
+		"--executor.connect-timeout=60s",
 	}, "executor", "retriever", "api")
 	// search_tools names a tool as the catalog does, once the catalog has it: until the face
 	// has published the executor's change, a found tool comes with its id only.
