@@ -37,7 +37,7 @@ var benchmarks = []benchmark{
 	{name: "security", issue: "16 security", title: "The cost of closed by default: policy, request checks, mutual TLS (issue 16)",
 		builds: []string{"./bench/loop", "./cmd/toolmesh"}, tests: []string{"./internal/policy", "./internal/webguard", "./internal/server"}, run: runSecurity},
 	{name: "mcpface", issue: "19 MCP face", title: "MCP face against a direct held session (issue 19)",
-		builds: []string{"./bench/mcpface"}, run: runMCPFace},
+		builds: []string{"./bench/mcpface"}, tests: []string{"./services/api/mcpface"}, run: runMCPFace},
 	{name: "replicas", issue: "20 replicas", title: "Replicas sharing the load (issues 17, 20)",
 		builds: []string{"./bench/replicas"}, run: runReplicas},
 	{name: "chat", issue: "25 OpenAI face", title: "Chat completions vs /v1/query (issue 25)",
@@ -390,12 +390,34 @@ func runMCPFace(ctx context.Context, r *runner, s *section) {
 			"server. Everything on loopback in one process (mcp-go servers over streamable HTTP, both meshes), so " +
 			"the face's two extra MCP ends and the gRPC hop share the 2 cores with the callers and the server: " +
 			"CPU per call is the steadier figure. Targets at 64 callers: p50 ≤ direct + 150 µs, calls/s ≥ 0.7× " +
-			"direct (issue 19), CPU per call ≤ 1.5× direct (issue 28).",
+			"direct (issue 19), CPU per call ≤ 1.5× direct (issue 28). Then the face's own work for one " +
+			"`tools/call` (a Go benchmark, medians of 3 runs): its hooks and handler alone, and one request through " +
+			"its short path against mcp-go's streamable HTTP server, both against a tools backend that answers at " +
+			"once. Target: the face's own work ≤ 20 µs of CPU per call (issue 28).",
 	}
 	runFigures(ctx, r, s, spec{
 		shown: "go run ./bench/mcpface", bin: r.program("./bench/mcpface"), markdown: true, timeout: r.timeout(8 * time.Minute),
 		args: r.pick(nil, []string{"-callers", "8", "-duration", "300ms", "-rounds", "1", "-tools", "1000", "-list-runs", "2"}),
 	}, "mcpface.json", mcpfaceRows)
+	if s.Err != "" {
+		return
+	}
+	args, shown := []string{"-test.benchtime", "1s", "-test.count", "3"}, []string{"-benchtime", "1s", "-count", "3"}
+	if r.quick {
+		args, shown = []string{"-test.benchtime", "20x", "-test.count", "1"}, []string{"-benchtime", "20x", "-count", "1"}
+	}
+	const pkg = "./services/api/mcpface"
+	c := r.exec(ctx, spec{
+		shown: "go test", bin: r.testBinary(pkg), dir: strings.TrimPrefix(pkg, "./"), timeout: r.timeout(5 * time.Minute),
+		args:     append([]string{"-test.run", "^$", "-test.bench", "^BenchmarkCall$", "-test.benchmem"}, args...),
+		shownArg: append(append([]string{"-run", "^$", "-bench", "^BenchmarkCall$", "-benchmem"}, shown...), pkg),
+	})
+	s.Cmds = append(s.Cmds, c)
+	if c.Err != "" {
+		s.Err = "BenchmarkCall: " + c.Err
+		return
+	}
+	s.Rows = append(s.Rows, faceCallRows(parseGoBench(c.Output))...)
 }
 
 func runAudit(ctx context.Context, r *runner, s *section) {

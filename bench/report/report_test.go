@@ -555,6 +555,30 @@ func TestMCPFaceRows(t *testing.T) {
 	}
 }
 
+// TestFaceCallRows reads BenchmarkCall as `go test -bench` prints it: the face's own CPU is
+// judged against 20 µs (the median of the runs), the short path is compared with mcp-go's.
+func TestFaceCallRows(t *testing.T) {
+	out := `BenchmarkCall/own-code-2         	  300000	      4100 ns/op	      4000 cpu-ns/op	    2900 B/op	      40 allocs/op
+BenchmarkCall/own-code-2         	  300000	      4100 ns/op	     25000 cpu-ns/op	    2900 B/op	      40 allocs/op
+BenchmarkCall/own-code-2         	  300000	      4100 ns/op	      5000 cpu-ns/op	    2900 B/op	      40 allocs/op
+BenchmarkCall/short/2026-07-28-2 	   50000	     20000 ns/op	     21000 cpu-ns/op	   12000 B/op	     150 allocs/op
+BenchmarkCall/mcp-go/2026-07-28-2	   20000	     60000 ns/op	     63000 cpu-ns/op	   40000 B/op	     500 allocs/op
+PASS`
+	rows := faceCallRows(parseGoBench(out))
+	if len(rows) != 2 {
+		t.Fatalf("%d rows, want 2 (own code, one protocol): %v", len(rows), rows)
+	}
+	if rows[0].Toolmesh != "5.0 µs" || rows[0].Verdict != met {
+		t.Errorf("own-code row = %+v, want the median 5.0 µs, met", rows[0])
+	}
+	if rows[1].Toolmesh != "21.0 µs" || rows[1].Baseline != "63.0 µs" || rows[1].Verdict != info {
+		t.Errorf("short path row = %+v, want 21.0 µs vs 63.0 µs, reported", rows[1])
+	}
+	if rows := faceCallRows(parseGoBench("PASS")); len(rows) != 1 || rows[0].Verdict != failed {
+		t.Errorf("without the benchmark: %+v, want one row, not measured", rows)
+	}
+}
+
 // TestAuditRows judges issue 27's targets: the paired p50 at one caller, calls/s at the
 // concurrent row; a trail that does not verify fails the section.
 func TestAuditRows(t *testing.T) {

@@ -662,6 +662,32 @@ func mcpfaceRows(f figures.MCPFace) []row {
 	return rows
 }
 
+// faceMaxOwnCPUNS is issue 28's bound on the MCP face's own work for one tools/call.
+const faceMaxOwnCPUNS = 20000.0
+
+// faceCallRows reads services/api/mcpface's BenchmarkCall: the face's own code per tools/call,
+// judged against issue 28's bound, and one request through its short path against mcp-go's
+// server, at the newest protocol.
+func faceCallRows(b goBench) []row {
+	const issue = "28 hops"
+	own := b.median("BenchmarkCall/own-code", "cpu-ns/op")
+	rows := []row{{issue, "the MCP face's own CPU per tools/call: its hooks and handler, the tools backend answering at once (BenchmarkCall/own-code)",
+		"not measured", "", math.NaN(), "≤ " + us(faceMaxOwnCPUNS/1000), failed}}
+	if !math.IsNaN(own) {
+		rows[0].Toolmesh, rows[0].Baseline, rows[0].Ratio = fmt.Sprintf("%.1f µs", own/1000), "target "+us(faceMaxOwnCPUNS/1000), own/faceMaxOwnCPUNS
+		rows[0].Verdict = judge(own <= faceMaxOwnCPUNS)
+	}
+	for _, version := range []string{"2026-07-28", "2025-11-25"} {
+		short, viaMCPGo := b.median("BenchmarkCall/short/"+version, "cpu-ns/op"), b.median("BenchmarkCall/mcp-go/"+version, "cpu-ns/op")
+		if math.IsNaN(short) || math.IsNaN(viaMCPGo) {
+			continue
+		}
+		rows = append(rows, row{issue, "CPU per tools/call request (HTTP handler to answer, protocol " + version + "): the face's short path vs mcp-go's server (BenchmarkCall)",
+			fmt.Sprintf("%.1f µs", short/1000), fmt.Sprintf("%.1f µs", viaMCPGo/1000), ratio(short, viaMCPGo), "reported", info})
+	}
+	return rows
+}
+
 // auditRows compares tool calls with the audit trail on and off (issue 27): the paired p50 at
 // one caller and calls/s at the concurrent row are judged; the trail the run wrote must verify.
 func auditRows(f figures.Audit) []row {
