@@ -393,7 +393,8 @@ func runMCPFace(ctx context.Context, r *runner, s *section) {
 			"direct (issue 19), CPU per call ≤ 1.5× direct (issue 28). Then the face's own work for one " +
 			"`tools/call` (a Go benchmark, medians of 3 runs): its hooks and handler alone, and one request through " +
 			"its short path against mcp-go's streamable HTTP server, both against a tools backend that answers at " +
-			"once. Target: the face's own work ≤ 20 µs of CPU per call (issue 28).",
+			"once. Target: the face's own work ≤ 20 µs of CPU per call (issue 28). Where a call's time goes " +
+			"(CPU profiles of the whole path, item by item): bench/NOTES.md, \"Hops\" (issue 28).",
 	}
 	runFigures(ctx, r, s, spec{
 		shown: "go run ./bench/mcpface", bin: r.program("./bench/mcpface"), markdown: true, timeout: r.timeout(8 * time.Minute),
