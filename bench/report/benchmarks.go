@@ -81,7 +81,8 @@ func runExecutor(ctx context.Context, r *runner, s *section) {
 			"and against a new session per call (`new-session`, the tutorials' way): the same in-process " +
 			"MCP server, the same process and run, scenarios interleaved in a rotating order, the median of " +
 			"the runs; over SSE and streamable HTTP. Targets: executor p50 ≤ direct p50 + 80 µs, calls/s at " +
-			"64 callers ≥ 0.85× direct, a new session ≥ 2.5× slower than the executor at p50.",
+			"64 callers ≥ 0.85× direct, a new session ≥ 2.5× slower than the executor at p50. Where the gap " +
+			"goes (the gRPC hop: compare `executor-inproc`): bench/NOTES.md, \"Where the gap goes\" and \"Hops\".",
 	}
 	runFigures(ctx, r, s, spec{
 		shown: "go run ./bench/executor", bin: r.program("./bench/executor"), markdown: true, timeout: r.timeout(12 * time.Minute),
@@ -229,7 +230,8 @@ func runLoop(ctx context.Context, r *runner, s *section) {
 			"targets call each other directly (no gRPC between them, as `toolmesh up`); what one query " +
 			"allocates there is held to a committed budget, commit e45e502's figures " +
 			"(bench/report/rows.go, loopAllocBudgetKB), and its CPU per query to at most 70 % of " +
-			"microservices'.",
+			"microservices'. Where an iteration's time goes (profiles of both modes): bench/NOTES.md, " +
+			"\"Agent loop\" and \"Hops\".",
 	}
 	common := []string{"-markdown", "-binary", r.program("./cmd/toolmesh")}
 	runFigures(ctx, r, s, spec{
